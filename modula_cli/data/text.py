@@ -1,0 +1,123 @@
+"""Tokenised text corpora from the Hugging Face hub or a local folder: TinyStories and OpenWebText.
+
+Documents are encoded with ``encode_ordinary`` plus end-of-text, in parallel, into flat uint16 files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import numpy as np
+
+from .base import TokenDataset
+from .storage import data_root, prepare_once
+from .tokenizers import get_tokenizer
+
+LOCAL_FORMATS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".txt": "text"}
+HOLDOUT_SEED = 2357
+
+
+def _local_files(folder: Path, split: str) -> list[str]:
+    return sorted(str(p) for p in folder.iterdir() if p.stem.split(".")[0] == split and p.suffix in LOCAL_FORMATS)
+
+
+def _load_splits(source: str, has_validation: bool, holdout: float, max_docs: int | None):
+    """Return {'train': Dataset, 'val': Dataset} with a ``text`` column."""
+    import datasets
+
+    folder = Path(source).expanduser()
+    if folder.is_dir():
+        splits = {"train": _local_files(folder, "train")}
+        if has_validation:
+            splits["validation"] = _local_files(folder, "validation")
+        missing = [s for s, files in splits.items() if not files]
+        if missing:
+            raise FileNotFoundError(f"{folder} has no {' or '.join(missing)} file; expected "
+                                    f"train.* (and validation.* where the dataset has one) with a suffix in "
+                                    f"{sorted(LOCAL_FORMATS)}")
+        suffixes = {Path(f).suffix for files in splits.values() for f in files}
+        if len({LOCAL_FORMATS[s] for s in suffixes}) != 1:
+            raise ValueError(f"{folder}: mix of file formats {sorted(suffixes)}; use one format per folder")
+        builder = LOCAL_FORMATS[suffixes.pop()]
+        # Plain text: one document per blank-line-separated paragraph.
+        extra = {"sample_by": "paragraph"} if builder == "text" else {}
+        loaded = datasets.load_dataset(builder, data_files=splits, **extra)
+        if builder == "text":  # separators are not part of a document
+            loaded = loaded.map(lambda b: {"text": [t.strip() for t in b["text"]]}, batched=True)
+            loaded = loaded.filter(lambda b: [bool(t) for t in b["text"]], batched=True)
+    else:
+        try:
+            loaded = datasets.load_dataset(source)
+        except Exception as error:
+            raise FileNotFoundError(
+                f"could not load the hub dataset {source!r} ({type(error).__name__}: {error}). Offline "
+                f"(HF_DATASETS_OFFLINE=1 or no network)? Prepare it on a machine with internet access with "
+                f"`python scripts/prepare_data.py <dataset>` and share data.root, or point data.source at a local "
+                f"folder with train.* files."
+            ) from error
+    train = loaded["train"]
+    if has_validation:
+        val = loaded["validation"]
+    else:
+        parts = train.train_test_split(test_size=holdout, seed=HOLDOUT_SEED, shuffle=True)
+        train, val = parts["train"], parts["test"]
+    if max_docs:
+        train = train.select(range(min(max_docs, len(train))))
+        val = val.select(range(min(max(1, max_docs // 10), len(val))))
+    return {"train": train, "val": val}
+
+
+def _write_tokens(dataset, tokenizer_name: str, path: Path, num_proc: int) -> int:
+    def encode(batch):
+        enc = get_tokenizer(tokenizer_name)
+        ids = [enc.encode_ordinary(text) + [enc.eot_token] for text in batch["text"]]
+        return {"ids": ids, "len": [len(x) for x in ids]}
+
+    tokenized = dataset.map(encode, batched=True, remove_columns=dataset.column_names,
+                            num_proc=num_proc if num_proc > 1 and len(dataset) >= num_proc else None,
+                            desc=f"tokenizing {path.stem}")
+    total = int(np.sum(tokenized["len"], dtype=np.int64))
+    tokens = np.memmap(path, dtype=np.uint16, mode="w+", shape=(total,))
+    position = 0
+    for batch in tokenized.iter(batch_size=8192):
+        ids = np.concatenate([np.asarray(x, dtype=np.uint16) for x in batch["ids"]])
+        tokens[position:position + len(ids)] = ids
+        position += len(ids)
+    tokens.flush()
+    return total
+
+
+def load_text_dataset(name: str, default_source: str, has_validation: bool, context: int,
+                      source: str | None = None, tokenizer: str = "gpt2", root: str | None = None,
+                      num_proc: int = 0, max_docs: int | None = None, holdout: float = 0.0005) -> TokenDataset:
+    source = str(source or default_source)
+    enc = get_tokenizer(tokenizer)  # fail early on an unusable tokenizer
+    if enc.n_vocab > 2**16:
+        raise ValueError(f"tokenizer {tokenizer} has {enc.n_vocab} tokens; uint16 token files hold at most 65536")
+    key = hashlib.sha256(f"{source}|{max_docs}|{holdout}".encode()).hexdigest()[:10]
+    folder = data_root(root) / name / f"{tokenizer}-{key}"
+    expected = {"dataset": name, "source": source, "tokenizer": tokenizer, "max_docs": max_docs,
+                "holdout": None if has_validation else holdout, "format": "uint16"}
+    workers = num_proc or max(1, (os.cpu_count() or 2) // 2)
+
+    def build(tmp: Path) -> dict:
+        splits = _load_splits(source, has_validation, holdout, max_docs)
+        counts = {split: _write_tokens(ds, tokenizer, tmp / f"{split}.bin", workers) for split, ds in splits.items()}
+        return {"tokens": counts, "documents": {split: len(ds) for split, ds in splits.items()},
+                "vocab_size": enc.n_vocab, "eot_token": enc.eot_token}
+
+    meta = prepare_once(folder, expected, build)
+    train = np.memmap(folder / "train.bin", dtype=np.uint16, mode="r")
+    val = np.memmap(folder / "val.bin", dtype=np.uint16, mode="r")
+    return TokenDataset(name, train, val, vocab_size=meta["vocab_size"], context=context, meta=meta)
+
+
+def tinystories(context: int = 128, **options) -> TokenDataset:
+    return load_text_dataset("tinystories", "roneneldan/TinyStories", has_validation=True, context=context, **options)
+
+
+def openwebtext(context: int = 128, **options) -> TokenDataset:
+    return load_text_dataset("openwebtext", "Skylion007/openwebtext", has_validation=False, context=context,
+                             **options)

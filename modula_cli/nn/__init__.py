@@ -1,0 +1,18 @@
+"""The modular-norm library: modules, atoms, bonds, compounds and the fast maps of SPEC §2–6."""
+
+from .atoms import Conv2D, Embed, Linear, MatrixAtom
+from .bonds import (Abs, Add, AddHeads, AvgPool, Enumerate, Flatten, FunctionalAttention, GELU, Identity,
+                    LayerNorm, MeanSubtract, Mul, ReLU, RemoveHeads, RMSDivide, ScaledGELU, ScaledReLU)
+from .compounds import GPT, Attention, ResMLP, ResNet, Residual, StandardGPT
+from .module import Atom, Bond, Composite, Module, TupleModule, named
+from .orthogonalize import METHODS as ORTHOGONALIZE_METHODS
+from .orthogonalize import orthogonalize
+from .spectral import PowerIterationState
+
+__all__ = [
+    "Abs", "Add", "AddHeads", "Atom", "Attention", "AvgPool", "Bond", "Composite", "Conv2D", "Embed",
+    "Enumerate", "Flatten", "FunctionalAttention", "GELU", "GPT", "Identity", "LayerNorm", "Linear",
+    "MatrixAtom", "MeanSubtract", "Module", "Mul", "ORTHOGONALIZE_METHODS", "PowerIterationState", "ReLU",
+    "RemoveHeads", "RMSDivide", "ResMLP", "ResNet", "Residual", "ScaledGELU", "ScaledReLU", "StandardGPT",
+    "TupleModule", "named", "orthogonalize",
+]

@@ -1,0 +1,179 @@
+"""Atoms (SPEC §3): the modules with weights. Dimensions are written output-first."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .module import Atom
+from .orthogonalize import orthogonalize
+from .spectral import PowerIterationState, exact_spectral_norm
+
+
+def _check_dims(atom: str, **dims: int) -> None:
+    for key, value in dims.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{atom}: {key} must be a positive integer, got {value!r}")
+
+
+def _orthogonal(rows: int, cols: int, generator: torch.Generator) -> Tensor:
+    """A random matrix with all singular values 1 (Haar-distributed via QR with sign fix)."""
+    gaussian = torch.randn(max(rows, cols), min(rows, cols), generator=generator)
+    q, r = torch.linalg.qr(gaussian)
+    q = q * torch.sign(torch.diagonal(r)).unsqueeze(0)
+    return q if rows >= cols else q.T
+
+
+class MatrixAtom(Atom):
+    """An atom whose weight is a stack of matrices, each measured in the RMS→RMS operator norm.
+
+    ``atom norm = slice_count · max_slice sqrt(d_in/d_out) · σ_max`` (slice_count 1 for Linear, k² for
+    Conv2D); dualizing maps every slice to ``(τ / slice_count) · sqrt(d_out/d_in) · U Vᵀ``.
+    """
+
+    d_out: int
+    d_in: int
+    slice_count: int = 1
+
+    def matrices(self, weight: Tensor) -> Tensor:
+        """View the weight as a batch of (d_out, d_in) matrices."""
+        raise NotImplementedError
+
+    def from_matrices(self, matrices: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    @property
+    def polar_scale(self) -> float:
+        """Scale of ``U Vᵀ`` that has atom norm 1."""
+        return math.sqrt(self.d_out / self.d_in) / self.slice_count
+
+    def atom_norm(self, weight: Tensor) -> float:
+        sigma = exact_spectral_norm(self.matrices(weight)).max()
+        return float(sigma) / self.polar_scale
+
+    def normalize_piece(self, update: Tensor, target: float, state: PowerIterationState | None,
+                        index: int) -> Tensor:
+        matrices = self.matrices(update)
+        sigma = (exact_spectral_norm(matrices) if state is None else state.spectral_norm(index, matrices)).max()
+        factor = target * self.polar_scale / sigma.clamp_min(1e-30)
+        return update * torch.where(sigma > 0, factor, torch.zeros_like(factor)).to(update.dtype)
+
+    def from_polar(self, polar: Tensor, target: float) -> Tensor:
+        return self.from_matrices(polar * (target * self.polar_scale))
+
+    def project_piece(self, weight: Tensor) -> Tensor:
+        return self.from_polar(orthogonalize(self.matrices(weight)), 1.0)
+
+
+class Linear(MatrixAtom):
+    """``y = W x`` with W of shape (d_out, d_in); RMS → RMS; initial W orthogonal with norm 1.
+
+    ``init_std`` swaps in Gaussian initialisation (standard parametrisation, for baselines).
+    """
+
+    def __init__(self, d_out: int, d_in: int, mass: float = 1.0, init_std: float | None = None):
+        _check_dims("Linear", d_out=d_out, d_in=d_in)
+        super().__init__(mass=mass, sensitivity=1.0)
+        self.d_out, self.d_in, self.init_std = d_out, d_in, init_std
+        self.features_in, self.features_out = d_in, d_out
+
+    def apply(self, x: Tensor, weight: Tensor) -> Tensor:
+        return F.linear(x, weight)
+
+    def init_weight(self, generator: torch.Generator) -> Tensor:
+        if self.init_std is not None:
+            return self.init_std * torch.randn(self.d_out, self.d_in, generator=generator)
+        return self.polar_scale * _orthogonal(self.d_out, self.d_in, generator)
+
+    def matrices(self, weight: Tensor) -> Tensor:
+        return weight.unsqueeze(0)
+
+    def from_matrices(self, matrices: Tensor) -> Tensor:
+        return matrices.squeeze(0)
+
+    def describe(self) -> str:
+        return f"Linear({self.d_out}, {self.d_in})"
+
+
+class Conv2D(MatrixAtom):
+    """2-D convolution, weight (c_out, c_in, k, k); each of the k² slices is one RMS→RMS matrix."""
+
+    def __init__(self, c_out: int, c_in: int, kernel_size: int = 3, stride: int = 1, padding: int = 1,
+                 mass: float = 1.0):
+        _check_dims("Conv2D", c_out=c_out, c_in=c_in, kernel_size=kernel_size, stride=stride)
+        if isinstance(padding, bool) or not isinstance(padding, int) or padding < 0:
+            raise ValueError(f"Conv2D: padding must be a non-negative integer, got {padding!r}")
+        super().__init__(mass=mass, sensitivity=1.0)
+        self.d_out, self.d_in = c_out, c_in
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+        self.slice_count = kernel_size * kernel_size
+        self.features_in, self.features_out = c_in, c_out
+
+    def apply(self, x: Tensor, weight: Tensor) -> Tensor:
+        return F.conv2d(x, weight, stride=self.stride, padding=self.padding)
+
+    def init_weight(self, generator: torch.Generator) -> Tensor:
+        slices = torch.stack([_orthogonal(self.d_out, self.d_in, generator) for _ in range(self.slice_count)])
+        return self.from_matrices(self.polar_scale * slices)
+
+    def matrices(self, weight: Tensor) -> Tensor:
+        return weight.permute(2, 3, 0, 1).reshape(self.slice_count, self.d_out, self.d_in)
+
+    def from_matrices(self, matrices: Tensor) -> Tensor:
+        k = self.kernel_size
+        return matrices.reshape(k, k, self.d_out, self.d_in).permute(2, 3, 0, 1).contiguous()
+
+    def describe(self) -> str:
+        return f"Conv2D({self.d_out}, {self.d_in}, k={self.kernel_size})"
+
+
+class Embed(Atom):
+    """Lookup table: input indices (one-hot, ℓ1), output an RMS-normed vector per index.
+
+    The weight is stored as rows, shape (num_embed, d_embed), so row j is embedding vector j.
+    """
+
+    def __init__(self, d_embed: int, num_embed: int, mass: float = 1.0, init_std: float | None = None):
+        _check_dims("Embed", d_embed=d_embed, num_embed=num_embed)
+        super().__init__(mass=mass, sensitivity=1.0)
+        self.d_embed, self.num_embed, self.init_std = d_embed, num_embed, init_std
+        self.features_out = d_embed
+
+    def apply(self, x: Tensor, weight: Tensor) -> Tensor:
+        return F.embedding(x, weight)
+
+    def init_weight(self, generator: torch.Generator) -> Tensor:
+        vectors = torch.randn(self.num_embed, self.d_embed, generator=generator)
+        if self.init_std is not None:
+            return self.init_std * vectors
+        return _rescale_rows(vectors, 1.0)
+
+    def atom_norm(self, weight: Tensor) -> float:
+        return float(_row_rms(weight.float()).max())
+
+    def normalize_piece(self, update: Tensor, target: float, state: PowerIterationState | None,
+                        index: int) -> Tensor:
+        # As in the paper's code: every embedding vector is set to RMS τ, the same as the duality map.
+        return _rescale_rows(update, target)
+
+    def dualize_piece(self, grad: Tensor, target: float) -> Tensor:
+        return _rescale_rows(grad, target)
+
+    def project_piece(self, weight: Tensor) -> Tensor:
+        return _rescale_rows(weight, 1.0)
+
+    def describe(self) -> str:
+        return f"Embed({self.d_embed}, {self.num_embed})"
+
+
+def _row_rms(matrix: Tensor) -> Tensor:
+    return matrix.pow(2).mean(dim=-1, keepdim=True).sqrt()
+
+
+def _rescale_rows(matrix: Tensor, target: float) -> Tensor:
+    rms = _row_rms(matrix.float())
+    factor = torch.where(rms > 0, target / rms.clamp_min(1e-30), torch.zeros_like(rms))
+    return matrix * factor.to(matrix.dtype)

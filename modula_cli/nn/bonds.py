@@ -1,0 +1,165 @@
+"""Bonds (SPEC §4): weightless modules. Each is a small class with its sensitivity."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .module import Bond
+
+
+def _dims(dims: int | Sequence[int]) -> tuple[int, ...]:
+    dims = (dims,) if isinstance(dims, int) else tuple(dims)
+    if not dims or any(d >= 0 for d in dims):
+        raise ValueError(f"normalisation dims must be trailing (negative) dimensions, got {dims}")
+    return tuple(sorted(dims))
+
+
+class Identity(Bond):
+    def apply(self, x):
+        return x
+
+
+class Add(Bond):
+    """Sum of a tuple of inputs."""
+
+    def apply(self, x):
+        total = x[0]
+        for term in x[1:]:
+            total = total + term
+        return total
+
+
+class Mul(Bond):
+    def __init__(self, scalar: float):
+        if not isinstance(scalar, (int, float)) or isinstance(scalar, bool) or scalar == 0:
+            raise ValueError(f"Mul needs a nonzero number, got {scalar!r}")
+        self.scalar = float(scalar)
+        self._sensitivity = abs(self.scalar)
+
+    def apply(self, x):
+        return self.scalar * x
+
+    def describe(self) -> str:
+        return f"Mul({self.scalar:.4g})"
+
+
+class Abs(Bond):
+    def apply(self, x):
+        return x.abs()
+
+
+class ReLU(Bond):
+    _sensitivity = 1 / math.sqrt(2)
+
+    def apply(self, x):
+        return F.relu(x)
+
+
+class GELU(Bond):
+    _sensitivity = 1 / math.sqrt(2)
+
+    def apply(self, x):
+        return F.gelu(x)
+
+
+class ScaledReLU(Bond):
+    def apply(self, x):
+        return math.sqrt(2) * F.relu(x)
+
+
+class ScaledGELU(Bond):
+    def apply(self, x):
+        return math.sqrt(2) * F.gelu(x)
+
+
+class MeanSubtract(Bond):
+    def __init__(self, dims: int | Sequence[int] = -1):
+        self.dims = _dims(dims)
+
+    def apply(self, x):
+        return x - x.mean(dim=self.dims, keepdim=True)
+
+
+class RMSDivide(Bond):
+    def __init__(self, dims: int | Sequence[int] = -1, eps: float = 1e-12):
+        self.dims, self.eps = _dims(dims), eps
+
+    def apply(self, x):
+        return F.rms_norm(x, x.shape[len(x.shape) + self.dims[0]:], eps=self.eps)
+
+
+class LayerNorm(Bond):
+    """``RMSDivide ∘ MeanSubtract`` over trailing dims, without learnable gain or bias."""
+
+    def __init__(self, dims: int | Sequence[int] = -1, eps: float = 1e-12):
+        self.dims, self.eps = _dims(dims), eps
+
+    def apply(self, x):
+        return F.layer_norm(x, x.shape[len(x.shape) + self.dims[0]:], eps=self.eps)
+
+
+class FunctionalAttention(Bond):
+    """``softmax(q kᵀ · scale + mask) v`` on (batch, heads, tokens, d); scale defaults to 1/d_q."""
+
+    shape_preserving = False
+
+    def __init__(self, causal: bool = True, scale: float | None = None):
+        self.causal, self.scale = causal, scale
+
+    def apply(self, x):
+        q, k, v = x
+        scale = self.scale if self.scale is not None else 1.0 / q.shape[-1]
+        return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal, scale=scale)
+
+
+class AddHeads(Bond):
+    """(batch, tokens, heads·d) → (batch, heads, tokens, d)."""
+
+    shape_preserving = False
+
+    def __init__(self, num_heads: int):
+        if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
+            raise ValueError(f"AddHeads: num_heads must be a positive integer, got {num_heads!r}")
+        self.num_heads = num_heads
+
+    def apply(self, x):
+        *lead, tokens, channels = x.shape
+        return x.reshape(*lead, tokens, self.num_heads, channels // self.num_heads).transpose(-3, -2)
+
+
+class RemoveHeads(Bond):
+    """(batch, heads, tokens, d) → (batch, tokens, heads·d)."""
+
+    shape_preserving = False
+
+    def apply(self, x):
+        x = x.transpose(-3, -2)
+        return x.reshape(*x.shape[:-2], x.shape[-2] * x.shape[-1])
+
+
+class Flatten(Bond):
+
+    shape_preserving = False
+    def apply(self, x):
+        return x.flatten(start_dim=1)
+
+
+class AvgPool(Bond):
+    """Adaptive average pool of (batch, C, H, W) to (batch, C, 1, 1)."""
+
+    def apply(self, x):
+        return F.adaptive_avg_pool2d(x, 1)
+
+
+class Enumerate(Bond):
+    """Token positions 0 … T−1 of a (batch, T) input."""
+
+    shape_preserving = False
+
+    def apply(self, x):
+        return torch.arange(x.shape[-1], device=x.device)

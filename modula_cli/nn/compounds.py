@@ -1,0 +1,118 @@
+"""Compounds (SPEC §5): each architecture is a function that reads like its equation.
+
+Python binds ``@`` and ``*`` equally, left to right, so every scaled term is parenthesised.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .atoms import Conv2D, Embed, Linear
+from .bonds import (Abs, AddHeads, AvgPool, Enumerate, Flatten, FunctionalAttention, GELU, Identity, LayerNorm,
+                    MeanSubtract, RemoveHeads, RMSDivide, ScaledGELU)
+from .module import Module, named
+
+
+def _positive_int(owner: str, **values: int) -> None:
+    for key, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{owner}: {key} must be a positive integer, got {value!r}")
+
+
+def _positive_mass(owner: str, mass: float) -> None:
+    if not isinstance(mass, (int, float)) or mass <= 0:
+        raise ValueError(f"{owner}: blocks_mass must be a positive number, got {mass!r}")
+
+
+def Residual(residue: Module, depth: int, blocks_mass: float) -> Module:
+    """``((1 − 1/L) · Identity + (1/L) · residue) ** L``, tared to ``blocks_mass``."""
+    block = ((1 - 1 / depth) * Identity()) + ((1 / depth) * residue)
+    return named((block ** depth).tare(blocks_mass), f"Residual(depth={depth})")
+
+
+def ResMLP(width: int, depth: int, block_depth: int, input_dim: int, output_dim: int,
+           blocks_mass: float = 1.0) -> Module:
+    _positive_int("ResMLP", width=width, depth=depth, block_depth=block_depth, input_dim=input_dim,
+                  output_dim=output_dim)
+    _positive_mass("ResMLP", blocks_mass)
+    initial = Linear(width, input_dim) @ Flatten()
+    residue = (MeanSubtract() @ Abs() @ Linear(width, width) @ RMSDivide()) ** block_depth
+    net = Linear(output_dim, width) @ Residual(residue, depth, blocks_mass) @ initial
+    return named(net, f"ResMLP(width={width}, depth={depth}, block_depth={block_depth})")
+
+
+def ResNet(width: int, depth: int, block_depth: int, in_channels: int, num_classes: int,
+           blocks_mass: float = 20.0, kernel_size: int = 3) -> Module:
+    _positive_int("ResNet", width=width, depth=depth, block_depth=block_depth, in_channels=in_channels,
+                  num_classes=num_classes, kernel_size=kernel_size)
+    _positive_mass("ResNet", blocks_mass)
+    if kernel_size % 2 == 0:
+        raise ValueError(f"ResNet: kernel_size must be odd to keep the image size, got {kernel_size}")
+    pad = kernel_size // 2
+    chw = (-3, -2, -1)
+    initial = Conv2D(width, in_channels, kernel_size, padding=pad)
+    residue = (MeanSubtract(chw) @ Abs() @ Conv2D(width, width, kernel_size, padding=pad) @ RMSDivide(chw)) \
+        ** block_depth
+    final = Linear(num_classes, width) @ Flatten() @ AvgPool()
+    net = final @ Residual(residue, depth, blocks_mass) @ initial
+    return named(net, f"ResNet(width={width}, depth={depth}, block_depth={block_depth})")
+
+
+def Attention(num_heads: int, d_embed: int, d_query: int, d_value: int, causal: bool = True) -> Module:
+    _positive_int("Attention", num_heads=num_heads, d_embed=d_embed, d_query=d_query, d_value=d_value)
+    Q = AddHeads(num_heads) @ Linear(num_heads * d_query, d_embed)
+    K = AddHeads(num_heads) @ Linear(num_heads * d_query, d_embed)
+    V = AddHeads(num_heads) @ Linear(num_heads * d_value, d_embed)
+    exit_ = Linear(d_embed, num_heads * d_value) @ RemoveHeads()
+    # The tuple (Q, K, V) has sensitivity 3; the 1/3 brings the whole block back to 1.
+    return named(exit_ @ ((1 / 3) * FunctionalAttention(causal)) @ (Q, K, V), f"Attention(heads={num_heads})")
+
+
+def _check_heads(owner: str, width: int, num_heads: int) -> None:
+    if width % num_heads != 0:
+        raise ValueError(f"{owner}: width {width} is not divisible by num_heads {num_heads}; "
+                         f"choose a width that is a multiple of num_heads")
+
+
+def GPT(vocab_size: int, context: int, num_heads: int, width: int, depth: int,
+        blocks_mass: float = 5.0) -> Module:
+    _positive_int("GPT", vocab_size=vocab_size, context=context, num_heads=num_heads, width=width, depth=depth)
+    _positive_mass("GPT", blocks_mass)
+    _check_heads("GPT", width, num_heads)
+    d_head = width // num_heads
+    token = (1 / 2) * Embed(width, vocab_size)
+    position = (1 / 2) * (Embed(width, context) @ Enumerate())
+    initial = (token + position).tare(1.0)
+
+    def residual(residue: Module) -> Module:
+        return ((1 - 1 / (2 * depth)) * Identity()) + ((1 / (2 * depth)) * residue)
+
+    att_block = residual(Attention(num_heads, width, d_head, d_head) @ LayerNorm())
+    mlp_block = residual(Linear(width, 4 * width) @ ScaledGELU() @ Linear(4 * width, width) @ LayerNorm())
+    blocks = named(((mlp_block @ att_block) ** depth).tare(blocks_mass), f"Blocks(depth={depth})")
+    net = Linear(vocab_size, width) @ LayerNorm() @ blocks @ initial
+    return named(net, f"GPT(width={width}, depth={depth}, heads={num_heads}, context={context})")
+
+
+def StandardGPT(vocab_size: int, context: int, num_heads: int, width: int, depth: int) -> Module:
+    """nanoGPT-style baseline: Gaussian init 0.02 (0.02/√(2L) on residual outputs), 1/√d_q attention,
+    plain residual sums ``x + f(LN(x))`` and no forward scale factors. LayerNorms carry no gain and
+    embeddings are not tied (our weights are one tensor per atom). Train it with unnormed optimisers.
+    """
+    _positive_int("StandardGPT", vocab_size=vocab_size, context=context, num_heads=num_heads, width=width,
+                  depth=depth)
+    _check_heads("StandardGPT", width, num_heads)
+    d_head = width // num_heads
+    std, out_std = 0.02, 0.02 / math.sqrt(2 * depth)
+
+    def head(n_out: int) -> Module:
+        return AddHeads(num_heads) @ Linear(n_out, width, init_std=std)
+
+    attention = Linear(width, width, init_std=out_std) @ RemoveHeads() \
+        @ FunctionalAttention(causal=True, scale=1 / math.sqrt(d_head)) @ (head(width), head(width), head(width))
+    mlp = Linear(width, 4 * width, init_std=out_std) @ GELU() @ Linear(4 * width, width, init_std=std)
+    block = (Identity() + (mlp @ LayerNorm())) @ (Identity() + (attention @ LayerNorm()))
+    initial = Embed(width, vocab_size, init_std=std) + (Embed(width, context, init_std=std) @ Enumerate())
+    net = Linear(vocab_size, width, init_std=std) @ LayerNorm() @ named(block ** depth, f"Blocks(depth={depth})") \
+        @ initial
+    return named(net, f"StandardGPT(width={width}, depth={depth}, heads={num_heads}, context={context})")

@@ -1,0 +1,434 @@
+"""The module algebra of SPEC §2: modules, the two combinators and the operators built on them.
+
+A module is a pure description. Its weights live outside it, as a flat list of tensors in tree order
+(one tensor per atom), so ``forward(x, w)`` is a pure function and every optimiser state belongs to the
+caller. Compounds slice the weight list by their children's atom counts.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+
+if TYPE_CHECKING:
+    from .spectral import PowerIterationState
+
+Weights = list[Tensor]
+
+
+class Module:
+    """Base class: mass, sensitivity, a norm on the weights, and the recursive maps of SPEC §2.2."""
+
+    children: tuple[Module, ...] = ()
+    name: str | None = None
+
+    # --- attributes -----------------------------------------------------------------------------
+
+    @property
+    def mass(self) -> float:
+        raise NotImplementedError
+
+    @property
+    def sensitivity(self) -> float:
+        raise NotImplementedError
+
+    @property
+    def num_atoms(self) -> int:
+        return sum(child.num_atoms for child in self.children)
+
+    # Size of the feature axis going in and out, where known (None: unknown or reshaped), used to reject
+    # compositions whose shapes cannot match at construction rather than at the first forward pass.
+    features_in: int | None = None
+    features_out: int | None = None
+
+    def atoms(self) -> Iterator[Atom]:
+        """The atoms in weight-list order."""
+        for child in self.children:
+            yield from child.atoms()
+
+    # --- the function ---------------------------------------------------------------------------
+
+    def forward(self, x: Any, w: Sequence[Tensor]) -> Any:
+        raise NotImplementedError
+
+    def __call__(self, x: Any, w: Sequence[Tensor]) -> Any:
+        return self.forward(x, w)
+
+    def initialize(self, seed: int = 0, device: torch.device | str | None = None,
+                   dtype: torch.dtype = torch.float32) -> Weights:
+        """Fresh weights, identical for the same seed on any device (drawn on the CPU, then moved)."""
+        generator = torch.Generator().manual_seed(seed)
+        return [atom.init_weight(generator).to(device=device, dtype=dtype) for atom in self.atoms()]
+
+    # --- norms and the maps the optimiser uses ----------------------------------------------------
+
+    def norm(self, w: Sequence[Tensor]) -> float:
+        """Exact modular norm (SVD-based): for checks and diagnostics, not for the training loop."""
+        raise NotImplementedError
+
+    def target_shares(self) -> list[float]:
+        """Each atom's share of a target norm τ under the recursive split of SPEC §2.2 (τ = 1)."""
+        return self._shares(1.0)
+
+    def _shares(self, target: float) -> list[float]:
+        raise NotImplementedError
+
+    def dualize(self, g: Sequence[Tensor], target_norm: float = 1.0, method: str = "polar_express",
+                steps: int | None = None) -> Weights:
+        """Duality map of the modular norm: one tensor per atom, whole update of modular norm τ."""
+        from .duality import dualize_atoms
+
+        return dualize_atoms(list(self.atoms()), g, self._scaled_shares(target_norm), method, steps)
+
+    def normalize(self, u: Sequence[Tensor], target_norm: float = 1.0,
+                  state: PowerIterationState | None = None) -> Weights:
+        """Rescale each atom's piece to its share of τ (exact spectral norms, or power iteration)."""
+        shares = self._scaled_shares(target_norm)
+        return [atom.normalize_piece(piece, share, state, index) if share > 0 else torch.zeros_like(piece)
+                for index, (atom, piece, share) in enumerate(zip(self.atoms(), u, shares, strict=True))]
+
+    def regularize(self, w: Sequence[Tensor], strength: float) -> Weights:
+        """Weight decay split like a target norm: each atom's weights shrink by (1 − its share)."""
+        shares = self._scaled_shares(strength)
+        return [piece * (1.0 - share) for piece, share in zip(w, shares, strict=True)]
+
+    def project(self, w: Sequence[Tensor]) -> Weights:
+        """Put every atom's weights back on their unit ball, as at initialisation."""
+        return [atom.project_piece(piece) for atom, piece in zip(self.atoms(), w, strict=True)]
+
+    def _scaled_shares(self, target: float) -> list[float]:
+        return [target * share for share in self.target_shares()]
+
+    def tare(self, mass: float = 1.0) -> Module:
+        """Rescale every mass in the subtree by one factor so that the total becomes ``mass``."""
+        if mass < 0:
+            raise ValueError(f"tare: mass must be >= 0, got {mass}")
+        current = self.mass
+        if current == 0:
+            raise ValueError(f"tare: cannot rescale the mass of a massless module {self.describe()} "
+                             f"to {mass}; it has no atoms with mass")
+        for atom in self.atoms():
+            atom._mass *= mass / current
+        return self
+
+    # --- operators (SPEC §2.1): everything is Composite or Tuple plus the Add and Mul bonds ---------
+
+    def __matmul__(self, other: Module | tuple | list) -> Module:
+        if isinstance(other, (tuple, list)):
+            other = TupleModule(*other)
+        if not isinstance(other, Module):
+            return NotImplemented
+        return Composite(other, self)
+
+    def __rmatmul__(self, other: tuple | list) -> Module:
+        if isinstance(other, (tuple, list)):
+            return Composite(self, TupleModule(*other))
+        return NotImplemented
+
+    def __add__(self, other: Module) -> Module:
+        from .bonds import Add
+
+        if not isinstance(other, Module):
+            return NotImplemented
+        return Add() @ (self, other)
+
+    def __mul__(self, scalar: float) -> Module:
+        from .bonds import Mul
+
+        if not isinstance(scalar, (int, float)):
+            return NotImplemented
+        return self @ Mul(scalar)
+
+    def __rmul__(self, scalar: float) -> Module:
+        from .bonds import Mul
+
+        if not isinstance(scalar, (int, float)):
+            return NotImplemented
+        return Mul(scalar) @ self
+
+    def __truediv__(self, scalar: float) -> Module:
+        if not isinstance(scalar, (int, float)):
+            return NotImplemented
+        if scalar == 0:
+            raise ValueError(f"cannot divide module {self.describe()} by 0")
+        return self * (1.0 / scalar)
+
+    def __pow__(self, power: int) -> Module:
+        from .bonds import Identity
+
+        if isinstance(power, bool) or not isinstance(power, int) or power < 0:
+            raise ValueError(f"module power must be a non-negative integer, got {power!r}")
+        if power == 0:
+            return Identity()
+        # Independent copies: each has its own atoms, so its own weights and its own mass under tare.
+        return Composite(*(copy.deepcopy(self) for _ in range(power)))
+
+    # --- display ----------------------------------------------------------------------------------
+
+    def describe(self) -> str:
+        return self.name or type(self).__name__
+
+    def __repr__(self) -> str:
+        shares = iter(self.target_shares())
+        lines = [f"{self.describe()}  [mass {self.mass:.4g}, sensitivity {self.sensitivity:.4g}, "
+                 f"{self.num_atoms} atoms; share = fraction of the target norm each atom receives]"]
+        self._render(lines, "", shares)
+        return "\n".join(lines)
+
+    def _render(self, lines: list[str], prefix: str, shares: Iterator[float]) -> None:
+        for i, child in enumerate(self.children):
+            last = i == len(self.children) - 1
+            branch, extend = ("└─ ", "   ") if last else ("├─ ", "│  ")
+            if isinstance(child, Atom):
+                lines.append(f"{prefix}{branch}{child.describe()}  mass {child.mass:.4g}  "
+                             f"share {next(shares):.4g}")
+            elif child.num_atoms == 0:
+                lines.append(f"{prefix}{branch}{child.describe()}")
+            else:
+                lines.append(f"{prefix}{branch}{child.describe()}  mass {child.mass:.4g}")
+                child._render(lines, prefix + extend, shares)
+
+
+class Atom(Module):
+    """A module with exactly one weight tensor and hand-declared attributes."""
+
+    def __init__(self, mass: float = 1.0, sensitivity: float = 1.0):
+        self._mass = float(mass)
+        self._sensitivity = float(sensitivity)
+
+    @property
+    def mass(self) -> float:
+        return self._mass
+
+    @property
+    def sensitivity(self) -> float:
+        return self._sensitivity
+
+    @property
+    def num_atoms(self) -> int:
+        return 1
+
+    def atoms(self) -> Iterator[Atom]:
+        yield self
+
+    def forward(self, x: Any, w: Sequence[Tensor]) -> Any:
+        return self.apply(x, w[0])
+
+    def apply(self, x: Any, weight: Tensor) -> Any:
+        raise NotImplementedError
+
+    def init_weight(self, generator: torch.Generator) -> Tensor:
+        raise NotImplementedError
+
+    def atom_norm(self, weight: Tensor) -> float:
+        raise NotImplementedError
+
+    def norm(self, w: Sequence[Tensor]) -> float:
+        return self.atom_norm(w[0])
+
+    def _shares(self, target: float) -> list[float]:
+        return [target if self.mass > 0 else 0.0]
+
+    def normalize_piece(self, update: Tensor, target: float, state: PowerIterationState | None,
+                        index: int) -> Tensor:
+        """``target · update / ||update||_atom``; a zero update stays zero."""
+        raise NotImplementedError
+
+    def project_piece(self, weight: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def _render(self, lines: list[str], prefix: str, shares: Iterator[float]) -> None:
+        lines.append(f"{prefix}└─ {self.describe()}  mass {self.mass:.4g}  share {next(shares):.4g}")
+
+
+class Bond(Module):
+    """A module without weights: mass 0."""
+
+    _sensitivity: float = 1.0
+    shape_preserving: bool = True  # elementwise or per-feature bonds keep the feature size
+
+    @property
+    def mass(self) -> float:
+        return 0.0
+
+    @property
+    def sensitivity(self) -> float:
+        return self._sensitivity
+
+    @property
+    def num_atoms(self) -> int:
+        return 0
+
+    def atoms(self) -> Iterator[Atom]:
+        return iter(())
+
+    def forward(self, x: Any, w: Sequence[Tensor]) -> Any:
+        return self.apply(x)
+
+    def apply(self, x: Any) -> Any:
+        raise NotImplementedError
+
+    def norm(self, w: Sequence[Tensor]) -> float:
+        return 0.0
+
+    def _shares(self, target: float) -> list[float]:
+        return []
+
+
+class Compound(Module):
+    """Shared plumbing of the two combinators: weight slicing and the mass of the children."""
+
+    def __init__(self, *children: Module):
+        if not children:
+            raise ValueError(f"{type(self).__name__} needs at least one module")
+        for child in children:
+            if not isinstance(child, Module):
+                raise ValueError(f"{type(self).__name__} takes modules, got {child!r}")
+        self.children = children
+
+    @property
+    def mass(self) -> float:
+        return sum(child.mass for child in self.children)
+
+    def _slices(self, w: Sequence[Tensor]) -> Iterator[Sequence[Tensor]]:
+        if len(w) != self.num_atoms:
+            raise ValueError(f"{self.describe()} expects {self.num_atoms} weight tensors, got {len(w)}")
+        start = 0
+        for child in self.children:
+            yield w[start:start + child.num_atoms]
+            start += child.num_atoms
+
+
+class Composite(Compound):
+    """``Mn ∘ … ∘ M2 ∘ M1``; children are stored in application order (M1 first).
+
+    The n-ary form of the binary rule: mass Σ m_i, sensitivity Π s_i, and child i receives the share
+    (m_i / m) / Π_{j>i} s_j of the target, which is what nesting the binary rule gives.
+    """
+
+    def __init__(self, *children: Module):
+        flat: list[Module] = []
+        for child in children:
+            # Flatten unnamed composites so deep stacks do not nest Python calls.
+            flat.extend(child.children if type(child) is Composite and child.name is None else [child])
+        super().__init__(*flat)
+        self.features_in, self.features_out = _chain_features(self.children)
+
+    @property
+    def sensitivity(self) -> float:
+        product = 1.0
+        for child in self.children:
+            product *= child.sensitivity
+        return product
+
+    def forward(self, x: Any, w: Sequence[Tensor]) -> Any:
+        for child, piece in zip(self.children, self._slices(w)):
+            x = child.forward(x, piece)
+        return x
+
+    def _downstream_sensitivities(self) -> list[float]:
+        after, result = 1.0, []
+        for child in reversed(self.children):
+            result.append(after)
+            after *= child.sensitivity
+        return result[::-1]
+
+    def norm(self, w: Sequence[Tensor]) -> float:
+        total = self.mass
+        terms = [0.0]
+        for child, piece, after in zip(self.children, self._slices(w), self._downstream_sensitivities()):
+            if child.mass > 0:
+                terms.append(after * (total / child.mass) * child.norm(piece))
+        return max(terms)
+
+    def _shares(self, target: float) -> list[float]:
+        total = self.mass
+        shares: list[float] = []
+        for child, after in zip(self.children, self._downstream_sensitivities()):
+            if total == 0 or child.mass == 0:
+                shares.extend([0.0] * child.num_atoms)
+            elif after == 0:
+                raise ValueError(f"{self.describe()}: a zero-sensitivity module follows "
+                                 f"{child.describe()}, so its share of the target is undefined")
+            else:
+                shares.extend(child._shares(target * (child.mass / total) / after))
+        return shares
+
+    def describe(self) -> str:
+        return self.name or "Composite"
+
+
+class TupleModule(Compound):
+    """``(M1, M2, …)``: every child sees the same input; the output is the tuple of outputs."""
+
+    def __init__(self, *children: Module):
+        super().__init__(*children)
+        self.features_in = _common([c.features_in for c in children], "inputs of a tuple", children)
+        outs = [c.features_out for c in children]
+        # Known only when all branches agree, so that an Add after the tuple can pass it on.
+        self.features_out = outs[0] if None not in outs and len(set(outs)) == 1 else None
+
+    @property
+    def sensitivity(self) -> float:
+        return sum(child.sensitivity for child in self.children)
+
+    def forward(self, x: Any, w: Sequence[Tensor]) -> Any:
+        return tuple(child.forward(x, piece) for child, piece in zip(self.children, self._slices(w)))
+
+    def norm(self, w: Sequence[Tensor]) -> float:
+        total = self.mass
+        terms = [0.0]
+        for child, piece in zip(self.children, self._slices(w)):
+            if child.mass > 0:
+                terms.append((total / child.mass) * child.norm(piece))
+        return max(terms)
+
+    def _shares(self, target: float) -> list[float]:
+        total = self.mass
+        shares: list[float] = []
+        for child in self.children:
+            if total == 0 or child.mass == 0:
+                shares.extend([0.0] * child.num_atoms)
+            else:
+                shares.extend(child._shares(target * child.mass / total))
+        return shares
+
+    def describe(self) -> str:
+        return self.name or "Tuple"
+
+
+def _common(sizes: list[int | None], what: str, modules: Sequence[Module]) -> int | None:
+    known = {size for size in sizes if size is not None}
+    if len(known) > 1:
+        names = ", ".join(f"{m.describe()} ({size})" for m, size in zip(modules, sizes) if size is not None)
+        raise ValueError(f"shapes cannot compose: the {what} expect different feature sizes: {names}")
+    return known.pop() if known else None
+
+
+def _chain_features(children: Sequence[Module]) -> tuple[int | None, int | None]:
+    """Check adjacent feature sizes along a composition; return the chain's (in, out) sizes."""
+    first_in: int | None = None
+    current: int | None = None
+    seen_reshape = False
+    for child in children:
+        if isinstance(child, Bond) and child.shape_preserving and child.features_in is None:
+            continue  # passes the current size through
+        if child.features_in is not None:
+            if current is not None and current != child.features_in:
+                raise ValueError(f"shapes cannot compose: {child.describe()} takes {child.features_in} features "
+                                 f"but the module before it produces {current}")
+            if current is None and not seen_reshape and first_in is None:
+                first_in = child.features_in
+        seen_reshape = seen_reshape or child.features_in is None
+        current = child.features_out
+    return first_in, current
+
+
+def named(module: Module, name: str) -> Module:
+    """Give a compound a display name (shown by ``print``); composing it later keeps it as one node."""
+    module.name = name
+    return module

@@ -1,0 +1,52 @@
+"""Warm-started power iteration for the spectral norms that ``normalize`` needs (SPEC §6).
+
+The state belongs to the caller (the optimiser), never to a module: it can be checkpointed and reused
+between steps, where the previous singular vector makes two iterations enough.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+class PowerIterationState:
+    """Right singular vector estimates, one per atom index, for matrices or batches of matrices."""
+
+    def __init__(self, iterations: int = 2, seed: int = 0):
+        if iterations < 1:
+            raise ValueError(f"power iteration needs at least 1 iteration, got {iterations}")
+        self.iterations = iterations
+        self.seed = seed
+        self.vectors: dict[int, Tensor] = {}
+
+    def spectral_norm(self, index: int, matrix: Tensor) -> Tensor:
+        """Estimate of σ_max over the last two dimensions (a tensor; no host synchronisation)."""
+        A = matrix.float()
+        v = self.vectors.get(index)
+        if v is None or v.shape != (*A.shape[:-2], A.shape[-1]) or v.device != A.device:
+            generator = torch.Generator().manual_seed(self.seed + index)
+            v = torch.randn(*A.shape[:-2], A.shape[-1], generator=generator).to(A.device)
+            v = v / v.norm(dim=-1, keepdim=True)
+        for _ in range(self.iterations):
+            u = torch.einsum("...ij,...j->...i", A, v)
+            u = u / u.norm(dim=-1, keepdim=True).clamp_min(1e-30)
+            v = torch.einsum("...ij,...i->...j", A, u)
+            sigma = v.norm(dim=-1)
+            v = v / sigma.unsqueeze(-1).clamp_min(1e-30)
+        self.vectors[index] = v
+        return sigma
+
+    def state_dict(self) -> dict:
+        return {"iterations": self.iterations, "seed": self.seed,
+                "vectors": {k: v.cpu() for k, v in self.vectors.items()}}
+
+    def load_state_dict(self, state: dict, device: torch.device | str | None = None) -> None:
+        self.iterations = state["iterations"]
+        self.seed = state["seed"]
+        self.vectors = {int(k): v.to(device) for k, v in state["vectors"].items()}
+
+
+def exact_spectral_norm(matrix: Tensor) -> Tensor:
+    """σ_max over the last two dimensions, by SVD."""
+    return torch.linalg.matrix_norm(matrix.float(), ord=2)

@@ -1,0 +1,199 @@
+"""Datasets on generated data in the real on-disk formats, plus the real Shakespeare text when present."""
+
+import json
+import multiprocessing
+import shutil
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from modula_cli.data import DATASETS, build_dataset
+from modula_cli.data.storage import prepare_once
+from modula_cli.data.tokenizers import byte_encoding
+
+from conftest import SHARED_SHAKESPEARE
+
+
+@pytest.mark.skipif(not SHARED_SHAKESPEARE.is_file(), reason="needs ../shared/data/shakespeare/input.txt")
+def test_real_shakespeare_facts(tmp_path):
+    (tmp_path / "shakespeare").mkdir()
+    shutil.copy(SHARED_SHAKESPEARE, tmp_path / "shakespeare" / "input.txt")
+    data = build_dataset("shakespeare", root=str(tmp_path), context=128)
+    assert data.vocab_size == 65
+    assert (len(data.train), len(data.val)) == (1_003_854, 111_540)
+    vocab = json.loads((tmp_path / "shakespeare" / "prepared-char" / "vocab.json").read_text())
+    text = SHARED_SHAKESPEARE.read_text()
+    assert "".join(vocab[i] for i in data.train[:40]) == text[:40]
+    assert "".join(vocab[i] for i in data.val[-20:]) == text[-20:]
+
+
+def test_language_batches_are_windows_and_reproducible(tiny_text_root):
+    data = build_dataset("shakespeare", root=str(tiny_text_root), context=16)
+    x, y = data.train_batch(step=3, batch_size=5, seed=7)
+    assert x.shape == y.shape == (5, 16) and x.dtype == torch.int64
+    assert torch.equal(x[:, 1:], y[:, :-1])
+    assert torch.equal(x, data.train_batch(step=3, batch_size=5, seed=7)[0])
+    assert not torch.equal(x, data.train_batch(step=4, batch_size=5, seed=7)[0])
+    assert not torch.equal(x, data.train_batch(step=3, batch_size=5, seed=8)[0])
+    # the evaluation set is fixed: the same whatever the run (seed, width, LR)
+    first, second = data.eval_batches(3, 4), data.eval_batches(3, 4)
+    assert all(torch.equal(a[0], b[0]) for a, b in zip(first, second))
+
+
+def test_context_longer_than_a_split_is_refused(tiny_text_root):
+    with pytest.raises(ValueError, match="context=5000.*validation split"):
+        build_dataset("shakespeare", root=str(tiny_text_root), context=5000)
+
+
+def test_unknown_dataset_lists_registered():
+    with pytest.raises(ValueError, match="registered: shakespeare, tinystories, openwebtext, cifar10"):
+        build_dataset("imagenet")
+    assert set(DATASETS) == {"shakespeare", "tinystories", "openwebtext", "cifar10"}
+
+
+def test_missing_file_offline_names_file_and_command(tmp_path, monkeypatch):
+    # the package re-exports a function of the same name, so reach the module itself
+    monkeypatch.setattr(sys.modules["modula_cli.data.shakespeare"], "URL", "http://127.0.0.1:9/input.txt")
+    with pytest.raises(FileNotFoundError, match=r"shakespeare/input.txt.*prepare_data.py shakespeare"):
+        build_dataset("shakespeare", root=str(tmp_path))
+
+
+DOCS = ["Once upon a time there was a cat.", "The dog ran home.", "Ünïcode stays intact ✓", "Short."]
+
+
+def write_corpus(folder, fmt):
+    folder.mkdir(parents=True)
+    splits = {"train": DOCS * 5, "validation": DOCS[:2]}
+    for split, docs in splits.items():
+        if fmt == "jsonl":
+            (folder / f"{split}.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
+        elif fmt == "parquet":
+            pd.DataFrame({"text": docs}).to_parquet(folder / f"{split}.parquet")
+        else:
+            (folder / f"{split}.txt").write_text("\n\n".join(docs) + "\n")
+    return splits
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet", "txt"])
+def test_tinystories_from_local_folder(tmp_path, fmt):
+    splits = write_corpus(tmp_path / "corpus", fmt)
+    data = build_dataset("tinystories", source=str(tmp_path / "corpus"), tokenizer="byte",
+                         root=str(tmp_path / "root"), num_proc=1, context=8)
+    enc = byte_encoding()
+    expected = {s: sum(len(d.encode()) + 1 for d in docs) for s, docs in splits.items()}
+    assert (len(data.train), len(data.val)) == (expected["train"], expected["validation"])
+    assert data.vocab_size == 257
+    assert enc.decode(list(data.val)) == "".join(d + "<|endoftext|>" for d in splits["validation"])
+    assert data.meta["tokenizer"] == "byte" and data.meta["tokens"]["train"] == expected["train"]
+
+
+def test_openwebtext_holdout_and_max_docs(tmp_path):
+    folder = tmp_path / "owt"
+    folder.mkdir()
+    docs = [f"document number {i} " * 3 for i in range(200)]
+    (folder / "train.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
+    kwargs = dict(source=str(folder), tokenizer="byte", root=str(tmp_path / "root"), num_proc=1, context=8)
+    data = build_dataset("openwebtext", holdout=0.05, **kwargs)
+    assert data.meta["documents"] == {"train": 190, "val": 10}
+    again = build_dataset("openwebtext", holdout=0.05, **kwargs)
+    assert np.array_equal(data.val, again.val)  # fixed-seed holdout
+    capped = build_dataset("openwebtext", holdout=0.05, max_docs=50, **kwargs)
+    assert capped.meta["documents"]["train"] == 50
+
+
+def test_gpt2_and_byte_caches_never_mix(tmp_path, monkeypatch):
+    write_corpus(tmp_path / "corpus", "jsonl")
+    kwargs = dict(source=str(tmp_path / "corpus"), root=str(tmp_path / "root"), num_proc=1, context=4)
+    byte = build_dataset("tinystories", tokenizer="byte", **kwargs)
+
+    class FakeGPT2:  # a stand-in encoding with other token ids, to show the cache is not reused
+        n_vocab, eot_token = 300, 299
+
+        def encode_ordinary(self, text):
+            return [(b + 7) % 299 for b in text.encode()]
+
+    monkeypatch.setattr("modula_cli.data.text.get_tokenizer", lambda name: FakeGPT2() if name == "gpt2"
+                        else byte_encoding())
+    other = build_dataset("tinystories", tokenizer="gpt2", **kwargs)
+    assert other.meta["tokenizer"] == "gpt2" and other.vocab_size == 300
+    assert not np.array_equal(np.asarray(byte.train[:20]), np.asarray(other.train[:20]))
+
+
+def test_partial_or_corrupt_cache_is_rebuilt(tiny_text_root):
+    data = build_dataset("shakespeare", root=str(tiny_text_root), context=8)
+    prepared = tiny_text_root / "shakespeare" / "prepared-char"
+    good = np.array(data.train)
+    # corrupt: flip bytes in place (same size)
+    raw = bytearray((prepared / "train.bin").read_bytes())
+    raw[:10] = bytes(10)
+    (prepared / "train.bin").write_bytes(bytes(raw))
+    assert np.array_equal(np.array(build_dataset("shakespeare", root=str(tiny_text_root), context=8).train), good)
+    # partial: killed before meta.json was written
+    (prepared / "meta.json").unlink()
+    (prepared / "val.bin").write_bytes(b"\x00")
+    rebuilt = build_dataset("shakespeare", root=str(tiny_text_root), context=8)
+    assert len(rebuilt.val) == len(data.val)
+
+
+def _count_build(folder, counter):
+    def build(tmp):
+        with open(counter, "a") as handle:
+            handle.write("built\n")
+        (tmp / "x.bin").write_bytes(b"abc")
+        return {}
+
+    prepare_once(folder, {"dataset": "x"}, build)
+
+
+def test_parallel_jobs_prepare_once(tmp_path):
+    counter = tmp_path / "builds.txt"
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_prepare_in_child, args=(tmp_path / "cache", counter)) for _ in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert all(p.exitcode == 0 for p in procs)
+    assert counter.read_text().count("built") == 1
+
+
+def _prepare_in_child(folder, counter):
+    _count_build(folder, counter)
+
+
+def test_cifar_pickle_layout_and_augmentation(cifar_root):
+    data = build_dataset("cifar10", root=str(cifar_root), augment="none")
+    assert data.input_shape == (3, 32, 32) and len(data.train_labels) == 80
+    # one epoch of batches covers every training image exactly once (sampling without replacement)
+    seen = []
+    for step in range(4):
+        x, y = data.train_batch(step, batch_size=20, seed=0)
+        assert x.shape == (20, 3, 32, 32) and x.dtype == torch.float32 and y.shape == (20,)
+        pixel = x[:, 0, 0, 0] * 0.2470 + 0.4914  # undo the per-channel normalisation
+        seen += torch.round(pixel * 255).long().tolist()
+    assert sorted(seen) == list(range(80))
+    test = data.eval_batches(num_batches=2, batch_size=10)
+    assert len(test) == 2 and all(torch.equal(a[0], b[0]) for a, b in zip(test, data.eval_batches(2, 10)))
+
+
+@pytest.mark.parametrize("augment", ["crop_flip", "autoaugment"])
+def test_cifar_training_augmentation_is_reproducible(cifar_root, augment):
+    data = build_dataset("cifar10", root=str(cifar_root), augment=augment)
+    plain = build_dataset("cifar10", root=str(cifar_root), augment="none")
+    x1, y1 = data.train_batch(2, 16, seed=3)
+    x2, _ = data.train_batch(2, 16, seed=3)
+    assert torch.equal(x1, x2) and torch.equal(y1, plain.train_batch(2, 16, seed=3)[1])
+    assert not torch.equal(x1, plain.train_batch(2, 16, seed=3)[0])
+    # no augmentation at test time
+    assert all(torch.equal(a[0], b[0]) for a, b in zip(data.eval_batches(2, 8), plain.eval_batches(2, 8)))
+
+
+def test_cifar_bad_options(cifar_root):
+    with pytest.raises(ValueError, match="allowed: autoaugment, crop_flip, none"):
+        build_dataset("cifar10", root=str(cifar_root), augment="mixup")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="on_gpu"):
+            build_dataset("cifar10", root=str(cifar_root), on_gpu=True)
