@@ -8,16 +8,20 @@ SHARED_SHAKESPEARE = Path(__file__).resolve().parents[2] / "shared" / "data" / "
 
 
 def write_cifar_batches(folder: Path, per_batch: int = 16, test_size: int = 24, seed: int = 0) -> None:
-    """CIFAR-10 in the official python pickle layout, with each image's first pixel holding its index."""
+    """CIFAR-10 in the official python pickle layout: each class is a template plus noise (learnable),
+    and each image's first pixel holds its index (to check sampling)."""
     rng = np.random.default_rng(seed)
+    templates = rng.integers(0, 256, size=(10, 3072))
     target = folder / "cifar10" / "cifar-10-batches-py"
     target.mkdir(parents=True)
     names = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
     for b, name in enumerate(names):
         n = test_size if name == "test_batch" else per_batch
-        data = rng.integers(0, 256, size=(n, 3072), dtype=np.uint8)
+        labels = rng.integers(0, 10, n)
+        noise = rng.integers(0, 256, size=(n, 3072))
+        data = (0.6 * templates[labels] + 0.4 * noise).astype(np.uint8)
         data[:, 0] = np.arange(n) + (0 if name == "test_batch" else b * per_batch)
-        entry = {"batch_label": name, "labels": [int(x) for x in rng.integers(0, 10, n)], "data": data,
+        entry = {"batch_label": name, "labels": [int(x) for x in labels], "data": data,
                  "filenames": [f"img_{i}.png" for i in range(n)]}
         with open(target / name, "wb") as handle:
             pickle.dump(entry, handle)
@@ -37,3 +41,29 @@ def tiny_text_root(tmp_path):
     text = "".join(f"To be, or not to be: line {i}.\n" for i in range(400))
     (root / "shakespeare" / "input.txt").write_text(text)
     return root
+
+
+def compose_config(*overrides: str):
+    """The real config files, composed with Hydra's compose API."""
+    from hydra import compose, initialize_config_dir
+
+    from modula_cli.config import CONFIG_DIR
+
+    with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+        return compose("config", overrides=list(overrides))
+
+
+TINY_TRAIN = ["train.batch_size=8", "train.eval_batches=2", "train.eval_every=10", "train.log_every=1",
+              "train.progress=false", "train.device=cpu", "train.checkpoint_every=0"]
+
+
+def tiny_gpt(root, *overrides: str) -> list[str]:
+    return ["arch=gpt", "arch.width=16", "arch.depth=1", "arch.heads=2", f"data.root={root}", "data.context=16",
+            *TINY_TRAIN, *overrides]
+
+
+def tiny_image(arch: str, root, *overrides: str) -> list[str]:
+    sizes = ["arch.width=16", "arch.depth=2"] if arch == "resmlp" else ["arch.width=8", "arch.depth=1",
+                                                                        "arch.block_depth=1"]
+    return [f"arch={arch}", *sizes, "arch.loss_window=5", "data=cifar10", f"data.root={root}", "data.augment=none",
+            *TINY_TRAIN, *overrides]

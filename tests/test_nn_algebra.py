@@ -58,6 +58,12 @@ def test_resmlp_masses_and_shares_by_hand():
     assert net.target_shares() == pytest.approx([1 / 3] + [1 / (3 * B)] * (L * B) + [1 / 3])
 
 
+def test_depth_one_residual_is_the_residue():
+    net = ResMLP(width=8, depth=1, block_depth=2, input_dim=4, output_dim=3)
+    assert net.mass == pytest.approx(3.0) and net.sensitivity == pytest.approx(1.0)
+    assert net.target_shares() == pytest.approx([1 / 3, 1 / 6, 1 / 6, 1 / 3])
+
+
 def test_resnet_masses_and_shares_by_hand():
     L, B = 2, 2
     net = ResNet(width=8, depth=L, block_depth=B, in_channels=3, num_classes=10)

@@ -25,8 +25,11 @@ def _positive_mass(owner: str, mass: float) -> None:
 
 
 def Residual(residue: Module, depth: int, blocks_mass: float) -> Module:
-    """``((1 − 1/L) · Identity + (1/L) · residue) ** L``, tared to ``blocks_mass``."""
-    block = ((1 - 1 / depth) * Identity()) + ((1 / depth) * residue)
+    """``((1 − 1/L) · Identity + (1/L) · residue) ** L``, tared to ``blocks_mass``.
+
+    At L = 1 the identity branch has weight 0, so the block is the residue itself.
+    """
+    block = residue if depth == 1 else ((1 - 1 / depth) * Identity()) + ((1 / depth) * residue)
     return named((block ** depth).tare(blocks_mass), f"Residual(depth={depth})")
 
 

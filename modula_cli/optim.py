@@ -1,0 +1,169 @@
+"""The paper's optimisation loop (SPEC §7) as small functions over weight lists.
+
+base direction (SGD momentum or Adam, with the ``c_t = (1 − β)^{t/(t+1)}`` bias correction) → mode
+(unnormed, normed, dualized) → ``w ← w − Δ`` → optional weight decay, all at ``η_t = lr · schedule(t)``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from .nn import Module, PowerIterationState
+from .nn.orthogonalize import METHODS as ORTHO_METHODS
+
+OPTIMIZERS = ("sgd", "adam")
+MODES = ("unnormed", "normed", "dualized")
+SCHEDULES = ("linear", "cosine", "constant")
+
+# Single-run defaults when optim.lr is null: middles of the paper's grids (SPEC §9).
+DEFAULT_LR = {
+    ("sgd", "unnormed"): 2.0**-3, ("sgd", "normed"): 2.0**-2, ("sgd", "dualized"): 2.0**-2,
+    ("adam", "unnormed"): 2.0**-8, ("adam", "normed"): 2.0**-2, ("adam", "dualized"): 2.0**-2,
+}
+
+
+@dataclass
+class OptimConfig:
+    name: str = "adam"
+    mode: str = "normed"
+    lr: float | None = None
+    beta1: float = 0.9
+    beta2: float = 0.99
+    eps: float = 0.0
+    wd: float = 0.0
+    schedule: str = "linear"
+    warmup_steps: int = 0
+    ortho: str = "polar_express"
+    ortho_steps: int | None = None
+    power_iterations: int = 2
+
+    @property
+    def base_lr(self) -> float:
+        return self.lr if self.lr is not None else DEFAULT_LR[(self.name, self.mode)]
+
+
+@dataclass
+class OptimState:
+    momentum: list[Tensor]
+    second_moment: list[Tensor] = field(default_factory=list)
+    power: PowerIterationState | None = None
+
+    def state_dict(self) -> dict:
+        return {"momentum": self.momentum, "second_moment": self.second_moment,
+                "power": self.power.state_dict() if self.power else None}
+
+    def load_state_dict(self, state: dict, device: torch.device | str) -> None:
+        self.momentum = [t.to(device) for t in state["momentum"]]
+        self.second_moment = [t.to(device) for t in state["second_moment"]]
+        if state["power"] is not None and self.power is not None:
+            self.power.load_state_dict(state["power"], device)
+
+
+def init_state(weights: list[Tensor], cfg: OptimConfig) -> OptimState:
+    zeros = lambda: [torch.zeros_like(w) for w in weights]  # noqa: E731
+    return OptimState(momentum=zeros(), second_moment=zeros() if cfg.name == "adam" else [],
+                      power=PowerIterationState(cfg.power_iterations) if cfg.mode == "normed" else None)
+
+
+def ema_weight(beta: float, t: int) -> float:
+    """``c_t = (1 − β)^{t/(t+1)}``: 1 at t = 0 (the first step copies g), → 1 − β later."""
+    return (1.0 - beta) ** (t / (t + 1))
+
+
+# --- base directions --------------------------------------------------------------------------------
+
+def sgd_direction(state: OptimState, grads: list[Tensor], cfg: OptimConfig, t: int) -> list[Tensor]:
+    torch._foreach_lerp_(state.momentum, grads, ema_weight(cfg.beta1, t))
+    return state.momentum
+
+
+def adam_direction(state: OptimState, grads: list[Tensor], cfg: OptimConfig, t: int) -> list[Tensor]:
+    torch._foreach_lerp_(state.momentum, grads, ema_weight(cfg.beta1, t))
+    torch._foreach_lerp_(state.second_moment, torch._foreach_mul(grads, grads), ema_weight(cfg.beta2, t))
+    denominator = torch._foreach_sqrt(state.second_moment)
+    if cfg.eps:
+        torch._foreach_add_(denominator, cfg.eps)
+    direction = torch._foreach_div(state.momentum, denominator)
+    # Without ε, entries with v = 0 give 0/0: the paper turns NaN/inf into 0.
+    return [torch.nan_to_num_(u, nan=0.0, posinf=0.0, neginf=0.0) for u in direction]
+
+
+BASE_DIRECTIONS: dict[str, Callable[..., list[Tensor]]] = {"sgd": sgd_direction, "adam": adam_direction}
+
+
+# --- modes --------------------------------------------------------------------------------------------
+
+def unnormed(net: Module, u: list[Tensor], lr: float, state: OptimState, cfg: OptimConfig) -> list[Tensor]:
+    return torch._foreach_mul(u, lr)
+
+
+def normed(net: Module, u: list[Tensor], lr: float, state: OptimState, cfg: OptimConfig) -> list[Tensor]:
+    return net.normalize(u, lr, state=state.power)
+
+
+def dualized(net: Module, u: list[Tensor], lr: float, state: OptimState, cfg: OptimConfig) -> list[Tensor]:
+    return net.dualize(u, lr, method=cfg.ortho, steps=cfg.ortho_steps)
+
+
+MODE_MAPS: dict[str, Callable[..., list[Tensor]]] = {"unnormed": unnormed, "normed": normed, "dualized": dualized}
+
+
+# --- schedules ------------------------------------------------------------------------------------------
+
+def schedule_factor(kind: str, t: int, total: int, warmup: int = 0) -> float:
+    """Multiplier of the base LR at step t (0-based) of ``total``; linear decays to 0 over the run."""
+    if t < warmup:
+        return (t + 1) / warmup
+    progress = (t - warmup) / max(1, total - warmup)
+    if kind == "linear":
+        return 1.0 - progress
+    if kind == "cosine":
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+    if kind == "constant":
+        return 1.0
+    raise ValueError(f"unknown schedule {kind!r}; allowed: {', '.join(SCHEDULES)}")
+
+
+@torch.no_grad()
+def optimizer_step(net: Module, weights: list[Tensor], grads: list[Tensor], state: OptimState, cfg: OptimConfig,
+                   t: int, total_steps: int) -> float:
+    """One update of ``weights`` in place; returns the learning rate used."""
+    lr = cfg.base_lr * schedule_factor(cfg.schedule, t, total_steps, cfg.warmup_steps)
+    u = BASE_DIRECTIONS[cfg.name](state, grads, cfg, t)
+    delta = MODE_MAPS[cfg.mode](net, u, lr, state, cfg)
+    torch._foreach_sub_(weights, delta)
+    if cfg.wd:
+        decayed = net.regularize(weights, lr * cfg.wd)
+        torch._foreach_copy_(weights, decayed)
+    return lr
+
+
+def validate_optim(cfg: OptimConfig) -> list[str]:
+    problems = []
+    if cfg.name not in OPTIMIZERS:
+        problems.append(f"optim.name={cfg.name!r}; allowed: {', '.join(OPTIMIZERS)}")
+    if cfg.mode not in MODES:
+        problems.append(f"optim.mode={cfg.mode!r}; allowed: {', '.join(MODES)}")
+    if cfg.lr is not None and not cfg.lr > 0:
+        problems.append(f"optim.lr={cfg.lr}; the learning rate must be > 0")
+    for key in ("beta1", "beta2"):
+        if not 0 <= getattr(cfg, key) < 1:
+            problems.append(f"optim.{key}={getattr(cfg, key)}; must be in [0, 1)")
+    if cfg.eps < 0 or cfg.wd < 0:
+        problems.append(f"optim.eps={cfg.eps}, optim.wd={cfg.wd}; both must be >= 0")
+    if cfg.schedule not in SCHEDULES:
+        problems.append(f"optim.schedule={cfg.schedule!r}; allowed: {', '.join(SCHEDULES)}")
+    if cfg.warmup_steps < 0:
+        problems.append(f"optim.warmup_steps={cfg.warmup_steps}; must be >= 0")
+    if cfg.ortho not in ORTHO_METHODS:
+        problems.append(f"optim.ortho={cfg.ortho!r}; allowed: {', '.join(ORTHO_METHODS)}")
+    if cfg.ortho_steps is not None and cfg.ortho_steps < 1:
+        problems.append(f"optim.ortho_steps={cfg.ortho_steps}; must be >= 1 or null")
+    if cfg.power_iterations < 1:
+        problems.append(f"optim.power_iterations={cfg.power_iterations}; must be >= 1")
+    return problems

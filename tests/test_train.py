@@ -1,0 +1,240 @@
+"""Single training runs: every optimiser × mode × architecture, hand-checked updates, divergence,
+resume, reproducibility, loggers and config errors."""
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+import torch
+from hydra.errors import ConfigCompositionException
+
+from conftest import compose_config, tiny_gpt, tiny_image
+from modula_cli.nn import Linear
+from modula_cli.optim import OptimConfig, ema_weight, init_state, optimizer_step, schedule_factor
+from modula_cli.run import Preempted, train
+from modula_cli.validate import ConfigError
+
+# A sensible LR per architecture, optimiser and mode for these tiny models (checked on this data).
+NORMED = {"adam": 0.1, "sgd": 0.1}
+SENSIBLE_LR = {
+    "gpt": {"unnormed": {"adam": 0.01, "sgd": 0.5}, "normed": NORMED, "dualized": NORMED},
+    "standard_gpt": {"unnormed": {"adam": 0.003, "sgd": 0.3}, "normed": NORMED, "dualized": NORMED},
+    "resmlp": {"unnormed": {"adam": 0.003, "sgd": 0.0001}, "normed": NORMED, "dualized": NORMED},
+    "resnet": {"unnormed": {"adam": 0.01, "sgd": 0.3}, "normed": {"adam": 0.2, "sgd": 0.2},
+               "dualized": {"adam": 0.2, "sgd": 0.2}},
+}
+
+
+@pytest.mark.parametrize("mode", ["unnormed", "normed", "dualized"])
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+@pytest.mark.parametrize("arch", ["gpt", "standard_gpt", "resmlp", "resnet"])
+def test_every_optimizer_mode_and_architecture_learns(arch, optimizer, mode, tmp_path, tiny_text_root, cifar_root):
+    lr = SENSIBLE_LR[arch][mode][optimizer]
+    common = [f"optim={optimizer}", f"optim.mode={mode}", f"optim.lr={lr}", "train.steps=30",
+              "optim.schedule=constant"]
+    if arch in ("gpt", "standard_gpt"):
+        cfg = compose_config(*tiny_gpt(tiny_text_root, f"arch={arch}", *common))
+    else:
+        cfg = compose_config(*tiny_image(arch, cifar_root, *common))
+    summary = train(cfg, tmp_path / "run")
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    losses = [r["train_loss"] for r in records if "train_loss" in r]
+    assert summary["status"] == "completed" and summary["steps_done"] == 30
+    assert all(math.isfinite(x) for x in losses)
+    assert sum(losses[-5:]) / 5 < losses[0] - 0.04, losses
+    assert math.isfinite(summary["test_loss"])
+    if arch in ("resmlp", "resnet"):
+        assert 0.0 <= summary["test_acc"] <= 1.0
+
+
+def one_linear_step(mode, optimizer, grads, lr=0.5):
+    net = Linear(4, 3)
+    weights = [torch.zeros(4, 3)]
+    cfg = OptimConfig(name=optimizer, mode=mode, lr=lr, schedule="constant", ortho="svd")
+    state = init_state(weights, cfg)
+    for t, g in enumerate(grads):
+        before = weights[0].clone()
+        optimizer_step(net, weights, [g], state, cfg, t, total_steps=10)
+    return before - weights[0]
+
+
+def test_linear_updates_by_hand():
+    torch.manual_seed(0)
+    g1, g2 = torch.randn(4, 3), torch.randn(4, 3)
+    # SGD: m₀ = g₁; m₁ = m₀ + c₁ (g₂ − m₀) with c₁ = 0.1^(1/2)
+    c1 = 0.1 ** 0.5
+    momentum = g1 + c1 * (g2 - g1)
+    assert ema_weight(0.9, 1) == pytest.approx(c1)
+    assert torch.allclose(one_linear_step("unnormed", "sgd", [g1, g2]), 0.5 * momentum, atol=1e-6)
+    # normed: Δ = lr · u / ||u||, ||u|| = sqrt(d_in/d_out) · σ_max(u)
+    expected = 0.5 * momentum / (math.sqrt(3 / 4) * torch.linalg.matrix_norm(momentum, ord=2))
+    assert torch.allclose(one_linear_step("normed", "sgd", [g1, g2]), expected, atol=1e-5)
+    # dualized: Δ = lr · sqrt(d_out/d_in) · U Vᵀ of the momentum
+    U, _, Vh = torch.linalg.svd(momentum, full_matrices=False)
+    assert torch.allclose(one_linear_step("dualized", "sgd", [g1, g2]), 0.5 * math.sqrt(4 / 3) * U @ Vh, atol=1e-5)
+    # Adam's first step copies g and g²: u = g / |g| = sign(g)
+    assert torch.allclose(one_linear_step("unnormed", "adam", [g1]), 0.5 * torch.sign(g1))
+    U, S, Vh = torch.linalg.svd(torch.sign(g1), full_matrices=False)
+    rank = int((S > 1e-5).sum())  # this sign matrix is rank-deficient: the polar factor spans its range only
+    polar = U[:, :rank] @ Vh[:rank]
+    assert torch.allclose(one_linear_step("dualized", "adam", [g1]), 0.5 * math.sqrt(4 / 3) * polar, atol=1e-5)
+    # zero gradient entries: 0/0 → 0, never NaN
+    g = g1.clone()
+    g[0, 0] = 0.0
+    assert one_linear_step("unnormed", "adam", [g])[0, 0] == 0.0
+
+
+def test_schedules():
+    assert schedule_factor("linear", 0, 100) == 1.0 and schedule_factor("linear", 50, 100) == 0.5
+    assert schedule_factor("cosine", 50, 100) == pytest.approx(0.5)
+    assert schedule_factor("constant", 99, 100) == 1.0
+    assert schedule_factor("linear", 4, 100, warmup=10) == pytest.approx(0.5)
+
+
+def test_huge_lr_diverges_and_run_ends_cleanly(tmp_path, tiny_text_root):
+    cfg = compose_config(*tiny_gpt(tiny_text_root, "optim.mode=unnormed", "optim.lr=1000", "train.steps=50"))
+    summary = train(cfg, tmp_path / "run")
+    assert summary["status"] == "diverged" and summary["steps_done"] < 50
+    assert summary["train_loss"] is None
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "diverged"
+
+
+def read_losses(run_dir):
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [(r["step"], r.get("train_loss"), r.get("test_loss")) for r in records]
+
+
+def test_same_seed_reproduces_and_finished_run_is_skipped(tmp_path, tiny_text_root):
+    cfg = compose_config(*tiny_gpt(tiny_text_root, "train.steps=12"))
+    first, second = train(cfg, tmp_path / "a"), train(cfg, tmp_path / "b")
+    assert read_losses(tmp_path / "a") == read_losses(tmp_path / "b")
+    assert first["train_loss"] == second["train_loss"]
+    again = train(cfg, tmp_path / "a")
+    assert again.get("skipped") is True
+    rerun = train(compose_config(*tiny_gpt(tiny_text_root, "train.steps=12", "train.rerun=true")), tmp_path / "a")
+    assert not rerun.get("skipped") and rerun["train_loss"] == first["train_loss"]
+
+
+@pytest.mark.parametrize("mode", ["normed", "dualized"])
+def test_preemption_checkpoints_and_resume_is_exact(mode, tmp_path, tiny_text_root, monkeypatch):
+    overrides = tiny_gpt(tiny_text_root, f"optim.mode={mode}", "train.steps=30", "train.checkpoint_every=7",
+                         "train.eval_every=5")
+    cfg = compose_config(*overrides)
+    reference = train(cfg, tmp_path / "reference")
+
+    from modula_cli.data.base import TokenDataset
+
+    original = TokenDataset.train_batch
+
+    def batch_then_sigterm(self, step, *args, **kwargs):
+        if step == 17:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return original(self, step, *args, **kwargs)
+
+    monkeypatch.setattr(TokenDataset, "train_batch", batch_then_sigterm)
+    with pytest.raises(Preempted):
+        train(cfg, tmp_path / "resumed")
+    assert torch.load(tmp_path / "resumed" / "checkpoint.pt", weights_only=False)["step"] == 18
+    monkeypatch.setattr(TokenDataset, "train_batch", original)
+    resumed = train(cfg, tmp_path / "resumed")
+    assert read_losses(tmp_path / "resumed") == read_losses(tmp_path / "reference")
+    assert resumed["train_loss"] == reference["train_loss"] and resumed["test_loss"] == reference["test_loss"]
+    assert not (tmp_path / "resumed" / "checkpoint.pt").exists()
+
+
+@pytest.mark.parametrize("override, message", [
+    ("optim.lr=-1", "optim.lr=-1"),
+    ("optim.lr=0", "optim.lr=0"),
+    ("arch.heads=3", "arch.width=16 is not divisible by arch.heads=3"),
+    ("train.steps=0", "train.steps=0"),
+    ("optim.mode=sharp", "allowed: unnormed, normed, dualized"),
+    ("optim.schedule=step", "allowed: linear, cosine, constant"),
+    ("train.dtype=float16", "allowed: float32, bfloat16"),
+    ("optim.ortho=qr", "allowed: polar_express, muon, cubic, svd"),
+])
+def test_config_errors_before_training(override, message, tmp_path, tiny_text_root):
+    cfg = compose_config(*tiny_gpt(tiny_text_root, override))
+    with pytest.raises(ConfigError, match=message):
+        train(cfg, tmp_path / "run")
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_architecture_and_dataset_must_match(tmp_path, tiny_text_root):
+    cfg = compose_config("arch=resmlp", f"data.root={tiny_text_root}", "train.device=cpu")
+    with pytest.raises(ConfigError, match="arch=resmlp needs an image dataset"):
+        train(cfg, tmp_path / "run")
+
+
+def test_several_errors_reported_at_once(tmp_path, tiny_text_root):
+    cfg = compose_config(*tiny_gpt(tiny_text_root, "optim.lr=-1", "train.steps=0"))
+    with pytest.raises(ConfigError) as error:
+        train(cfg, tmp_path / "run")
+    assert len(error.value.problems) == 2
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error raised where no GPU is visible")
+def test_cuda_without_gpu_is_a_config_error(tmp_path, tiny_text_root):
+    cfg = compose_config(*tiny_gpt(tiny_text_root, "train.device=cuda"))
+    with pytest.raises(ConfigError, match="no CUDA GPU is visible"):
+        train(cfg, tmp_path / "run")
+
+
+@pytest.mark.parametrize("override, message", [("arch=transformer", "Available options"),
+                                                ("train.stepz=5", "stepz")])
+def test_unknown_group_option_or_key(override, message):
+    with pytest.raises(ConfigCompositionException, match=message):
+        compose_config(override)
+
+
+def test_wandb_offline_and_wandb_failure_never_stop_training(tmp_path, tiny_text_root, monkeypatch):
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    cfg = compose_config(*tiny_gpt(tiny_text_root, "logger=wandb", "logger.mode=offline", "train.steps=3"))
+    assert train(cfg, tmp_path / "offline")["status"] == "completed"
+    assert any((tmp_path / "offline" / "wandb").iterdir())
+
+    import wandb
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("wandb is down")
+
+    monkeypatch.setattr(wandb, "init", broken)
+    assert train(cfg, tmp_path / "broken")["status"] == "completed"
+
+
+def run_cli(args, cwd, env_extra=None):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env_extra or {})}
+    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.slow
+def test_cli_diverged_exits_zero_and_bad_config_exits_nonzero(tmp_path, tiny_text_root):
+    cli = [sys.executable, "-m", "modula_cli.train"]
+    ok = run_cli(cli + tiny_gpt(tiny_text_root, "optim.mode=unnormed", "optim.lr=1000", "train.steps=40",
+                                f"hydra.run.dir={tmp_path / 'div'}"), tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads((tmp_path / "div" / "summary.json").read_text())["status"] == "diverged"
+    assert (tmp_path / "div" / ".hydra" / "config.yaml").exists()
+    bad = run_cli(cli + tiny_gpt(tiny_text_root, "optim.lr=-1", f"hydra.run.dir={tmp_path / 'bad'}"), tmp_path)
+    assert bad.returncode != 0 and "optim.lr=-1" in bad.stderr
+
+
+@pytest.mark.slow
+def test_torchrun_two_cpu_processes_match_one(tmp_path, tiny_text_root):
+    args = tiny_gpt(tiny_text_root, "train.steps=8")
+    single = run_cli([sys.executable, "-m", "modula_cli.train", *args, f"hydra.run.dir={tmp_path / 'one'}"], tmp_path)
+    assert single.returncode == 0, single.stderr
+    ddp = run_cli([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29517",
+                   "-m", "modula_cli.train", *args, f"hydra.run.dir={tmp_path / 'two'}"], tmp_path,
+                  {"OMP_NUM_THREADS": "1"})
+    assert ddp.returncode == 0, ddp.stderr[-3000:]
+    one, two = read_losses(tmp_path / "one"), read_losses(tmp_path / "two")
+    assert [s for s, *_ in one] == [s for s, *_ in two]
+    for (_, a, at), (_, b, bt) in zip(one, two):
+        assert (a is None) == (b is None) and (a is None or abs(a - b) < 1e-4)
+        assert (at is None) == (bt is None) and (at is None or abs(at - bt) < 1e-4)
+    assert json.loads((tmp_path / "two" / "summary.json").read_text())["world_size"] == 2
