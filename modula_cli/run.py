@@ -75,14 +75,15 @@ class Preempted(Exception):
 
 
 class _SignalFlag:
-    """Turns SIGTERM / SIGUSR1 into a flag the loop checks, so it can checkpoint before exiting."""
+    """Turns SIGTERM / SIGUSR1 / SIGUSR2 (SLURM pre-emption, submitit's timeout signal) into a flag the
+    loop checks at the next step, so it checkpoints before exiting."""
 
     def __init__(self) -> None:
         self.signum: int | None = None
         self.previous: dict[int, Any] = {}
 
     def __enter__(self) -> _SignalFlag:
-        for signum in (signal.SIGTERM, signal.SIGUSR1):
+        for signum in (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2):
             try:
                 self.previous[signum] = signal.signal(signum, self._handle)
             except ValueError:  # not the main thread: leave signals to the launcher
@@ -91,6 +92,12 @@ class _SignalFlag:
 
     def _handle(self, signum: int, frame: Any) -> None:
         self.signum = signum
+
+    def chain(self) -> None:
+        """After checkpointing, hand the signal to whoever handled it before us (a cluster launcher)."""
+        previous = self.previous.get(self.signum)
+        if callable(previous):
+            previous(self.signum, None)
 
     def __exit__(self, *exc: Any) -> None:
         for signum, handler in self.previous.items():
@@ -111,13 +118,14 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
     run_dir.mkdir(parents=True, exist_ok=True)
     previous = read_summary(run_dir)
     fingerprint = training_fingerprint(cfg)
-    if previous and previous.get("status") in FINISHED and not cfg.train.rerun:
+    rerun = bool(cfg.train.rerun or cfg.get("sweep", {}).get("rerun", False))
+    if previous and previous.get("status") in FINISHED and not rerun:
         if previous.get("fingerprint") == fingerprint:
             log.info("%s already %s; skipping (train.rerun=true retrains)", run_dir, previous["status"])
             return {**previous, "skipped": True}
     rank, world = _distributed()
     try:
-        return _train(cfg, run_dir, fingerprint, rank, world)
+        return _train(cfg, run_dir, fingerprint, rank, world, rerun)
     except Preempted:
         raise
     except Exception as error:
@@ -128,7 +136,7 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
         raise
 
 
-def _train(cfg: DictConfig, run_dir: Path, fingerprint: str, rank: int, world: int) -> dict:
+def _train(cfg: DictConfig, run_dir: Path, fingerprint: str, rank: int, world: int, rerun: bool) -> dict:
     train_cfg, opt = cfg.train, optim_config(cfg)
     device = resolve_device(train_cfg.device)
     if device.type == "cuda" and world > 1:
@@ -161,7 +169,7 @@ def _train(cfg: DictConfig, run_dir: Path, fingerprint: str, rank: int, world: i
     window = max(1, int(cfg.arch.get("loss_window", 1)))
     recent = torch.zeros(window, device=device)
     checkpoint_path = run_dir / "checkpoint.pt"
-    if checkpoint_path.exists() and not train_cfg.rerun:
+    if checkpoint_path.exists() and not rerun:
         ckpt = torch.load(checkpoint_path, map_location=device, weights_only=False)
         if ckpt["fingerprint"] == fingerprint:
             with torch.no_grad():
@@ -226,6 +234,7 @@ def _train(cfg: DictConfig, run_dir: Path, fingerprint: str, rank: int, world: i
         for t in range(start, steps):
             if flag.signum is not None:
                 save_checkpoint(t)
+                flag.chain()  # e.g. submitit's handler, which requeues the job
                 raise Preempted(flag.signum)
             tick = time.perf_counter()
             x, y = data.train_batch(t, train_cfg.batch_size, seed=train_cfg.seed, device=device)

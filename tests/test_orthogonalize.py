@@ -31,12 +31,12 @@ def test_singular_values_land_in_band(method, floor, band, shape):
     (rows, cols), batch = SHAPES[shape]
     spectrum = torch.logspace(0, torch.log10(torch.tensor(floor)).item(), min(rows, cols))
     G = 3.7 * with_spectrum(rows, cols, spectrum, batch=batch)
-    O = orthogonalize(G, method)
-    assert O.shape == G.shape and O.dtype == G.dtype
-    sigma = torch.linalg.svdvals(O)
+    out = orthogonalize(G, method)
+    assert out.shape == G.shape and out.dtype == G.dtype
+    sigma = torch.linalg.svdvals(out)
     assert (sigma - 1).abs().max() <= band
     # the polar factor shares the singular vectors: O ≈ U Vᵀ, so ⟨G, O⟩ = Σσ_i(G) · σ_i(O) > 0
-    assert ((G * O).sum(dim=(-2, -1)) > 0).all()
+    assert ((G * out).sum(dim=(-2, -1)) > 0).all()
 
 
 @pytest.mark.parametrize("method, floor, band", BANDS)

@@ -7,7 +7,6 @@ from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
 
 from .module import Bond
 

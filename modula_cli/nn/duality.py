@@ -34,6 +34,6 @@ def dualize_atoms(atoms: Sequence[Atom], grads: Sequence[Tensor], targets: Seque
             out[i] = atom.dualize_piece(grad, target)
     for members in groups.values():
         polar = orthogonalize(torch.cat([stack for _, stack in members]), method=method, steps=steps)
-        for (i, stack), piece in zip(members, polar.split([s.shape[0] for _, s in members])):
+        for (i, _), piece in zip(members, polar.split([s.shape[0] for _, s in members])):
             out[i] = atoms[i].from_polar(piece, targets[i])
     return out  # type: ignore[return-value]
