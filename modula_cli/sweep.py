@@ -32,9 +32,26 @@ def lr_grid_string(optimizer: str, mode: str) -> str:
     return ",".join(repr(lr) for lr in lr_grid(optimizer, mode))
 
 
+NAMED_GROUPS = ("arch", "data", "optim")
+NAMED_KEYS = ("data.context", "data.name", "train.seed", "train.steps", "train.batch_size")
+
+
+def run_dirname(task_overrides: list[str]) -> str:
+    """A run folder named from its knob overrides (architecture, optimiser, context, seed, steps), sorted:
+    the same point of a grid always gets the same folder, and paths or logging flags never enter it."""
+    kept = []
+    for override in task_overrides:
+        key, _, value = override.lstrip("+~").partition("=")
+        if key in NAMED_GROUPS or key in NAMED_KEYS or key.startswith(("arch.", "optim.")):
+            kept.append(f"{key}={value.replace('/', '_')}")
+    return ",".join(sorted(kept)) or "default"
+
+
 def register_resolvers() -> None:
     if not OmegaConf.has_resolver("lr_grid"):
         OmegaConf.register_new_resolver("lr_grid", lr_grid_string)
+    if not OmegaConf.has_resolver("run_dirname"):
+        OmegaConf.register_new_resolver("run_dirname", lambda overrides: run_dirname(list(overrides)))
 
 
 def grid_overrides(config: DictConfig) -> list[list[str]]:
@@ -74,7 +91,10 @@ class SweepCallback(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         self.started = time.time()
-        jobs = validate_grid(config)
+        try:
+            jobs = validate_grid(config)
+        except ConfigError as error:  # Hydra turns callback exceptions into warnings: exit instead
+            raise SystemExit(f"sweep not launched, {error}") from error
         log.info("sweep of %d runs into %s", jobs, config.hydra.sweep.dir)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:

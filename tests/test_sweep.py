@@ -1,0 +1,153 @@
+"""Sweeps: real multiruns through the launchers, relaunch, failure isolation, grid validation, report."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from conftest import TINY_TRAIN
+from modula_cli.report import write_report
+from modula_cli.sweep import lr_grid
+
+pytestmark = pytest.mark.slow
+
+
+def sweep_cli(tmp_path, *overrides, sweep_dir):
+    base = ["arch=gpt", "arch.width=8,16", "arch.depth=1", "arch.heads=2", f"data.root={tmp_path / 'data'}",
+            "data.context=8", "train.steps=6", *TINY_TRAIN, f"hydra.sweep.dir={sweep_dir}"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "modula_cli.train", "-m", *base, *overrides], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=600)
+
+
+def run_dirs(sweep_dir):
+    return sorted(p for p in Path(sweep_dir).iterdir() if p.is_dir())
+
+
+@pytest.fixture
+def text_tmp(tiny_text_root):
+    return tiny_text_root.parent
+
+
+@pytest.mark.parametrize("launcher", ["basic", "submitit_local", "joblib"])
+def test_multirun_grid_then_relaunch_skips_everything(launcher, text_tmp):
+    sweep_dir = text_tmp / "sweep"
+    extra = [] if launcher == "basic" else [f"hydra/launcher={launcher}"]
+    if launcher == "submitit_local":
+        extra += ["hydra.launcher.timeout_min=10", "hydra.launcher.cpus_per_task=1"]
+    if launcher == "joblib":
+        extra += ["hydra.launcher.n_jobs=2"]
+    first = sweep_cli(text_tmp, "optim.lr=0.05,0.1,0.2", *extra, sweep_dir=sweep_dir)
+    assert first.returncode == 0, first.stderr[-3000:]
+    names = [p.name for p in run_dirs(sweep_dir) if p.name != ".submitit"]
+    # named from the knob overrides (the data.root path and logging flags stay out)
+    assert len(names) == 6 and ("arch.depth=1,arch.heads=2,arch.width=8,arch=gpt,data.context=8,"
+                                  "optim.lr=0.05,train.batch_size=8,train.steps=6") in names, names
+    assert "sweep finished: 6 completed, 0 skipped, 0 diverged, 0 failed" in first.stdout
+    results = pd.read_csv(sweep_dir / "results.csv")
+    assert len(results) == 6 and set(results["status"]) == {"completed"}
+    assert sorted(results["width"].unique()) == [8, 16] and sorted(results["lr"].unique()) == [0.05, 0.1, 0.2]
+    optimal = pd.read_csv(sweep_dir / "optimal_lr.csv")
+    assert list(optimal["scale"]) == [8, 16]
+    assert (sweep_dir / "transfer.png").stat().st_size > 10_000 and (sweep_dir / "scale.png").exists()
+    again = sweep_cli(text_tmp, "optim.lr=0.05,0.1,0.2", *extra, sweep_dir=sweep_dir)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "sweep finished: 0 completed, 6 skipped, 0 diverged, 0 failed" in again.stdout
+
+
+def test_failed_and_diverged_runs_are_isolated_and_retried(text_tmp):
+    sweep_dir = text_tmp / "sweep"
+    # context 5000 is longer than this corpus' validation split: that run fails at data loading
+    grid = ["arch.width=8", "optim.mode=unnormed", "optim.lr=0.01,1000", "data.context=8,5000", "train.steps=12"]
+    result = sweep_cli(text_tmp, *grid, sweep_dir=sweep_dir)
+    assert result.returncode == 1
+    assert "sweep finished: 1 completed, 0 skipped, 1 diverged, 2 failed" in result.stdout
+    statuses = {p.name: json.loads((p / "summary.json").read_text()) for p in run_dirs(sweep_dir)}
+    failed = [s for s in statuses.values() if s["status"] == "failed"]
+    assert len(failed) == 2 and all("context=5000" in s["error"] for s in failed)
+    results = pd.read_csv(sweep_dir / "results.csv")
+    assert (results["status"] == "diverged").sum() == 1 and (results["status"] == "failed").sum() == 2
+    optimal = pd.read_csv(sweep_dir / "optimal_lr.csv")
+    assert set(optimal["optimal_lr"]) == {0.01}  # diverged runs never win
+    # relaunch: finished runs are skipped, the failed ones are retried (and fail again)
+    again = sweep_cli(text_tmp, *grid, sweep_dir=sweep_dir)
+    assert "sweep finished: 0 completed, 2 skipped, 0 diverged, 2 failed" in again.stdout
+
+
+def test_bad_grid_values_reported_together_before_any_job(text_tmp):
+    sweep_dir = text_tmp / "sweep"
+    result = sweep_cli(text_tmp, "arch.heads=4", "arch.width=8,30", "optim.lr=-1,0.1", sweep_dir=sweep_dir)
+    assert result.returncode != 0
+    err = result.stderr
+    assert "arch.width=30 is not divisible by arch.heads=4" in err and "optim.lr=-1" in err
+    # every bad job, each problem on its own line: (30, -1) twice, (30, 0.1) and (8, -1) once
+    assert err.count("is not divisible by arch.heads=4") == 2 and err.count("learning rate must be > 0") == 2
+    assert not any(p.is_dir() for p in sweep_dir.glob("*")) if sweep_dir.exists() else True
+
+
+def test_sweep_presets_compose_with_paper_grids():
+    from conftest import compose_config
+
+    for preset, knob, values in [("width", "arch.width", "32,64,128,256,512,1024"),
+                                 ("depth", "arch.depth", "2,4,8,16,32,64"), ("context", "data.context", None),
+                                 ("mass", "arch.blocks_mass", None), ("quick", "arch.width", "32,64,128")]:
+        cfg = compose_config(f"sweep={preset}")
+        params = cfg.hydra.sweeper.params if "hydra" in cfg else None
+        assert cfg.sweep.name == preset
+        if params is not None:
+            assert knob in params and (values is None or params[knob] == values)
+    assert lr_grid("adam", "normed") == [2.0**e for e in range(-6, 3)]
+    assert lr_grid("adam", "unnormed") == [2.0**e for e in range(-13, -2)]
+    assert lr_grid("sgd", "unnormed") == [2.0**e for e in range(-6, 3)]
+
+
+def make_run(sweep_dir, name, width, lr, status, loss, mode="normed"):
+    run = sweep_dir / name
+    (run / ".hydra").mkdir(parents=True)
+    config = {"arch": {"name": "gpt", "width": width, "depth": 3, "heads": 4, "blocks_mass": 5.0},
+              "data": {"name": "shakespeare", "context": 64}, "train": {"seed": 0},
+              "optim": {"name": "adam", "mode": mode, "lr": lr}}
+    (run / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config))
+    if status is not None:
+        (run / "summary.json").write_text(json.dumps({"status": status, "train_loss": loss, "test_loss": loss}))
+
+
+def test_report_on_hand_made_sweep(tmp_path, capsys):
+    sweep_dir = tmp_path / "sweep"
+    losses = {  # width → {lr: loss}; optimum moves from 2^-2 (w32) to 2^-3 (w64) to 2^-4 (w128)
+        32: {2**-4: 3.0, 2**-3: 2.5, 2**-2: 2.0, 2**-1: 2.2},
+        64: {2**-4: 2.4, 2**-3: 1.8, 2**-2: 1.9, 2**-1: None},
+        128: {2**-4: 1.5, 2**-3: 1.6, 2**-2: 1.7, 2**-1: None},
+    }
+    for width, row in losses.items():
+        for lr, loss in row.items():
+            status = "completed" if loss is not None else "diverged"
+            make_run(sweep_dir, f"w{width}_lr{lr}", width, lr, status, loss)
+    make_run(sweep_dir, "w128_running", 128, 2**-5, None, None)
+    (sweep_dir / "w128_running" / "metrics.jsonl").write_text("{}\n")
+    result = write_report(sweep_dir)
+    optimal = pd.read_csv(sweep_dir / "optimal_lr.csv").sort_values("scale")
+    assert list(optimal["optimal_lr"]) == [0.25, 0.125, 0.0625]
+    assert list(optimal["train_loss"]) == [2.0, 1.8, 1.5]
+    assert list(optimal["at_grid_edge"]) == [False, False, False]  # the running 2^-5 run extends w128's grid
+    assert result["shifts"][("gpt", "shakespeare", "adam", "normed")] == pytest.approx(2.0)
+    assert result["counts"]["diverged"] == 2 and result["counts"]["running"] == 1
+    results = pd.read_csv(sweep_dir / "results.csv")
+    assert len(results) == 13 and set(results.columns) >= {"width", "lr", "status", "train_loss", "test_loss"}
+    out = capsys.readouterr().out
+    assert "transfer shift (max − min log2 optimal LR): 2.0" in out
+    # grid edge: width 32's optimum at the top of a grid that ends there
+    make_run(sweep_dir, "w32_top", 32, 2**0, "completed", 1.0)
+    optimal = write_report(sweep_dir, quiet=True)["optimal"]
+    assert bool(optimal[optimal["scale"] == 32]["at_grid_edge"].item())
+
+
+def test_report_cli_on_missing_dir(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "modula_cli.report", str(tmp_path / "nope")],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0 and "no sweep directory" in result.stderr
