@@ -227,7 +227,7 @@ def _train(cfg: DictConfig, run_dir: Path, fingerprint: str, rank: int, world: i
     # --- the loop ------------------------------------------------------------------------------------------
     steps = train_cfg.steps
     status, last_eval, train_loss_value = "completed", {}, None
-    bar = tqdm(total=steps, initial=start, desc=run_dir.name, disable=not train_cfg.progress or rank != 0,
+    bar = tqdm(total=steps, initial=start, desc=run_dir.name, disable=True if not train_cfg.progress or rank != 0 else None,
                dynamic_ncols=True, leave=True, mininterval=1.0)
     t, elapsed_at_start, last_loss = start, elapsed, None
     with _SignalFlag() as flag:
