@@ -15,6 +15,7 @@ import signal
 import sys
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -224,22 +225,34 @@ def _train(cfg: DictConfig, run_dir: Path, fingerprint: str, rank: int, world: i
         torch.save(payload, tmp)
         tmp.replace(checkpoint_path)
 
+    def batch_for(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = data.train_batch(step, train_cfg.batch_size, seed=train_cfg.seed, device=device)
+        if world > 1:  # every rank draws the same global batch and keeps its slice
+            x, y = x[rank * per_rank:(rank + 1) * per_rank], y[rank * per_rank:(rank + 1) * per_rank]
+        return x, y
+
     # --- the loop ------------------------------------------------------------------------------------------
     steps = train_cfg.steps
+    # Batches depend only on (seed, step), so the next one is prepared in the background (augmentation,
+    # host-to-device copy) while this step computes, without changing any number.
+    prefetch = ThreadPoolExecutor(max_workers=1, thread_name_prefix="batches")
+    upcoming = prefetch.submit(batch_for, start) if start < steps else None
     status, last_eval, train_loss_value = "completed", {}, None
-    bar = tqdm(total=steps, initial=start, desc=run_dir.name, disable=True if not train_cfg.progress or rank != 0 else None,
-               dynamic_ncols=True, leave=True, mininterval=1.0)
+    show_bar = train_cfg.progress and rank == 0
+    bar = tqdm(total=steps, initial=start, desc=run_dir.name, disable=None if show_bar else True,
+               dynamic_ncols=True, leave=True, mininterval=1.0)  # None: only on a terminal
     t, elapsed_at_start, last_loss = start, elapsed, None
     with _SignalFlag() as flag:
         for t in range(start, steps):
             if flag.signum is not None:
                 save_checkpoint(t)
+                prefetch.shutdown(cancel_futures=True)
                 flag.chain()  # e.g. submitit's handler, which requeues the job
                 raise Preempted(flag.signum)
             tick = time.perf_counter()
-            x, y = data.train_batch(t, train_cfg.batch_size, seed=train_cfg.seed, device=device)
-            if world > 1:
-                x, y = x[rank * per_rank:(rank + 1) * per_rank], y[rank * per_rank:(rank + 1) * per_rank]
+            x, y = upcoming.result()
+            if t + 1 < steps:
+                upcoming = prefetch.submit(batch_for, t + 1)
             loss = compute_loss(weights, x, y)
             grads = list(torch.autograd.grad(loss, weights))
             loss = loss.detach()
@@ -272,6 +285,7 @@ def _train(cfg: DictConfig, run_dir: Path, fingerprint: str, rank: int, world: i
                 save_checkpoint(t + 1)
             bar.update(1)
     bar.close()
+    prefetch.shutdown(cancel_futures=True)
 
     steps_done = t + 1
     if status == "completed":  # mean of the last `loss_window` step losses (all of them if fewer)

@@ -126,20 +126,20 @@ def test_preemption_checkpoints_and_resume_is_exact(mode, tmp_path, tiny_text_ro
     cfg = compose_config(*overrides)
     reference = train(cfg, tmp_path / "reference")
 
-    from modula_cli.data.base import TokenDataset
+    import modula_cli.run as run_module
 
-    original = TokenDataset.train_batch
+    original = run_module.optimizer_step
 
-    def batch_then_sigterm(self, step, *args, **kwargs):
-        if step == 17:
+    def step_then_sigterm(net, weights, grads, state, cfg_, t, total):
+        if t == 17:  # the signal arrives during step 17; the loop checkpoints before step 18
             os.kill(os.getpid(), signal.SIGTERM)
-        return original(self, step, *args, **kwargs)
+        return original(net, weights, grads, state, cfg_, t, total)
 
-    monkeypatch.setattr(TokenDataset, "train_batch", batch_then_sigterm)
+    monkeypatch.setattr(run_module, "optimizer_step", step_then_sigterm)
     with pytest.raises(Preempted):
         train(cfg, tmp_path / "resumed")
     assert torch.load(tmp_path / "resumed" / "checkpoint.pt", weights_only=False)["step"] == 18
-    monkeypatch.setattr(TokenDataset, "train_batch", original)
+    monkeypatch.setattr(run_module, "optimizer_step", original)
     resumed = train(cfg, tmp_path / "resumed")
     assert read_losses(tmp_path / "resumed") == read_losses(tmp_path / "reference")
     assert resumed["train_loss"] == reference["train_loss"] and resumed["test_loss"] == reference["test_loss"]
