@@ -238,3 +238,13 @@ def test_torchrun_two_cpu_processes_match_one(tmp_path, tiny_text_root):
         assert (a is None) == (b is None) and (a is None or abs(a - b) < 1e-4)
         assert (at is None) == (bt is None) and (at is None or abs(at - bt) < 1e-4)
     assert json.loads((tmp_path / "two" / "summary.json").read_text())["world_size"] == 2
+
+
+@pytest.mark.slow
+def test_torch_compile_matches_eager(tmp_path, tiny_text_root):
+    eager = compose_config(*tiny_gpt(tiny_text_root, "train.steps=6"))
+    compiled = compose_config(*tiny_gpt(tiny_text_root, "train.steps=6", "train.compile=true"))
+    train(eager, tmp_path / "eager")
+    train(compiled, tmp_path / "compiled")
+    for (s1, a, at), (s2, b, bt) in zip(read_losses(tmp_path / "eager"), read_losses(tmp_path / "compiled")):
+        assert s1 == s2 and (a is None or abs(a - b) < 1e-4) and (at is None or abs(at - bt) < 1e-4)
