@@ -131,12 +131,17 @@ def launch_counts(sweep_dir: Path, started: float) -> dict[str, int]:
     return counts
 
 
+def sweep_group(sweep_dir: str | Path) -> str:
+    """The wandb group of a sweep's runs and report: its last two folders, e.g. ``quick-gpt_shakespeare``."""
+    return "-".join(Path(sweep_dir).parts[-2:])
+
+
 def log_report_to_wandb(config: DictConfig, sweep_dir: Path) -> None:
     try:
         import wandb
 
         run = wandb.init(project=config.logger.project, entity=config.logger.entity,
-                         group=config.logger.group or sweep_dir.name, name=f"{sweep_dir.name}-report",
+                         group=config.logger.group or sweep_group(sweep_dir), name=f"{sweep_dir.name}-report",
                          job_type="report", dir=str(sweep_dir), mode=config.logger.mode or None)
         run.log({name: wandb.Image(str(sweep_dir / f"{name}.png")) for name in ("transfer", "scale")})
         run.log({"optimal_lr": wandb.Table(dataframe=__import__("pandas").read_csv(sweep_dir / "optimal_lr.csv"))})

@@ -16,7 +16,7 @@ from omegaconf import DictConfig
 
 from .config import CONFIG_DIR
 from .run import Preempted, run_or_exit, train
-from .sweep import register_resolvers
+from .sweep import register_resolvers, sweep_group
 
 log = logging.getLogger(__name__)
 register_resolvers()
@@ -33,6 +33,7 @@ def _share_local_hardware(job_number: int, parallel_jobs: int) -> None:
 def _sweep_job(cfg: DictConfig, run_dir: Path) -> dict:
     """One job of a multirun: failures are recorded in summary.json and do not stop the sweep."""
     hydra_cfg = HydraConfig.get()
+    os.environ["MODULA_SWEEP_GROUP"] = sweep_group(hydra_cfg.sweep.dir)  # wandb groups a sweep's runs
     if "joblib" in str(hydra_cfg.launcher.get("_target_", "")):
         n_jobs = hydra_cfg.launcher.get("n_jobs") or 1
         _share_local_hardware(hydra_cfg.job.num, n_jobs if n_jobs > 0 else (os.cpu_count() or 1))
