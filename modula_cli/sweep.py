@@ -3,6 +3,7 @@ callback that writes the report and the closing line at the end of every multiru
 
 from __future__ import annotations
 
+import copy
 import logging
 import sys
 import time
@@ -66,13 +67,27 @@ def grid_overrides(config: DictConfig) -> list[list[str]]:
 
 
 def validate_grid(config: DictConfig) -> int:
-    """Compose every job's config and check it; raise one ConfigError listing every bad job."""
+    """Compose every job's config and check it; raise one ConfigError listing every bad job.
+
+    Jobs that choose the same config groups share one composition; each job's value overrides are then
+    applied with Hydra's own override logic (so unknown keys fail exactly as they would at launch).
+    """
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
     loader = GlobalHydra.instance().config_loader()
+    parser = OverridesParser.create()
+    composed: dict[tuple[str, ...], DictConfig] = {}
     problems: list[str] = []
     jobs = grid_overrides(config)
     for job in jobs:
         try:
-            job_cfg = loader.load_sweep_config(config, job)
+            parsed = parser.parse_overrides(job)
+            groups = tuple(o.input_line for o in parsed if loader.repository.group_exists(o.key_or_group))
+            if groups not in composed:
+                composed[groups] = loader.load_sweep_config(config, list(groups))
+            job_cfg = copy.deepcopy(composed[groups])
+            values = [o for o in parsed if o.input_line not in groups]
+            ConfigLoaderImpl._apply_overrides_to_config(values, job_cfg)
             issues = config_problems(job_cfg)
         except Exception as error:  # noqa: BLE001 - composition errors are problems to report too
             issues = [str(error).splitlines()[0]]

@@ -1,0 +1,37 @@
+"""Every experiment config composes, and every job of its grid passes validation (nothing is trained)."""
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from modula_cli.config import CONFIG_DIR
+from modula_cli.sweep import grid_overrides, register_resolvers, validate_grid
+
+EXPERIMENTS = sorted(str(p.relative_to(CONFIG_DIR / "experiment").with_suffix(""))
+                     for p in (CONFIG_DIR / "experiment").rglob("*.yaml") if not p.name.startswith("_"))
+FIGURES = ["fig1", "fig3", "fig4", "fig5", "fig6", "fig7", "fig8", "fig9", "fig10", "fig11", "fig12"]
+
+
+def test_every_paper_figure_has_a_config():
+    for figure in FIGURES:
+        assert any(e.startswith(f"paper/{figure}_") for e in EXPERIMENTS), figure
+    assert {"small/gpt_width", "small/gpt_depth", "small/resmlp_width"} <= set(EXPERIMENTS)
+
+
+# Each grid is validated job by job for the experiment's own optimiser × mode; one figure also for SGD.
+CASES = [(e, None) for e in EXPERIMENTS] + [("paper/fig9_gpt_openwebtext_width", ("sgd", "unnormed"))]
+
+
+@pytest.mark.parametrize("experiment, pair", CASES)
+def test_experiment_grid_is_valid(experiment, pair):
+    register_resolvers()
+    with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+        overrides = [f"experiment={experiment}"] + ([f"optim={pair[0]}", f"optim.mode={pair[1]}"] if pair else [])
+        cfg = compose("config", overrides=overrides, return_hydra_config=True)
+        assert cfg.hydra.mode.name == "MULTIRUN"
+        jobs = validate_grid(cfg)
+    assert jobs == len(grid_overrides(cfg)) >= 4
+    if experiment.startswith("paper/"):
+        assert cfg.train.steps == 10000 and cfg.train.batch_size == 128 and cfg.train.eval_batches == 100
+        assert cfg.sweep.name == "paper_" + Path(experiment).name
