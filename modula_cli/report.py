@@ -1,4 +1,6 @@
-"""The transfer report of a sweep directory: results.csv, optimal_lr.csv, transfer.png, scale.png and a
+"""The transfer report of a sweep directory: results.csv, optimal_lr.csv, transfer.png (one panel per
+optimiser × mode, one curve per scale), scale.png and scale.csv (loss vs scale at the LR tuned on the
+smallest scale, every optimiser × mode on one figure: solid normed / dualized, dashed unnormed) and a
 terminal summary with the transfer shift (max − min of log2 optimal LR across scales).
 
 Works on partial and in-progress sweeps: runs without a summary are listed as ``running`` or ``pending``.
@@ -118,7 +120,8 @@ def _plot_transfer(frame: pd.DataFrame, optimal: pd.DataFrame, metric: str, path
             group = group.sort_values("lr")
             done = group[group["status"] == "completed"]
             label = f"{knob} {scale:g}" if knob else "runs"
-            ax.plot(done["lr"], done[metric], "o-", color=color, label=label, markersize=4)
+            style = "o--" if key[3] == "unnormed" else "o-"  # the paper's convention: dashed unnormed
+            ax.plot(done["lr"], done[metric], style, color=color, label=label, markersize=4)
             diverged = group[group["status"] == "diverged"]
             if not diverged.empty:
                 ax.plot(diverged["lr"], [top] * len(diverged), "x", color=color, markersize=8)
@@ -190,7 +193,8 @@ def write_report(sweep_dir: Path, metric: str = "train_loss", quiet: bool = Fals
     frame.to_csv(sweep_dir / "results.csv", index=False)
     optimal.to_csv(sweep_dir / "optimal_lr.csv", index=False)
     _plot_transfer(frame, optimal, metric, sweep_dir / "transfer.png")
-    _plot_scale(frame, optimal, metric, sweep_dir / "scale.png")
+    scale_rows = _plot_scale(frame, optimal, metric, sweep_dir / "scale.png")
+    scale_rows.to_csv(sweep_dir / "scale.csv", index=False)
     if not quiet:
         print(summary_text(frame, optimal, shifts, metric, sweep_dir))
     return {"results": frame, "optimal": optimal, "shifts": shifts, "counts": status_counts(frame)}
@@ -210,7 +214,7 @@ def summary_text(frame: pd.DataFrame, optimal: pd.DataFrame, shifts: dict, metri
             lines.append(f"    {scale:>12} {row['optimal_lr']:>12.6g} {row['log2_optimal_lr']:>6.1f} "
                          f"{row[metric]:>12.4f}  {note}")
         lines.append(f"    transfer shift (max − min log2 optimal LR): {shifts[key]:.1f}")
-    lines.append(f"  report: {sweep_dir / 'results.csv'}, optimal_lr.csv, transfer.png, scale.png")
+    lines.append(f"  report: {sweep_dir / 'results.csv'}, optimal_lr.csv, transfer.png, scale.png, scale.csv")
     return "\n".join(lines)
 
 

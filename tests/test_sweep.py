@@ -162,3 +162,21 @@ def test_ray_launcher_on_a_local_ray(text_tmp):
                        sweep_dir=sweep_dir)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "sweep finished: 2 completed, 0 skipped, 0 diverged, 0 failed" in result.stdout
+
+
+def test_report_puts_several_modes_on_one_figure(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    curves = {"normed": {32: {0.125: 2.2, 0.25: 2.0}, 64: {0.125: 2.0, 0.25: 1.9}},
+              "unnormed": {32: {0.001: 2.5, 0.002: 2.4}, 64: {0.001: 2.1, 0.002: 2.6}}}
+    for mode, widths in curves.items():
+        for width, row in widths.items():
+            for lr, loss in row.items():
+                make_run(sweep_dir, f"{mode}_w{width}_lr{lr}", width, lr, "completed", loss, mode=mode)
+    result = write_report(sweep_dir, quiet=True)
+    shifts = result["shifts"]
+    assert shifts[("gpt", "shakespeare", "adam", "normed")] == 0.0
+    assert shifts[("gpt", "shakespeare", "adam", "unnormed")] == pytest.approx(1.0)
+    scale = pd.read_csv(sweep_dir / "scale.csv").sort_values(["mode", "width"])
+    # loss vs width at the LR tuned on width 32: normed 0.25 → (2.0, 1.9); unnormed 0.002 → (2.4, 2.6)
+    assert list(scale["tuned_lr"]) == [0.25, 0.25, 0.002, 0.002]
+    assert list(scale["train_loss"]) == [2.0, 1.9, 2.4, 2.6]
