@@ -56,7 +56,7 @@ def training_fingerprint(cfg: DictConfig) -> str:
     """Hash of everything that changes the numbers (not logging, progress or rerun flags)."""
     relevant = {key: OmegaConf.to_container(cfg[key], resolve=True) for key in ("arch", "data", "optim")}
     relevant["train"] = {k: v for k, v in OmegaConf.to_container(cfg.train, resolve=True).items()
-                         if k not in ("progress", "rerun", "checkpoint_every", "log_every")}
+                         if k not in ("progress", "rerun", "checkpoint_every", "log_every", "keep_checkpoint")}
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
 
 
