@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from .nn import Module, PowerIterationState
+from .nn.module import per_member
 from .nn.orthogonalize import METHODS as ORTHO_METHODS
 
 OPTIMIZERS = ("sgd", "adam")
@@ -31,7 +32,7 @@ DEFAULT_LR = {
 class OptimConfig:
     name: str = "adam"
     mode: str = "normed"
-    lr: float | None = None
+    lr: float | list[float] | None = None  # a list: one packed run per LR
     beta1: float = 0.9
     beta2: float = 0.99
     eps: float = 0.0
@@ -43,8 +44,19 @@ class OptimConfig:
     power_iterations: int = 2
 
     @property
+    def lrs(self) -> list[float]:
+        """The learning rate(s): several when packed, the mode's default when unset."""
+        if self.lr is None:
+            return [DEFAULT_LR[(self.name, self.mode)]]
+        return [float(x) for x in self.lr] if isinstance(self.lr, (list, tuple)) else [float(self.lr)]
+
+    @property
+    def packed(self) -> bool:
+        return isinstance(self.lr, (list, tuple))
+
+    @property
     def base_lr(self) -> float:
-        return self.lr if self.lr is not None else DEFAULT_LR[(self.name, self.mode)]
+        return self.lrs[0]
 
 
 @dataclass
@@ -98,7 +110,10 @@ BASE_DIRECTIONS: dict[str, Callable[..., list[Tensor]]] = {"sgd": sgd_direction,
 
 # --- modes --------------------------------------------------------------------------------------------
 
-def unnormed(net: Module, u: list[Tensor], lr: float, state: OptimState, cfg: OptimConfig) -> list[Tensor]:
+def unnormed(net: Module, u: list[Tensor], lr: float | Tensor, state: OptimState,
+             cfg: OptimConfig) -> list[Tensor]:
+    if isinstance(lr, Tensor):  # one LR per stacked network
+        return [piece * per_member(lr, piece) for piece in u]
     return torch._foreach_mul(u, lr)
 
 
@@ -131,11 +146,19 @@ def schedule_factor(kind: str, t: int, total: int, warmup: int = 0) -> float:
 
 @torch.no_grad()
 def optimizer_step(net: Module, weights: list[Tensor], grads: list[Tensor], state: OptimState, cfg: OptimConfig,
-                   t: int, total_steps: int) -> float:
-    """One update of ``weights`` in place; returns the learning rate used."""
-    lr = cfg.base_lr * schedule_factor(cfg.schedule, t, total_steps, cfg.warmup_steps)
+                   t: int, total_steps: int, base_lr: Tensor | None = None,
+                   active: Tensor | None = None) -> float | Tensor:
+    """One update of ``weights`` in place; returns the learning rate used.
+
+    Packed sweeps stack K networks on a leading axis: ``base_lr`` then holds one LR per network and
+    ``active`` (bool, K) freezes the networks that diverged.
+    """
+    lr = (cfg.base_lr if base_lr is None else base_lr) * schedule_factor(cfg.schedule, t, total_steps,
+                                                                          cfg.warmup_steps)
     u = BASE_DIRECTIONS[cfg.name](state, grads, cfg, t)
     delta = MODE_MAPS[cfg.mode](net, u, lr, state, cfg)
+    if active is not None:
+        delta = [torch.where(per_member(active, d).bool(), d, torch.zeros_like(d)) for d in delta]
     torch._foreach_sub_(weights, delta)
     if cfg.wd:
         decayed = net.regularize(weights, lr * cfg.wd)
@@ -149,8 +172,11 @@ def validate_optim(cfg: OptimConfig) -> list[str]:
         problems.append(f"optim.name={cfg.name!r}; allowed: {', '.join(OPTIMIZERS)}")
     if cfg.mode not in MODES:
         problems.append(f"optim.mode={cfg.mode!r}; allowed: {', '.join(MODES)}")
-    if cfg.lr is not None and not cfg.lr > 0:
-        problems.append(f"optim.lr={cfg.lr}; the learning rate must be > 0")
+    if cfg.lr is not None:
+        lrs = cfg.lr if isinstance(cfg.lr, (list, tuple)) else [cfg.lr]
+        bad = [lr for lr in lrs if not isinstance(lr, (int, float)) or isinstance(lr, bool) or not lr > 0]
+        if bad or not lrs:
+            problems.append(f"optim.lr={cfg.lr}; every learning rate must be a number > 0")
     for key in ("beta1", "beta2"):
         if not 0 <= getattr(cfg, key) < 1:
             problems.append(f"optim.{key}={getattr(cfg, key)}; must be in [0, 1)")

@@ -37,6 +37,8 @@ def _run_record(run_dir: Path) -> dict | None:
     if config_path.is_file():
         cfg = yaml.safe_load(config_path.read_text())
         arch, data, optim = cfg.get("arch", {}), cfg.get("data", {}), cfg.get("optim", {})
+        if isinstance(optim.get("lr"), list):
+            return None  # a packed job's own folder: its members have folders of their own
         record.update(arch=arch.get("name"), data=data.get("name"), optimizer=optim.get("name"),
                       mode=optim.get("mode"), context=data.get("context"), seed=cfg.get("train", {}).get("seed"),
                       **{k: arch.get(k) for k in ("width", "depth", "block_depth", "blocks_mass", "heads")})

@@ -6,24 +6,27 @@ evaluate / checkpoint. Losses are read from the device only at log steps.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import logging
 import math
 import os
+import re
 import signal
 import sys
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from tqdm import tqdm
 
 from .data import build_dataset
@@ -113,32 +116,79 @@ def _distributed() -> tuple[int, int]:
     return (dist.get_rank(), world) if world > 1 else (0, 1)
 
 
+@dataclass
+class Member:
+    """One configuration of a (possibly packed) run: its LR, its own config and its own run folder."""
+
+    lr: float
+    cfg: DictConfig
+    run_dir: Path
+    fingerprint: str
+
+
+def members_of(cfg: DictConfig, run_dir: Path) -> list[Member]:
+    """A single run is one member; ``optim.lr=[…]`` packs one member per LR. Packed members get the
+    folders that separate runs would get (``…optim.lr=0.25…`` beside the pack's folder inside a sweep,
+    ``<run_dir>/optim.lr=0.25`` for a single run)."""
+    opt = optim_config(cfg)
+    if not opt.packed:
+        return [Member(opt.base_lr, cfg, run_dir, training_fingerprint(cfg))]
+    members = []
+    for lr in opt.lrs:
+        member_cfg = copy.deepcopy(cfg)
+        with open_dict(member_cfg):
+            member_cfg.optim.lr = lr
+        name, count = PACKED_LR.subn(f"optim.lr={lr!r}", run_dir.name)
+        member_dir = run_dir.parent / name if count else run_dir / f"optim.lr={lr!r}"
+        members.append(Member(lr, member_cfg, member_dir, training_fingerprint(member_cfg)))
+    return members
+
+
+PACKED_LR = re.compile(r"optim\.lr=\[[^\]]*\]")
+
+
 def train(cfg: DictConfig, run_dir: Path) -> dict:
-    """Train one configuration into ``run_dir``; returns its summary (also written to summary.json)."""
+    """Train one configuration into ``run_dir``; returns its summary (also written to summary.json).
+
+    With ``optim.lr`` a list, trains one member per LR as a stacked ensemble on identical batches and
+    returns ``{"status": "packed", "members": [summary, …]}``.
+    """
     check_config(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
-    previous = read_summary(run_dir)
-    fingerprint = training_fingerprint(cfg)
+    members = members_of(cfg, run_dir)
     rerun = bool(cfg.train.rerun or cfg.get("sweep", {}).get("rerun", False))
-    if previous and previous.get("status") in FINISHED and not rerun:
-        if previous.get("fingerprint") == fingerprint:
-            log.info("%s already %s; skipping (train.rerun=true retrains)", run_dir, previous["status"])
-            return {**previous, "skipped": True}
+    previous = [read_summary(m.run_dir) for m in members]
+    if not rerun and all(p and p.get("status") in FINISHED and p.get("fingerprint") == m.fingerprint
+                         for p, m in zip(previous, members)):
+        log.info("%s already finished; skipping (train.rerun=true retrains)", run_dir)
+        done = [{**p, "skipped": True} for p in previous]
+        return done[0] if len(done) == 1 and not optim_config(cfg).packed else _pack_result(done)
     rank, world = _distributed()
     try:
-        return _train(cfg, run_dir, fingerprint, rank, world, rerun)
+        summaries = _train(cfg, run_dir, members, rank, world, rerun)
     except Preempted:
         raise
     except Exception as error:
-        summary = {"status": "failed", "error": f"{type(error).__name__}: {error}",
-                   "traceback": traceback.format_exc(), **scale_record(cfg), "fingerprint": fingerprint}
-        if rank == 0:
-            write_json(run_dir / "summary.json", summary)
+        for member in members:
+            summary = {"status": "failed", "error": f"{type(error).__name__}: {error}",
+                       "traceback": traceback.format_exc(), **scale_record(member.cfg),
+                       "fingerprint": member.fingerprint}
+            if rank == 0:
+                member.run_dir.mkdir(parents=True, exist_ok=True)
+                write_json(member.run_dir / "summary.json", summary)
         raise
+    return summaries[0] if not optim_config(cfg).packed else _pack_result(summaries)
 
 
-def _train(cfg: DictConfig, run_dir: Path, fingerprint: str, rank: int, world: int, rerun: bool) -> dict:
+def _pack_result(summaries: list[dict]) -> dict:
+    return {"status": "packed", "members": summaries, "train_loss": None, "test_loss": None,
+            "steps_done": max(s.get("steps_done", 0) for s in summaries)}
+
+
+def _train(cfg: DictConfig, run_dir: Path, members: list[Member], rank: int, world: int,
+           rerun: bool) -> list[dict]:
     train_cfg, opt = cfg.train, optim_config(cfg)
+    packed, K = opt.packed, len(members)
     device = resolve_device(train_cfg.device)
     if device.type == "cuda" and world > 1:
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
@@ -149,8 +199,14 @@ def _train(cfg: DictConfig, run_dir: Path, fingerprint: str, rank: int, world: i
     data_options = {k: v for k, v in OmegaConf.to_container(cfg.data, resolve=True).items() if k != "name"}
     data = build_dataset(cfg.data.name, **data_options)
     net = build_model(cfg.arch, data)
-    weights = [w.requires_grad_() for w in net.initialize(seed=train_cfg.seed, device=device)]
+    weights = net.initialize(seed=train_cfg.seed, device=device)
+    if packed:  # K identical copies on a leading axis; torch.func differentiates each one
+        weights = [w.unsqueeze(0).repeat(K, *([1] * w.ndim)) for w in weights]
+    else:
+        weights = [w.requires_grad_() for w in weights]
     state = init_state(weights, opt)
+    member_lrs = torch.tensor([m.lr for m in members], device=device) if packed else None
+    active = torch.ones(K, dtype=torch.bool, device=device) if packed else None
     eval_batches = data.eval_batches(train_cfg.eval_batches, train_cfg.batch_size, device)
     per_rank = train_cfg.batch_size // world
     units = "tokens" if data.kind == "language" else "samples"
@@ -158,18 +214,37 @@ def _train(cfg: DictConfig, run_dir: Path, fingerprint: str, rank: int, world: i
     autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if train_cfg.dtype == "bfloat16"
                 else nullcontext())
 
-    def loss_fn(w: list[torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def logits_of(w: list[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
         with autocast:
-            logits = net(x, w)
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1))
+            return net(x, w).float()
 
-    compute_loss = torch.compile(loss_fn) if train_cfg.compile else loss_fn
+    def loss_fn(w: list[torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        logits = logits_of(w, x)
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+
+    def loss_and_grads(w: list[torch.Tensor], x: torch.Tensor, y: torch.Tensor):
+        if packed:  # one gradient per member, all on the same batch
+            grads, loss = torch.func.vmap(torch.func.grad_and_value(loss_fn), in_dims=(0, None, None))(w, x, y)
+            return loss, list(grads)
+        loss = loss_fn(w, x, y)
+        return loss.detach().reshape(1), list(torch.autograd.grad(loss, w))
+
+    compute = torch.compile(loss_and_grads) if train_cfg.compile else loss_and_grads
+
+    def eval_member(w: list[torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = logits_of(w, x)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        return loss, (logits.argmax(-1) == y).sum()
 
     # --- resume -----------------------------------------------------------------------------------------
-    start, elapsed, initial_loss, metrics_offset, wandb_id = 0, 0.0, None, None, None
+    start, elapsed, wandb_ids = 0, 0.0, [None] * K
+    initial: list[float | None] = [None] * K
+    metrics_offsets: list[int | None] = [None] * K
+    statuses, stopped_at = ["completed"] * K, [None] * K
     window = max(1, int(cfg.arch.get("loss_window", 1)))
-    recent = torch.zeros(window, device=device)
+    recent = torch.zeros(window, K, device=device)
     checkpoint_path = run_dir / "checkpoint.pt"
+    fingerprint = "|".join(m.fingerprint for m in members)
     if checkpoint_path.exists() and not rerun:
         ckpt = torch.load(checkpoint_path, map_location=device, weights_only=False)
         if ckpt["fingerprint"] == fingerprint:
@@ -178,49 +253,62 @@ def _train(cfg: DictConfig, run_dir: Path, fingerprint: str, rank: int, world: i
                     w.copy_(saved)
             state.load_state_dict(ckpt["optim"], device)
             recent.copy_(ckpt["recent"])
-            start, elapsed, initial_loss = ckpt["step"], ckpt["elapsed"], ckpt["initial_loss"]
-            metrics_offset, wandb_id = ckpt["metrics_offset"], ckpt.get("wandb_id")
+            start, elapsed, initial = ckpt["step"], ckpt["elapsed"], ckpt["initial_loss"]
+            metrics_offsets, wandb_ids = ckpt["metrics_offset"], ckpt.get("wandb_id") or [None] * K
+            statuses, stopped_at = ckpt["statuses"], ckpt["stopped_at"]
+            if packed:
+                active.copy_(torch.tensor([s == "completed" for s in statuses], device=device))
             log.info("resuming %s from step %d", run_dir, start)
         else:
             log.warning("%s holds a checkpoint of another configuration; starting afresh", run_dir)
 
-    metrics = JsonlLogger(run_dir / "metrics.jsonl", truncate_at=metrics_offset) if rank == 0 else None
-    wandb = None
-    if rank == 0 and cfg.logger.name == "wandb":
-        wandb = WandbLogger(project=cfg.logger.project, entity=cfg.logger.entity,
-                            group=cfg.logger.group or os.environ.get("MODULA_SWEEP_GROUP"), name=run_dir.name,
-                            config=OmegaConf.to_container(cfg, resolve=True), run_dir=run_dir,
-                            mode=cfg.logger.mode, tags=list(cfg.logger.tags), resume_id=wandb_id)
+    metrics, wandbs = [None] * K, [None] * K
+    if rank == 0:
+        for k, member in enumerate(members):
+            member.run_dir.mkdir(parents=True, exist_ok=True)
+            if packed:  # the member's own config, where the report reads its knobs
+                (member.run_dir / ".hydra").mkdir(exist_ok=True)
+                OmegaConf.save(member.cfg, member.run_dir / ".hydra" / "config.yaml")
+            metrics[k] = JsonlLogger(member.run_dir / "metrics.jsonl", truncate_at=metrics_offsets[k])
+            if cfg.logger.name == "wandb":
+                wandbs[k] = WandbLogger(
+                    project=cfg.logger.project, entity=cfg.logger.entity,
+                    group=cfg.logger.group or os.environ.get("MODULA_SWEEP_GROUP"), name=member.run_dir.name,
+                    config=OmegaConf.to_container(member.cfg, resolve=True), run_dir=member.run_dir,
+                    mode=cfg.logger.mode, tags=list(cfg.logger.tags), resume_id=wandb_ids[k])
 
-    def emit(record: dict) -> None:
-        if metrics:
-            metrics.log(record)
-        if wandb:
-            wandb.log(record)
+    def emit(k: int, record: dict) -> None:
+        if metrics[k]:
+            metrics[k].log(record)
+        if wandbs[k]:
+            wandbs[k].log(record)
 
-    def evaluate() -> dict:
-        total_loss, correct, count = 0.0, 0, 0
+    def evaluate() -> list[dict]:
+        losses = torch.zeros(K, device=device)
+        correct = torch.zeros(K, device=device)
+        count = 0
         with torch.no_grad():
             for x, y in eval_batches:
-                with autocast:
-                    logits = net(x, weights)
-                logits = logits.float()
-                total_loss += float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)))
-                if data.kind == "image":
-                    correct += int((logits.argmax(-1) == y).sum())
-                    count += y.numel()
-        result = {"test_loss": total_loss / max(1, len(eval_batches))}
+                if packed:
+                    loss, hits = torch.func.vmap(eval_member, in_dims=(0, None, None))(weights, x, y)
+                else:
+                    loss, hits = eval_member(weights, x, y)
+                losses += loss
+                correct += hits
+                count += y.numel()
+        results = [{"test_loss": float(v) / max(1, len(eval_batches))} for v in losses]
         if data.kind == "image":
-            result["test_acc"] = correct / max(1, count)
-        return result
+            for result, hits in zip(results, correct.tolist()):
+                result["test_acc"] = hits / max(1, count)
+        return results
 
     def save_checkpoint(next_step: int) -> None:
         if rank != 0:
             return
         payload = {"step": next_step, "weights": [w.detach() for w in weights], "optim": state.state_dict(),
-                   "recent": recent, "elapsed": elapsed, "initial_loss": initial_loss,
-                   "metrics_offset": metrics.offset(), "fingerprint": fingerprint,
-                   "wandb_id": wandb.run_id if wandb else None}
+                   "recent": recent, "elapsed": elapsed, "initial_loss": initial, "statuses": statuses,
+                   "stopped_at": stopped_at, "metrics_offset": [m.offset() for m in metrics],
+                   "fingerprint": fingerprint, "wandb_id": [w.run_id if w else None for w in wandbs]}
         tmp = checkpoint_path.with_name("checkpoint.pt.tmp")
         torch.save(payload, tmp)
         tmp.replace(checkpoint_path)
@@ -237,11 +325,11 @@ def _train(cfg: DictConfig, run_dir: Path, fingerprint: str, rank: int, world: i
     # host-to-device copy) while this step computes, without changing any number.
     prefetch = ThreadPoolExecutor(max_workers=1, thread_name_prefix="batches")
     upcoming = prefetch.submit(batch_for, start) if start < steps else None
-    status, last_eval, train_loss_value = "completed", {}, None
+    last_eval: list[dict] = [{} for _ in range(K)]
     show_bar = train_cfg.progress and rank == 0
     bar = tqdm(total=steps, initial=start, desc=run_dir.name, disable=None if show_bar else True,
                dynamic_ncols=True, leave=True, mininterval=1.0)  # None: only on a terminal
-    t, elapsed_at_start, last_loss = start, elapsed, None
+    t, elapsed_at_start, last_loss = start, elapsed, [None] * K
     with _SignalFlag() as flag:
         for t in range(start, steps):
             if flag.signum is not None:
@@ -253,62 +341,79 @@ def _train(cfg: DictConfig, run_dir: Path, fingerprint: str, rank: int, world: i
             x, y = upcoming.result()
             if t + 1 < steps:
                 upcoming = prefetch.submit(batch_for, t + 1)
-            loss = compute_loss(weights, x, y)
-            grads = list(torch.autograd.grad(loss, weights))
-            loss = loss.detach()
+            loss, grads = compute(weights, x, y)
             if world > 1:
-                flat = torch.cat([g.reshape(-1) for g in grads] + [loss.reshape(1)])
+                flat = torch.cat([g.reshape(-1) for g in grads] + [loss])
                 dist.all_reduce(flat)
                 flat /= world
-                grads = [piece.view_as(g) for piece, g in zip(flat[:-1].split([g.numel() for g in grads]), grads)]
-                loss = flat[-1]
-            lr = optimizer_step(net, weights, grads, state, opt, t, steps)
+                pieces = flat[:-K].split([g.numel() for g in grads])
+                grads = [piece.view_as(g) for piece, g in zip(pieces, grads)]
+                loss = flat[-K:]
+            lr = optimizer_step(net, weights, grads, state, opt, t, steps, base_lr=member_lrs, active=active)
             recent[t % window] = loss
             elapsed += time.perf_counter() - tick
 
             last = t == steps - 1
             if t % train_cfg.log_every == 0 or last:
-                loss_value = last_loss = float(loss)
-                initial_loss = loss_value if initial_loss is None else initial_loss
-                throughput = (t + 1 - start) * units_per_step / max(elapsed - elapsed_at_start, 1e-9)
-                emit({"step": t, "train_loss": loss_value, "lr": lr, "elapsed": round(elapsed, 4),
-                      units: (t + 1) * units_per_step})
-                bar.set_postfix(loss=f"{loss_value:.4f}", lr=f"{lr:.3g}", **{f"{units}/s": f"{throughput:,.0f}"})
-                if not math.isfinite(loss_value) or loss_value > train_cfg.diverge_factor * initial_loss:
-                    status = "diverged"
+                losses, lrs = loss.tolist(), (lr.tolist() if packed else [lr])
+                throughput = (t + 1 - start) * units_per_step * K / max(elapsed - elapsed_at_start, 1e-9)
+                for k in range(K):
+                    if statuses[k] != "completed":
+                        continue
+                    last_loss[k] = losses[k]
+                    initial[k] = losses[k] if initial[k] is None else initial[k]
+                    emit(k, {"step": t, "train_loss": losses[k], "lr": lrs[k], "elapsed": round(elapsed, 4),
+                             units: (t + 1) * units_per_step})
+                    if not math.isfinite(losses[k]) or losses[k] > train_cfg.diverge_factor * initial[k]:
+                        statuses[k], stopped_at[k] = "diverged", t + 1
+                        if packed:  # frozen: the other members go on
+                            active[k] = False
+                best = min((v for v, s in zip(losses, statuses) if s == "completed"), default=losses[0])
+                bar.set_postfix(loss=f"{best:.4f}", lr=f"{max(lrs):.3g}",
+                                **{f"{units}/s": f"{throughput:,.0f}"})
+                if all(s == "diverged" for s in statuses):
                     bar.update(1)
                     break
             if (train_cfg.eval_every and (t + 1) % train_cfg.eval_every == 0) or last:
-                last_eval = evaluate()
-                emit({"step": t + 1, **last_eval})
+                for k, result in enumerate(evaluate()):
+                    if statuses[k] == "completed":
+                        last_eval[k] = result
+                        emit(k, {"step": t + 1, **result})
             if train_cfg.checkpoint_every and (t + 1) % train_cfg.checkpoint_every == 0 and not last:
                 save_checkpoint(t + 1)
             bar.update(1)
     bar.close()
     prefetch.shutdown(cancel_futures=True)
 
-    steps_done = t + 1
-    if status == "completed":  # mean of the last `loss_window` step losses (all of them if fewer)
-        train_loss_value = float(recent[:min(window, steps_done)].mean())
-    summary = {"status": status, "train_loss": train_loss_value if status == "completed" else None,
-               "test_loss": last_eval.get("test_loss") if status == "completed" else None,
-               "last_logged_train_loss": last_loss, "steps_done": steps_done, "wall_time_s": round(elapsed, 3),
-               "throughput": round(steps_done * units_per_step / max(elapsed, 1e-9), 1), "throughput_unit":
-               f"{units}/s", "device": str(device), "world_size": world, **scale_record(cfg),
-               "fingerprint": fingerprint}
-    if data.kind == "image":
-        summary["test_acc"] = last_eval.get("test_acc") if status == "completed" else None
+    summaries = []
+    for k, member in enumerate(members):
+        done = statuses[k] == "completed"
+        steps_done = (t + 1) if done else stopped_at[k]
+        summary = {"status": statuses[k],
+                   # mean of the last `loss_window` step losses (all of them if fewer)
+                   "train_loss": float(recent[:min(window, steps_done), k].mean()) if done else None,
+                   "test_loss": last_eval[k].get("test_loss") if done else None,
+                   "last_logged_train_loss": last_loss[k], "steps_done": steps_done,
+                   "wall_time_s": round(elapsed, 3),
+                   "throughput": round(steps_done * units_per_step / max(elapsed, 1e-9), 1),
+                   "throughput_unit": f"{units}/s", "device": str(device), "world_size": world,
+                   "packed_with": K if packed else 1, **scale_record(member.cfg),
+                   "fingerprint": member.fingerprint}
+        if data.kind == "image":
+            summary["test_acc"] = last_eval[k].get("test_acc") if done else None
+        summaries.append(summary)
     if rank == 0:
-        metrics.close()
+        for k, member in enumerate(members):
+            metrics[k].close()
+            write_json(member.run_dir / "summary.json", summaries[k])
+            if wandbs[k]:
+                wandbs[k].summary(summaries[k])
+                wandbs[k].close()
         if not train_cfg.keep_checkpoint:  # a finished run needs no resume point; sweeps hold many runs
             checkpoint_path.unlink(missing_ok=True)
         else:
-            save_checkpoint(steps_done)
-        write_json(run_dir / "summary.json", summary)
-        if wandb:
-            wandb.summary(summary)
-            wandb.close()
-    return summary
+            save_checkpoint(t + 1)
+    return summaries
 
 
 def exit_code_for(error: BaseException) -> int:

@@ -28,9 +28,11 @@ def lr_grid(optimizer: str, mode: str) -> list[float]:
     return [2.0**e for e in LR_EXPONENTS.get((optimizer, mode), DEFAULT_EXPONENTS)]
 
 
-def lr_grid_string(optimizer: str, mode: str) -> str:
-    """The grid as a Hydra sweep value, e.g. ``0.015625,0.03125,…`` (used by the sweep presets)."""
-    return ",".join(repr(lr) for lr in lr_grid(optimizer, mode))
+def lr_grid_string(optimizer: str, mode: str, pack: bool = False) -> str:
+    """The grid as a Hydra sweep value, ``0.015625,0.03125,…`` (one run per LR), or with ``pack`` as one
+    list value ``[0.015625,0.03125,…]`` (one packed run training every LR at once)."""
+    values = ",".join(repr(lr) for lr in lr_grid(optimizer, mode))
+    return f"[{values}]" if pack else values
 
 
 NAMED_GROUPS = ("arch", "data", "optim")

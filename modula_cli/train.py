@@ -53,6 +53,11 @@ def main(cfg: DictConfig) -> dict:
         summary = _sweep_job(cfg, run_dir)
     else:
         summary = run_or_exit(cfg, run_dir)
+    if summary["status"] == "packed":
+        statuses = [m["status"] for m in summary["members"]]
+        log.info("%s: packed run of %d: %s", run_dir.name, len(statuses),
+                 ", ".join(f"{statuses.count(s)} {s}" for s in sorted(set(statuses))))
+        return summary
     loss, test = summary.get("train_loss"), summary.get("test_loss")
     log.info("%s: %s%s, train loss %s, test loss %s", run_dir.name, summary["status"],
              " (already finished)" if summary.get("skipped") else "", f"{loss:.4f}" if loss is not None else "-",

@@ -21,7 +21,9 @@ class ConfigError(ValueError):
 
 
 def optim_config(cfg: Any) -> OptimConfig:
-    return OptimConfig(**{k: v for k, v in dict(cfg.optim).items()})
+    from omegaconf import OmegaConf
+
+    return OptimConfig(**OmegaConf.to_container(cfg.optim, resolve=True))
 
 
 def _positive_int(problems: list[str], key: str, value: Any, minimum: int = 1) -> None:

@@ -159,3 +159,25 @@ def test_regularize_and_project():
     drifted = [t + 0.5 * torch.randn_like(t) for t in w]
     projected = net.project(drifted)
     assert all(a.norm([p]) == pytest.approx(1.0, rel=2e-3) for a, p in zip(net.atoms(), projected))
+
+
+@pytest.mark.parametrize("name", NETS)
+def test_stacked_networks_match_separate_calls(name):
+    """A leading axis of K networks with per-network targets equals K separate calls (packed sweeps)."""
+    net = NETS[name]()
+    targets = torch.tensor([0.1, 0.5, 2.0])
+    grads = [[torch.randn_like(t) for t in net.initialize(0)] for _ in targets]
+    stacked = [torch.stack(pieces) for pieces in zip(*grads)]
+    state, states = PowerIterationState(), [PowerIterationState() for _ in targets]
+    for _ in range(2):  # the second call uses warm-started vectors
+        packed_normed = net.normalize(stacked, targets, state=state)
+        separate = [net.normalize(g, float(t), state=s) for g, t, s in zip(grads, targets, states)]
+    for k in range(len(targets)):
+        assert all(torch.allclose(p[k], s, atol=1e-5, rtol=1e-4) for p, s in zip(packed_normed, separate[k]))
+    packed_dual = net.dualize(stacked, targets, method="svd")
+    packed_decay = net.regularize(stacked, targets)
+    for k, t in enumerate(targets):
+        assert all(torch.allclose(p[k], s, atol=1e-5)
+                   for p, s in zip(packed_dual, net.dualize(grads[k], float(t), method="svd")))
+        assert all(torch.allclose(p[k], s) for p, s in zip(packed_decay, net.regularize(grads[k], float(t))))
+        assert net.norm([p[k] for p in packed_dual]) == pytest.approx(float(t), rel=1e-5)

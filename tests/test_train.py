@@ -130,10 +130,10 @@ def test_preemption_checkpoints_and_resume_is_exact(mode, tmp_path, tiny_text_ro
 
     original = run_module.optimizer_step
 
-    def step_then_sigterm(net, weights, grads, state, cfg_, t, total):
+    def step_then_sigterm(net, weights, grads, state, cfg_, t, total, **kwargs):
         if t == 17:  # the signal arrives during step 17; the loop checkpoints before step 18
             os.kill(os.getpid(), signal.SIGTERM)
-        return original(net, weights, grads, state, cfg_, t, total)
+        return original(net, weights, grads, state, cfg_, t, total, **kwargs)
 
     monkeypatch.setattr(run_module, "optimizer_step", step_then_sigterm)
     with pytest.raises(Preempted):
@@ -248,3 +248,44 @@ def test_torch_compile_matches_eager(tmp_path, tiny_text_root):
     train(compiled, tmp_path / "compiled")
     for (s1, a, at), (s2, b, bt) in zip(read_losses(tmp_path / "eager"), read_losses(tmp_path / "compiled")):
         assert s1 == s2 and (a is None or abs(a - b) < 1e-4) and (at is None or abs(at - bt) < 1e-4)
+
+
+def assert_same_losses(a_dir, b_dir, tol=2e-4):
+    a, b = read_losses(a_dir), read_losses(b_dir)
+    assert [s for s, *_ in a] == [s for s, *_ in b]
+    for (_, x, xt), (_, y, yt) in zip(a, b):
+        assert (x is None or abs(x - y) < tol) and (xt is None or abs(xt - yt) < tol), (x, y, xt, yt)
+
+
+@pytest.mark.parametrize("arch, mode, lrs", [
+    ("gpt", "unnormed", (0.003, 0.01)), ("gpt", "normed", (0.05, 0.2)), ("gpt", "dualized", (0.05, 0.2)),
+    ("resmlp", "normed", (0.05, 0.2)), ("resnet", "dualized", (0.1, 0.2)),
+])
+def test_packed_run_matches_separate_runs(arch, mode, lrs, tmp_path, tiny_text_root, cifar_root):
+    def config(*extra):
+        common = [f"optim.mode={mode}", "train.steps=10", *extra]
+        return compose_config(*(tiny_gpt(tiny_text_root, *common) if arch == "gpt"
+                                else tiny_image(arch, cifar_root, *common)))
+
+    result = train(config(f"optim.lr=[{lrs[0]},{lrs[1]}]"), tmp_path / "pack")
+    assert result["status"] == "packed" and [m["lr"] for m in result["members"]] == list(lrs)
+    for lr, member in zip(lrs, result["members"]):
+        separate = train(config(f"optim.lr={lr}"), tmp_path / f"separate_{lr}")
+        member_dir = tmp_path / "pack" / f"optim.lr={lr!r}"
+        assert (member_dir / ".hydra" / "config.yaml").exists() and (member_dir / "summary.json").exists()
+        assert_same_losses(member_dir, tmp_path / f"separate_{lr}")
+        assert member["train_loss"] == pytest.approx(separate["train_loss"], abs=2e-4)
+        assert member["fingerprint"] == separate["fingerprint"]  # a packed run counts as the separate run
+
+
+def test_packed_diverging_member_is_frozen_and_the_others_go_on(tmp_path, tiny_text_root):
+    common = ["optim.mode=unnormed", "train.steps=30"]
+    result = train(compose_config(*tiny_gpt(tiny_text_root, *common, "optim.lr=[0.01,1000.0]")), tmp_path / "pack")
+    good, bad = result["members"]
+    assert bad["status"] == "diverged" and bad["steps_done"] < 30 and bad["train_loss"] is None
+    assert good["status"] == "completed" and good["steps_done"] == 30
+    train(compose_config(*tiny_gpt(tiny_text_root, *common, "optim.lr=0.01")), tmp_path / "separate")
+    assert_same_losses(tmp_path / "pack" / "optim.lr=0.01", tmp_path / "separate")
+    # relaunching the finished pack skips it
+    again = train(compose_config(*tiny_gpt(tiny_text_root, *common, "optim.lr=[0.01,1000.0]")), tmp_path / "pack")
+    assert all(m.get("skipped") for m in again["members"])

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .module import Atom
+from .module import Atom, per_member
 from .orthogonalize import orthogonalize
 from .spectral import PowerIterationState, exact_spectral_norm
 
@@ -39,7 +39,8 @@ class MatrixAtom(Atom):
     slice_count: int = 1
 
     def matrices(self, weight: Tensor) -> Tensor:
-        """View the weight as a batch of (d_out, d_in) matrices."""
+        """View the weight as a batch of (d_out, d_in) slices: shape (…, slices, d_out, d_in), where …
+        are leading member dimensions (none for a single network)."""
         raise NotImplementedError
 
     def from_matrices(self, matrices: Tensor) -> Tensor:
@@ -54,15 +55,19 @@ class MatrixAtom(Atom):
         sigma = exact_spectral_norm(self.matrices(weight)).max()
         return float(sigma) / self.polar_scale
 
-    def normalize_piece(self, update: Tensor, target: float, state: PowerIterationState | None,
+    def normalize_piece(self, update: Tensor, target: float | Tensor, state: PowerIterationState | None,
                         index: int) -> Tensor:
         matrices = self.matrices(update)
-        sigma = (exact_spectral_norm(matrices) if state is None else state.spectral_norm(index, matrices)).max()
+        norms = exact_spectral_norm(matrices) if state is None else state.spectral_norm(index, matrices)
+        sigma = norms.amax(dim=-1)  # over the slices: one σ per network
+        if isinstance(target, Tensor):
+            target = target.to(sigma.device)
         factor = target * self.polar_scale / sigma.clamp_min(1e-30)
-        return update * torch.where(sigma > 0, factor, torch.zeros_like(factor)).to(update.dtype)
+        factor = torch.where(sigma > 0, factor, torch.zeros_like(factor)).to(update.dtype)
+        return update * factor.reshape(factor.shape + (1,) * (update.ndim - factor.ndim))
 
-    def from_polar(self, polar: Tensor, target: float) -> Tensor:
-        return self.from_matrices(polar * (target * self.polar_scale))
+    def from_polar(self, polar: Tensor, target: float | Tensor) -> Tensor:
+        return self.from_matrices(polar * per_member(target * self.polar_scale, polar))
 
     def project_piece(self, weight: Tensor) -> Tensor:
         return self.from_polar(orthogonalize(self.matrices(weight)), 1.0)
@@ -89,10 +94,10 @@ class Linear(MatrixAtom):
         return self.polar_scale * _orthogonal(self.d_out, self.d_in, generator)
 
     def matrices(self, weight: Tensor) -> Tensor:
-        return weight.unsqueeze(0)
+        return weight.unsqueeze(-3)
 
     def from_matrices(self, matrices: Tensor) -> Tensor:
-        return matrices.squeeze(0)
+        return matrices.squeeze(-3)
 
     def describe(self) -> str:
         return f"Linear({self.d_out}, {self.d_in})"
@@ -120,11 +125,14 @@ class Conv2D(MatrixAtom):
         return self.from_matrices(self.polar_scale * slices)
 
     def matrices(self, weight: Tensor) -> Tensor:
-        return weight.permute(2, 3, 0, 1).reshape(self.slice_count, self.d_out, self.d_in)
+        lead = weight.shape[:-4]
+        slices = weight.movedim((-2, -1), (-4, -3))  # (…, k, k, c_out, c_in)
+        return slices.reshape(*lead, self.slice_count, self.d_out, self.d_in)
 
     def from_matrices(self, matrices: Tensor) -> Tensor:
-        k = self.kernel_size
-        return matrices.reshape(k, k, self.d_out, self.d_in).permute(2, 3, 0, 1).contiguous()
+        k, lead = self.kernel_size, matrices.shape[:-3]
+        slices = matrices.reshape(*lead, k, k, self.d_out, self.d_in)
+        return slices.movedim((-4, -3), (-2, -1)).contiguous()
 
     def describe(self) -> str:
         return f"Conv2D({self.d_out}, {self.d_in}, k={self.kernel_size})"
@@ -154,12 +162,12 @@ class Embed(Atom):
     def atom_norm(self, weight: Tensor) -> float:
         return float(_row_rms(weight.float()).max())
 
-    def normalize_piece(self, update: Tensor, target: float, state: PowerIterationState | None,
+    def normalize_piece(self, update: Tensor, target: float | Tensor, state: PowerIterationState | None,
                         index: int) -> Tensor:
         # As in the paper's code: every embedding vector is set to RMS τ, the same as the duality map.
         return _rescale_rows(update, target)
 
-    def dualize_piece(self, grad: Tensor, target: float) -> Tensor:
+    def dualize_piece(self, grad: Tensor, target: float | Tensor) -> Tensor:
         return _rescale_rows(grad, target)
 
     def project_piece(self, weight: Tensor) -> Tensor:
@@ -173,7 +181,7 @@ def _row_rms(matrix: Tensor) -> Tensor:
     return matrix.pow(2).mean(dim=-1, keepdim=True).sqrt()
 
 
-def _rescale_rows(matrix: Tensor, target: float) -> Tensor:
+def _rescale_rows(matrix: Tensor, target: float | Tensor) -> Tensor:
     rms = _row_rms(matrix.float())
-    factor = torch.where(rms > 0, target / rms.clamp_min(1e-30), torch.zeros_like(rms))
+    factor = torch.where(rms > 0, per_member(target, rms) / rms.clamp_min(1e-30), torch.zeros_like(rms))
     return matrix * factor.to(matrix.dtype)

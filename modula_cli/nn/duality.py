@@ -13,27 +13,29 @@ from .module import Atom
 from .orthogonalize import orthogonalize
 
 
-def dualize_atoms(atoms: Sequence[Atom], grads: Sequence[Tensor], targets: Sequence[float], method: str,
-                  steps: int | None) -> list[Tensor]:
-    """Dualize each atom's gradient to its target norm.
+def dualize_atoms(atoms: Sequence[Atom], grads: Sequence[Tensor], shares: Sequence[float],
+                  target_norm: float | Tensor, method: str, steps: int | None) -> list[Tensor]:
+    """Dualize each atom's gradient to ``target_norm × its share``.
 
-    Same-shape matrices of different layers (and the k² slices of each conv kernel) share one batched
-    call, each matrix normalised on its own; layers are never flattened into one matrix.
+    Same-shape matrices of different layers (and the k² slices of each conv kernel, and the stacked
+    networks of a packed sweep) share one batched call, each matrix normalised on its own; layers are
+    never flattened into one matrix.
     """
-    if not len(atoms) == len(grads) == len(targets):
+    if not len(atoms) == len(grads) == len(shares):
         raise ValueError(f"dualize: expected {len(atoms)} gradient tensors, got {len(grads)}")
     out: list[Tensor | None] = [None] * len(atoms)
     groups: dict[tuple, list[tuple[int, Tensor]]] = defaultdict(list)
-    for i, (atom, grad, target) in enumerate(zip(atoms, grads, targets)):
-        if target == 0:
+    for i, (atom, grad, share) in enumerate(zip(atoms, grads, shares)):
+        if share == 0:
             out[i] = torch.zeros_like(grad)
         elif isinstance(atom, MatrixAtom):
             stack = atom.matrices(grad)
             groups[(tuple(stack.shape[-2:]), stack.dtype, stack.device)].append((i, stack))
         else:
-            out[i] = atom.dualize_piece(grad, target)
+            out[i] = atom.dualize_piece(grad, target_norm * share)
     for members in groups.values():
-        polar = orthogonalize(torch.cat([stack for _, stack in members]), method=method, steps=steps)
-        for (i, _), piece in zip(members, polar.split([s.shape[0] for _, s in members])):
-            out[i] = atoms[i].from_polar(piece, targets[i])
+        flat = [stack.reshape(-1, *stack.shape[-2:]) for _, stack in members]
+        polar = orthogonalize(torch.cat(flat), method=method, steps=steps)
+        for (i, stack), piece in zip(members, polar.split([f.shape[0] for f in flat])):
+            out[i] = atoms[i].from_polar(piece.reshape(stack.shape), target_norm * shares[i])
     return out  # type: ignore[return-value]

@@ -20,6 +20,14 @@ if TYPE_CHECKING:
 Weights = list[Tensor]
 
 
+def per_member(value: float | Tensor, like: Tensor) -> float | Tensor:
+    """A per-network value of shape (K,) reshaped to broadcast over ``like`` (K, …); floats pass through."""
+    if isinstance(value, Tensor) and value.ndim == 1:
+        value = value.reshape(value.shape + (1,) * (like.ndim - 1)).to(like.device)
+        return value if value.dtype == torch.bool else value.to(like.dtype)
+    return value
+
+
 class Module:
     """Base class: mass, sensitivity, a norm on the weights, and the recursive maps of SPEC §2.2."""
 
@@ -77,31 +85,32 @@ class Module:
     def _shares(self, target: float) -> list[float]:
         raise NotImplementedError
 
-    def dualize(self, g: Sequence[Tensor], target_norm: float = 1.0, method: str = "polar_express",
+    # ``target_norm`` may be a tensor of shape (K,) when every weight tensor carries a leading axis of K
+    # stacked networks (a packed LR sweep): each network then gets its own target.
+
+    def dualize(self, g: Sequence[Tensor], target_norm: float | Tensor = 1.0, method: str = "polar_express",
                 steps: int | None = None) -> Weights:
         """Duality map of the modular norm: one tensor per atom, whole update of modular norm τ."""
         from .duality import dualize_atoms
 
-        return dualize_atoms(list(self.atoms()), g, self._scaled_shares(target_norm), method, steps)
+        return dualize_atoms(list(self.atoms()), g, self.target_shares(), target_norm, method, steps)
 
-    def normalize(self, u: Sequence[Tensor], target_norm: float = 1.0,
+    def normalize(self, u: Sequence[Tensor], target_norm: float | Tensor = 1.0,
                   state: PowerIterationState | None = None) -> Weights:
         """Rescale each atom's piece to its share of τ (exact spectral norms, or power iteration)."""
-        shares = self._scaled_shares(target_norm)
-        return [atom.normalize_piece(piece, share, state, index) if share > 0 else torch.zeros_like(piece)
+        shares = self.target_shares()
+        return [atom.normalize_piece(piece, target_norm * share, state, index) if share > 0
+                else torch.zeros_like(piece)
                 for index, (atom, piece, share) in enumerate(zip(self.atoms(), u, shares, strict=True))]
 
-    def regularize(self, w: Sequence[Tensor], strength: float) -> Weights:
+    def regularize(self, w: Sequence[Tensor], strength: float | Tensor) -> Weights:
         """Weight decay split like a target norm: each atom's weights shrink by (1 − its share)."""
-        shares = self._scaled_shares(strength)
-        return [piece * (1.0 - share) for piece, share in zip(w, shares, strict=True)]
+        return [piece * (1.0 - per_member(strength * share, piece))
+                for piece, share in zip(w, self.target_shares(), strict=True)]
 
     def project(self, w: Sequence[Tensor]) -> Weights:
         """Put every atom's weights back on their unit ball, as at initialisation."""
         return [atom.project_piece(piece) for atom, piece in zip(self.atoms(), w, strict=True)]
-
-    def _scaled_shares(self, target: float) -> list[float]:
-        return [target * share for share in self.target_shares()]
 
     def tare(self, mass: float = 1.0) -> Module:
         """Rescale every mass in the subtree by one factor so that the total becomes ``mass``."""

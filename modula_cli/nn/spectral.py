@@ -25,9 +25,11 @@ class PowerIterationState:
         A = matrix.float()
         v = self.vectors.get(index)
         if v is None or v.shape != (*A.shape[:-2], A.shape[-1]) or v.device != A.device:
+            # One start vector per atom, shared by every slice and stacked network, so a packed sweep
+            # starts exactly where its separate runs start.
             generator = torch.Generator().manual_seed(self.seed + index)
-            v = torch.randn(*A.shape[:-2], A.shape[-1], generator=generator).to(A.device)
-            v = v / v.norm(dim=-1, keepdim=True)
+            v = torch.randn(A.shape[-1], generator=generator).to(A.device)
+            v = (v / v.norm()).expand(*A.shape[:-2], A.shape[-1]).contiguous()
         for _ in range(self.iterations):
             u = torch.einsum("...ij,...j->...i", A, v)
             u = u / u.norm(dim=-1, keepdim=True).clamp_min(1e-30)
