@@ -9,4 +9,4 @@ done
 sweep_dir=outputs/sweeps/small_gpt_width/gpt_shakespeare
 modula-sweep-report "$sweep_dir"
 mkdir -p docs/results/small_gpt_width
-cp "$sweep_dir"/{results.csv,optimal_lr.csv,transfer.png,scale.png} docs/results/small_gpt_width/
+cp "$sweep_dir"/{results.csv,optimal_lr.csv,transfer.png,scale.png,scale.csv} docs/results/small_gpt_width/
