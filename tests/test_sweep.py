@@ -153,17 +153,6 @@ def test_report_cli_on_missing_dir(tmp_path):
     assert result.returncode != 0 and "no sweep directory" in result.stderr
 
 
-def test_ray_launcher_on_a_local_ray(text_tmp):
-    pytest.importorskip("hydra_plugins.hydra_ray_launcher", reason="needs the ray extra: pip install -e '.[ray]'")
-    sweep_dir = text_tmp / "sweep"
-    # the plugin's own `ray` config starts a local Ray; `ray_cluster` joins a running one (same code path)
-    result = sweep_cli(text_tmp, "arch.width=8", "optim.lr=0.1,0.2", "hydra/launcher=ray",
-                       "+hydra.launcher.ray.init.num_cpus=2", "+hydra.launcher.ray.remote.num_cpus=1",
-                       sweep_dir=sweep_dir)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "sweep finished: 2 completed, 0 skipped, 0 diverged, 0 failed" in result.stdout
-
-
 def test_report_puts_several_modes_on_one_figure(tmp_path):
     sweep_dir = tmp_path / "sweep"
     curves = {"normed": {32: {0.125: 2.2, 0.25: 2.0}, 64: {0.125: 2.0, 0.25: 1.9}},
