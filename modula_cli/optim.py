@@ -6,6 +6,7 @@ base direction (SGD momentum or Adam, with the ``c_t = (1 − β)^{t/(t+1)}`` bi
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -64,6 +65,9 @@ class OptimState:
     momentum: list[Tensor]
     second_moment: list[Tensor] = field(default_factory=list)
     power: PowerIterationState | None = None
+    # This step's schedule factor and EMA weights c_t(β1), c_t(β2), as device scalars: set by a fill (no
+    # host sync), read as tensors so a compiled update never sees a changing Python number.
+    scalars: Tensor | None = None
 
     def state_dict(self) -> dict:
         return {"momentum": self.momentum, "second_moment": self.second_moment,
@@ -79,7 +83,8 @@ class OptimState:
 def init_state(weights: list[Tensor], cfg: OptimConfig) -> OptimState:
     zeros = lambda: [torch.zeros_like(w) for w in weights]  # noqa: E731
     return OptimState(momentum=zeros(), second_moment=zeros() if cfg.name == "adam" else [],
-                      power=PowerIterationState(cfg.power_iterations) if cfg.mode == "normed" else None)
+                      power=PowerIterationState(cfg.power_iterations) if cfg.mode == "normed" else None,
+                      scalars=torch.zeros(3, device=weights[0].device))
 
 
 def ema_weight(beta: float, t: int) -> float:
@@ -89,14 +94,14 @@ def ema_weight(beta: float, t: int) -> float:
 
 # --- base directions --------------------------------------------------------------------------------
 
-def sgd_direction(state: OptimState, grads: list[Tensor], cfg: OptimConfig, t: int) -> list[Tensor]:
-    torch._foreach_lerp_(state.momentum, grads, ema_weight(cfg.beta1, t))
+def sgd_direction(state: OptimState, grads: list[Tensor], cfg: OptimConfig) -> list[Tensor]:
+    torch._foreach_lerp_(state.momentum, grads, state.scalars[1])
     return state.momentum
 
 
-def adam_direction(state: OptimState, grads: list[Tensor], cfg: OptimConfig, t: int) -> list[Tensor]:
-    torch._foreach_lerp_(state.momentum, grads, ema_weight(cfg.beta1, t))
-    torch._foreach_lerp_(state.second_moment, torch._foreach_mul(grads, grads), ema_weight(cfg.beta2, t))
+def adam_direction(state: OptimState, grads: list[Tensor], cfg: OptimConfig) -> list[Tensor]:
+    torch._foreach_lerp_(state.momentum, grads, state.scalars[1])
+    torch._foreach_lerp_(state.second_moment, torch._foreach_mul(grads, grads), state.scalars[2])
     denominator = torch._foreach_sqrt(state.second_moment)
     if cfg.eps:
         torch._foreach_add_(denominator, cfg.eps)
@@ -110,18 +115,17 @@ BASE_DIRECTIONS: dict[str, Callable[..., list[Tensor]]] = {"sgd": sgd_direction,
 
 # --- modes --------------------------------------------------------------------------------------------
 
-def unnormed(net: Module, u: list[Tensor], lr: float | Tensor, state: OptimState,
-             cfg: OptimConfig) -> list[Tensor]:
-    if isinstance(lr, Tensor):  # one LR per stacked network
+def unnormed(net: Module, u: list[Tensor], lr: Tensor, state: OptimState, cfg: OptimConfig) -> list[Tensor]:
+    if lr.ndim:  # one LR per stacked network
         return [piece * per_member(lr, piece) for piece in u]
     return torch._foreach_mul(u, lr)
 
 
-def normed(net: Module, u: list[Tensor], lr: float, state: OptimState, cfg: OptimConfig) -> list[Tensor]:
+def normed(net: Module, u: list[Tensor], lr: Tensor, state: OptimState, cfg: OptimConfig) -> list[Tensor]:
     return net.normalize(u, lr, state=state.power)
 
 
-def dualized(net: Module, u: list[Tensor], lr: float, state: OptimState, cfg: OptimConfig) -> list[Tensor]:
+def dualized(net: Module, u: list[Tensor], lr: Tensor, state: OptimState, cfg: OptimConfig) -> list[Tensor]:
     return net.dualize(u, lr, method=cfg.ortho, steps=cfg.ortho_steps)
 
 
@@ -144,18 +148,34 @@ def schedule_factor(kind: str, t: int, total: int, warmup: int = 0) -> float:
     raise ValueError(f"unknown schedule {kind!r}; allowed: {', '.join(SCHEDULES)}")
 
 
-@torch.no_grad()
 def optimizer_step(net: Module, weights: list[Tensor], grads: list[Tensor], state: OptimState, cfg: OptimConfig,
-                   t: int, total_steps: int, base_lr: Tensor | None = None,
-                   active: Tensor | None = None) -> float | Tensor:
-    """One update of ``weights`` in place; returns the learning rate used.
+                   t: int, total_steps: int, base_lr: Tensor | None = None, active: Tensor | None = None,
+                   compile: bool = False) -> Tensor:
+    """One update of ``weights`` in place at step t (0-based); returns the learning rate used (a tensor).
 
     Packed sweeps stack K networks on a leading axis: ``base_lr`` then holds one LR per network and
-    ``active`` (bool, K) freezes the networks that diverged.
+    ``active`` (bool, K) freezes the networks that diverged. ``compile`` runs the update through
+    ``torch.compile`` (compiled once: every per-step number reaches it as a tensor).
     """
-    lr = (cfg.base_lr if base_lr is None else base_lr) * schedule_factor(cfg.schedule, t, total_steps,
-                                                                          cfg.warmup_steps)
-    u = BASE_DIRECTIONS[cfg.name](state, grads, cfg, t)
+    factor = schedule_factor(cfg.schedule, t, total_steps, cfg.warmup_steps)
+    for slot, value in enumerate((factor, ema_weight(cfg.beta1, t), ema_weight(cfg.beta2, t))):
+        state.scalars[slot].fill_(value)
+    base = cfg.base_lr if base_lr is None else base_lr
+    # A normed first step draws the power-iteration start vectors (a CPU generator, which torch.compile
+    # cannot trace), so it runs eagerly; the compiled update then sees a filled state.
+    first_normed = state.power is not None and not state.power.vectors
+    update = _compiled_update() if compile and not first_normed else apply_update
+    return update(net, weights, grads, state, cfg, base, active)
+
+
+@torch.no_grad()
+def apply_update(net: Module, weights: list[Tensor], grads: list[Tensor], state: OptimState, cfg: OptimConfig,
+                 base_lr: float | Tensor, active: Tensor | None) -> Tensor:
+    """base direction → mode map → ``w ← w − Δ`` → weight decay, with this step's scalars in ``state``."""
+    lr = state.scalars[0] * base_lr
+    if active is not None:  # frozen members take no step and no weight decay
+        lr = torch.where(active, lr, torch.zeros_like(lr))
+    u = BASE_DIRECTIONS[cfg.name](state, grads, cfg)
     delta = MODE_MAPS[cfg.mode](net, u, lr, state, cfg)
     if active is not None:
         delta = [torch.where(per_member(active, d).bool(), d, torch.zeros_like(d)) for d in delta]
@@ -164,6 +184,11 @@ def optimizer_step(net: Module, weights: list[Tensor], grads: list[Tensor], stat
         decayed = net.regularize(weights, lr * cfg.wd)
         torch._foreach_copy_(weights, decayed)
     return lr
+
+
+@functools.cache
+def _compiled_update() -> Callable[..., Tensor]:
+    return torch.compile(apply_update)
 
 
 def validate_optim(cfg: OptimConfig) -> list[str]:

@@ -32,6 +32,7 @@ from tqdm import tqdm
 from .data import build_dataset
 from .loggers import JsonlLogger, WandbLogger
 from .models import build_model
+from .nn import Module
 from .optim import init_state, optimizer_step
 from .validate import check_config, optim_config, resolve_device
 
@@ -180,6 +181,25 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
     return summaries[0] if not optim_config(cfg).packed else _pack_result(summaries)
 
 
+def losses_and_hits(net: Module, weights: list[torch.Tensor], x: torch.Tensor, y: torch.Tensor,
+                    members: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean cross-entropy and correct-prediction count of each network on one batch, shape (K,) each.
+
+    ``members=K``: the weights carry a leading member axis (a packed sweep); the shared batch gets one
+    too (a view, no copy) and every atom applies its K weights in one batched call."""
+    count = members or 1
+    logits = net(x.expand(count, *x.shape) if members else x, weights).float()
+    logits = logits.reshape(-1, logits.shape[-1])
+    targets = y.reshape(1, -1).expand(count, -1).reshape(-1)
+    loss = F.cross_entropy(logits, targets, reduction="none").view(count, -1).mean(dim=1)
+    return loss, (logits.argmax(-1) == targets).view(count, -1).sum(dim=1)
+
+
+def grads_of(losses: torch.Tensor, weights: list[torch.Tensor]) -> list[torch.Tensor]:
+    # Members share no weight, so the gradient of the summed loss is each member's own gradient.
+    return list(torch.autograd.grad(losses.sum(), weights))
+
+
 def _pack_result(summaries: list[dict]) -> dict:
     return {"status": "packed", "members": summaries, "train_loss": None, "test_loss": None,
             "steps_done": max(s.get("steps_done", 0) for s in summaries)}
@@ -200,10 +220,9 @@ def _train(cfg: DictConfig, run_dir: Path, members: list[Member], rank: int, wor
     data = build_dataset(cfg.data.name, **data_options)
     net = build_model(cfg.arch, data)
     weights = net.initialize(seed=train_cfg.seed, device=device)
-    if packed:  # K identical copies on a leading axis; torch.func differentiates each one
+    if packed:  # K identical copies on a leading member axis
         weights = [w.unsqueeze(0).repeat(K, *([1] * w.ndim)) for w in weights]
-    else:
-        weights = [w.requires_grad_() for w in weights]
+    weights = [w.requires_grad_() for w in weights]
     state = init_state(weights, opt)
     member_lrs = torch.tensor([m.lr for m in members], device=device) if packed else None
     active = torch.ones(K, dtype=torch.bool, device=device) if packed else None
@@ -214,27 +233,19 @@ def _train(cfg: DictConfig, run_dir: Path, members: list[Member], rank: int, wor
     autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if train_cfg.dtype == "bfloat16"
                 else nullcontext())
 
-    def logits_of(w: list[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    def member_losses(w: list[torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         with autocast:
-            return net(x, w).float()
-
-    def loss_fn(w: list[torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        logits = logits_of(w, x)
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+            return losses_and_hits(net, w, x, y, K if packed else None)
 
     def loss_and_grads(w: list[torch.Tensor], x: torch.Tensor, y: torch.Tensor):
-        if packed:  # one gradient per member, all on the same batch
-            grads, loss = torch.func.vmap(torch.func.grad_and_value(loss_fn), in_dims=(0, None, None))(w, x, y)
-            return loss, list(grads)
-        loss = loss_fn(w, x, y)
-        return loss.detach().reshape(1), list(torch.autograd.grad(loss, w))
+        loss = member_losses(w, x, y)[0]
+        return loss.detach(), grads_of(loss, w)
 
+    if train_cfg.compile:
+        # A sweep runs many configurations in one process; Dynamo's per-function recompile limit would
+        # otherwise send the later runs back to eager.
+        torch._dynamo.reset()
     compute = torch.compile(loss_and_grads) if train_cfg.compile else loss_and_grads
-
-    def eval_member(w: list[torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        logits = logits_of(w, x)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
-        return loss, (logits.argmax(-1) == y).sum()
 
     # --- resume -----------------------------------------------------------------------------------------
     start, elapsed, wandb_ids = 0, 0.0, [None] * K
@@ -289,10 +300,7 @@ def _train(cfg: DictConfig, run_dir: Path, members: list[Member], rank: int, wor
         count = 0
         with torch.no_grad():
             for x, y in eval_batches:
-                if packed:
-                    loss, hits = torch.func.vmap(eval_member, in_dims=(0, None, None))(weights, x, y)
-                else:
-                    loss, hits = eval_member(weights, x, y)
+                loss, hits = member_losses(weights, x, y)
                 losses += loss
                 correct += hits
                 count += y.numel()
@@ -349,13 +357,14 @@ def _train(cfg: DictConfig, run_dir: Path, members: list[Member], rank: int, wor
                 pieces = flat[:-K].split([g.numel() for g in grads])
                 grads = [piece.view_as(g) for piece, g in zip(pieces, grads)]
                 loss = flat[-K:]
-            lr = optimizer_step(net, weights, grads, state, opt, t, steps, base_lr=member_lrs, active=active)
+            lr = optimizer_step(net, weights, grads, state, opt, t, steps, base_lr=member_lrs, active=active,
+                                compile=train_cfg.compile)
             recent[t % window] = loss
             elapsed += time.perf_counter() - tick
 
             last = t == steps - 1
             if t % train_cfg.log_every == 0 or last:
-                losses, lrs = loss.tolist(), (lr.tolist() if packed else [lr])
+                losses, lrs = loss.tolist(), lr.reshape(-1).tolist()
                 throughput = (t + 1 - start) * units_per_step * K / max(elapsed - elapsed_at_start, 1e-9)
                 for k in range(K):
                     if statuses[k] != "completed":

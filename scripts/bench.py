@@ -3,8 +3,10 @@
 1. Mode overhead: whole training step (loss and gradient → base optimiser → mode map → update) on the
    real model and optimiser code with synthetic batches, ms/step and the ratios normed ÷ unnormed and
    dualized ÷ unnormed, for ResMLP (width 64, 8 blocks) and GPT (widths 128 and 768).
-2. Packed sweeps: K LRs trained as one stacked ensemble vs K separate runs, in runs per hour.
-3. On CUDA: GPT tokens/s and model FLOPs utilisation (6 · parameters · tokens / time / peak).
+2. torch.compile of the model step and the optimiser update vs eager, per mode.
+3. Packed sweeps: K LRs trained as one stacked ensemble vs K separate runs, in runs per hour.
+4. GPT tokens/s, float32 and bfloat16, eager and compiled; on CUDA also the model FLOPs utilisation
+   (6 · parameters · tokens / time / peak).
 
     python scripts/bench.py                  # CPU, or CUDA when present
     python scripts/bench.py --defaults       # issue 4's table: every architecture at its config defaults
@@ -17,12 +19,12 @@ import time
 from types import SimpleNamespace
 
 import torch
-import torch.nn.functional as F
 from omegaconf import OmegaConf
 
 from modula_cli.config import CONFIG_DIR
 from modula_cli.models import build_model
 from modula_cli.optim import OptimConfig, init_state, optimizer_step
+from modula_cli.run import grads_of, losses_and_hits
 
 MODES = ("unnormed", "normed", "dualized")
 
@@ -34,16 +36,17 @@ def fake_data(arch_name: str, context: int) -> SimpleNamespace:
 
 
 def step_time(arch: dict, optimizer: str, mode: str, batch_size: int, context: int, steps: int, device: str,
-              pack: int = 0) -> float:
-    """Seconds per training step; ``pack=K`` trains K LRs at once as a stacked ensemble."""
+              pack: int = 0, compile: bool = False, bf16: bool = False) -> float:
+    """Seconds per training step; ``pack=K`` trains K LRs at once as a stacked ensemble; ``compile`` runs
+    the loss-and-gradient and the optimiser update through torch.compile (compiled in the warm-up); ``bf16``
+    runs the forward pass under bfloat16 autocast, as ``train.dtype=bfloat16`` does."""
     data = fake_data(arch["name"], context)
     net = build_model(OmegaConf.create(arch), data)
     weights = net.initialize(0, device=device)
     lrs = [1e-3 * 2**k for k in range(pack)] if pack else None
     if pack:
         weights = [w.unsqueeze(0).repeat(pack, *([1] * w.ndim)) for w in weights]
-    else:
-        weights = [w.requires_grad_() for w in weights]
+    weights = [w.requires_grad_() for w in weights]
     cfg = OptimConfig(name=optimizer, mode=mode, lr=lrs or 1e-3)
     state = init_state(weights, cfg)
     base_lr = torch.tensor(lrs, device=device) if pack else None
@@ -54,18 +57,18 @@ def step_time(arch: dict, optimizer: str, mode: str, batch_size: int, context: i
         x = torch.randn(batch_size, *data.input_shape, device=device)
         y = torch.randint(0, data.num_classes, (batch_size,), device=device)
 
-    def loss_fn(w, x, y):
-        logits = net(x, w)
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+    def loss_and_grads(w, x, y):
+        with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16):
+            losses = losses_and_hits(net, w, x, y, pack or None)[0]
+        return grads_of(losses, w)
 
-    packed_grads = torch.func.vmap(torch.func.grad(loss_fn), in_dims=(0, None, None))
+    if compile:
+        torch._dynamo.reset()
+    compute = torch.compile(loss_and_grads) if compile else loss_and_grads
 
     def step(t: int) -> None:
-        if pack:
-            grads = list(packed_grads(weights, x, y))
-        else:
-            grads = list(torch.autograd.grad(loss_fn(weights, x, y), weights))
-        optimizer_step(net, weights, grads, state, cfg, t, steps + 3, base_lr=base_lr)
+        optimizer_step(net, weights, compute(weights, x, y), state, cfg, t, steps + 3, base_lr=base_lr,
+                       compile=compile)
 
     for t in range(3):
         step(t)
@@ -100,6 +103,18 @@ def mode_table(cases: list[tuple[str, dict]], optimizers: list[str], args) -> No
                   flush=True)
 
 
+def compile_table(cases: list[tuple[str, dict]], args) -> None:
+    print(f"\ntorch.compile (model step and optimiser update) vs eager, Adam on {args.device}, ms/step")
+    print(f"{'arch':<14}{'width':>6}{'mode':>10}{'eager':>10}{'compiled':>10}{'speed-up':>10}")
+    for name, arch in cases:
+        for mode in MODES:
+            eager = step_time(arch, "adam", mode, args.batch_size, args.context, args.steps, args.device)
+            compiled = step_time(arch, "adam", mode, args.batch_size, args.context, args.steps, args.device,
+                                 compile=True)
+            print(f"{name:<14}{arch['width']:>6}{mode:>10}{1e3 * eager:>10.1f}{1e3 * compiled:>10.1f}"
+                  f"{eager / compiled:>9.2f}x", flush=True)
+
+
 def packing_table(cases: list[tuple[str, dict]], args) -> None:
     k = args.pack
     print(f"\npacked sweep of K = {k} LRs vs {k} separate runs (normed Adam, {args.device}, batch {args.batch_size}); "
@@ -115,16 +130,24 @@ def packing_table(cases: list[tuple[str, dict]], args) -> None:
               f"{packed_rate:>15.0f}{packed_rate / separate_rate:>9.2f}x", flush=True)
 
 
-def gpu_throughput(widths: list[int], args) -> None:
-    peak = args.peak_tflops * 1e12
-    print(f"\nGPT throughput on {torch.cuda.get_device_name()} (float32 step, peak {args.peak_tflops} TFLOP/s)")
+def throughput_table(widths: list[int], args) -> None:
+    """GPT tokens/s for float32 and bfloat16 autocast, eager and compiled; MFU against the peak on CUDA."""
+    name = torch.cuda.get_device_name() if args.device == "cuda" else f"cpu ({torch.get_num_threads()} threads)"
+    peak = args.peak_tflops * 1e12 if args.device == "cuda" else None
+    print(f"\nGPT throughput on {name}, normed Adam, batch {args.batch_size}, context {args.context}"
+          + (f"; MFU = 6 · parameters · tokens/s ÷ {args.peak_tflops} TFLOP/s" if peak else ""))
+    print(f"{'width':>6}{'dtype':>10}{'compiled':>10}{'tokens/s':>14}" + (f"{'MFU':>8}" if peak else ""))
     for width in widths:
-        arch = load_arch("gpt", width=width)
+        arch = load_arch("gpt", width=width, heads=8 if width >= 768 else None)
         net = build_model(OmegaConf.create(arch), fake_data("gpt", args.context))
         params = sum(w.numel() for w in net.initialize(0))
-        seconds = step_time(arch, "adam", "normed", args.batch_size, args.context, args.steps, "cuda")
-        tokens = args.batch_size * args.context / seconds
-        print(f"  width {width:>5}: {tokens:>12,.0f} tokens/s   MFU {6 * params * tokens / peak:6.1%}", flush=True)
+        for bf16 in (False, True):
+            for compile in (False, True):
+                seconds = step_time(arch, "adam", "normed", args.batch_size, args.context, args.steps, args.device,
+                                    compile=compile, bf16=bf16)
+                tokens = args.batch_size * args.context / seconds
+                print(f"{width:>6}{'bfloat16' if bf16 else 'float32':>10}{'yes' if compile else 'no':>10}"
+                      f"{tokens:>14,.0f}" + (f"{6 * params * tokens / peak:>8.1%}" if peak else ""), flush=True)
 
 
 def main() -> None:
@@ -137,6 +160,7 @@ def main() -> None:
     parser.add_argument("--run-steps", type=int, default=10000, help="steps of one run, for runs per hour")
     parser.add_argument("--peak-tflops", type=float, default=989.0, help="GPU peak (H100 dense bf16: 989)")
     parser.add_argument("--skip-gpt768", action="store_true", help="leave out the width-768 GPT (slow on CPU)")
+    parser.add_argument("--skip-compile", action="store_true", help="leave out the torch.compile table")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
     if args.defaults:
@@ -147,9 +171,10 @@ def main() -> None:
     if not args.skip_gpt768:
         cases.append(("gpt", load_arch("gpt", width=768, heads=8)))
     mode_table(cases, ["adam"], args)
+    if not args.skip_compile:
+        compile_table(cases[:2], args)
     packing_table([("resmlp", load_arch("resmlp", width=64, depth=8)), ("gpt", load_arch("gpt", width=32))], args)
-    if args.device == "cuda":
-        gpu_throughput([128, 768], args)
+    throughput_table([128] if args.skip_gpt768 else [128, 768], args)
 
 
 if __name__ == "__main__":

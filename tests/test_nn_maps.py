@@ -181,3 +181,36 @@ def test_stacked_networks_match_separate_calls(name):
                    for p, s in zip(packed_dual, net.dualize(grads[k], float(t), method="svd")))
         assert all(torch.allclose(p[k], s) for p, s in zip(packed_decay, net.regularize(grads[k], float(t))))
         assert net.norm([p[k] for p in packed_dual]) == pytest.approx(float(t), rel=1e-5)
+
+
+NET_INPUTS = {
+    "resmlp": lambda g: torch.randn(3, 3, 2, 2, generator=g),
+    "resnet": lambda g: torch.randn(3, 3, 6, 6, generator=g),
+    "gpt": lambda g: torch.randint(0, 11, (3, 8), generator=g),
+}
+
+
+@pytest.mark.parametrize("name", NETS)
+def test_stacked_forward_matches_separate_forwards(name):
+    """K networks with weights on a leading member axis, applied to the shared batch with that axis added
+    (a view), give each network's own output. K equals the batch size here, so a member axis mistaken for
+    the batch axis would still broadcast and only the values would catch it."""
+    net = NETS[name]()
+    x = NET_INPUTS[name](torch.Generator().manual_seed(0))
+    members = [net.initialize(seed) for seed in (1, 2, 3)]
+    stacked = [torch.stack(pieces) for pieces in zip(*members)]
+    out = net(x.expand(3, *x.shape), stacked)
+    for k, w in enumerate(members):
+        assert torch.allclose(out[k], net(x, w), atol=1e-5, rtol=1e-4)
+
+
+def test_stacked_atoms_match_per_member_calls():
+    g = torch.Generator().manual_seed(0)
+    conv, linear, embed = Conv2D(5, 3), Linear(6, 4), Embed(4, 9)
+    cases = [(conv, torch.randn(2, 7, 3, 5, 5, generator=g)), (linear, torch.randn(2, 7, 3, 4, generator=g)),
+             (embed, torch.randint(0, 9, (2, 7, 3), generator=g))]
+    for atom, x in cases:
+        w = torch.stack([atom.init_weight(g) for _ in range(2)])
+        out = atom(x, [w])
+        for k in range(2):
+            assert torch.allclose(out[k], atom(x[k], [w[k]]), atol=1e-6)

@@ -86,7 +86,12 @@ class Linear(MatrixAtom):
         self.features_in, self.features_out = d_in, d_out
 
     def apply(self, x: Tensor, weight: Tensor) -> Tensor:
-        return F.linear(x, weight)
+        if weight.ndim == 2:
+            return F.linear(x, weight)
+        # Packed members: x (K, …, d_in), weight (K, d_out, d_in) → one batched matmul.
+        members, *middle, _ = x.shape
+        y = torch.bmm(x.reshape(members, -1, self.d_in), weight.transpose(-2, -1))
+        return y.reshape(members, *middle, self.d_out)
 
     def init_weight(self, generator: torch.Generator) -> Tensor:
         if self.init_std is not None:
@@ -118,7 +123,14 @@ class Conv2D(MatrixAtom):
         self.features_in, self.features_out = c_in, c_out
 
     def apply(self, x: Tensor, weight: Tensor) -> Tensor:
-        return F.conv2d(x, weight, stride=self.stride, padding=self.padding)
+        if weight.ndim == 4:
+            return F.conv2d(x, weight, stride=self.stride, padding=self.padding)
+        # Packed members: x (K, B, c_in, H, W) → channels (B, K·c_in, H, W), one grouped convolution.
+        members, batch = x.shape[:2]
+        grouped = x.transpose(0, 1).reshape(batch, members * self.d_in, *x.shape[-2:])
+        y = F.conv2d(grouped, weight.reshape(members * self.d_out, *weight.shape[2:]), stride=self.stride,
+                     padding=self.padding, groups=members)
+        return y.reshape(batch, members, self.d_out, *y.shape[-2:]).transpose(0, 1)
 
     def init_weight(self, generator: torch.Generator) -> Tensor:
         slices = torch.stack([_orthogonal(self.d_out, self.d_in, generator) for _ in range(self.slice_count)])
@@ -151,7 +163,12 @@ class Embed(Atom):
         self.features_out = d_embed
 
     def apply(self, x: Tensor, weight: Tensor) -> Tensor:
-        return F.embedding(x, weight)
+        if weight.ndim == 2:
+            return F.embedding(x, weight)
+        # Packed members: weight (K, num_embed, d) read as one table; member k's rows start at k·num_embed.
+        members = weight.shape[0]
+        offsets = torch.arange(members, device=x.device).reshape(members, *([1] * (x.ndim - 1)))
+        return F.embedding(x + offsets * self.num_embed, weight.reshape(-1, self.d_embed))
 
     def init_weight(self, generator: torch.Generator) -> Tensor:
         vectors = torch.randn(self.num_embed, self.d_embed, generator=generator)

@@ -113,7 +113,11 @@ class FunctionalAttention(Bond):
     def apply(self, x):
         q, k, v = x
         scale = self.scale if self.scale is not None else 1.0 / q.shape[-1]
-        return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal, scale=scale)
+        # Extra leading axes (packed members) fold into the batch axis: the fused kernels take 4-D input.
+        lead = q.shape[:-3]
+        q, k, v = (t.reshape(-1, *t.shape[-3:]) for t in (q, k, v))
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal, scale=scale)
+        return out.reshape(*lead, *out.shape[1:])
 
 
 class AddHeads(Bond):
@@ -142,23 +146,28 @@ class RemoveHeads(Bond):
 
 
 class Flatten(Bond):
+    """Flattens the last ``trailing_dims`` axes (an image's C, H, W), keeping every leading axis."""
 
     shape_preserving = False
+
+    def __init__(self, trailing_dims: int = 3):
+        self.trailing_dims = trailing_dims
+
     def apply(self, x):
-        return x.flatten(start_dim=1)
+        return x.flatten(start_dim=-self.trailing_dims)
 
 
 class AvgPool(Bond):
-    """Adaptive average pool of (batch, C, H, W) to (batch, C, 1, 1)."""
+    """Average pool of (…, C, H, W) to (…, C, 1, 1)."""
 
     def apply(self, x):
-        return F.adaptive_avg_pool2d(x, 1)
+        return x.mean(dim=(-2, -1), keepdim=True)
 
 
 class Enumerate(Bond):
-    """Token positions 0 … T−1 of a (batch, T) input."""
+    """Token positions 0 … T−1 of a (…, T) input, shaped (1, …, 1, T) to broadcast over its leading axes."""
 
     shape_preserving = False
 
     def apply(self, x):
-        return torch.arange(x.shape[-1], device=x.device)
+        return torch.arange(x.shape[-1], device=x.device).reshape(*([1] * (x.ndim - 1)), x.shape[-1])
