@@ -10,7 +10,7 @@ from torch import Tensor
 
 from .module import Atom, per_member
 from .orthogonalize import orthogonalize
-from .spectral import PowerIterationState, exact_spectral_norm
+from .spectral import exact_spectral_norm
 
 
 def _check_dims(atom: str, **dims: int) -> None:
@@ -55,10 +55,11 @@ class MatrixAtom(Atom):
         sigma = exact_spectral_norm(self.matrices(weight)).max()
         return float(sigma) / self.polar_scale
 
-    def normalize_piece(self, update: Tensor, target: float | Tensor, state: PowerIterationState | None,
-                        index: int) -> Tensor:
-        matrices = self.matrices(update)
-        norms = exact_spectral_norm(matrices) if state is None else state.spectral_norm(index, matrices)
+    def normalize_piece(self, update: Tensor, target: float | Tensor, norms: Tensor | None = None) -> Tensor:
+        """``norms``: the slices' spectral norms, shape (…, slices), if already estimated (power iteration);
+        exact ones otherwise."""
+        if norms is None:
+            norms = exact_spectral_norm(self.matrices(update))
         sigma = norms.amax(dim=-1)  # over the slices: one σ per network
         if isinstance(target, Tensor):
             target = target.to(sigma.device)
@@ -179,8 +180,7 @@ class Embed(Atom):
     def atom_norm(self, weight: Tensor) -> float:
         return float(_row_rms(weight.float()).max())
 
-    def normalize_piece(self, update: Tensor, target: float | Tensor, state: PowerIterationState | None,
-                        index: int) -> Tensor:
+    def normalize_piece(self, update: Tensor, target: float | Tensor, norms: Tensor | None = None) -> Tensor:
         # As in the paper's code: every embedding vector is set to RMS τ, the same as the duality map.
         return _rescale_rows(update, target)
 

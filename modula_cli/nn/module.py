@@ -98,10 +98,19 @@ class Module:
     def normalize(self, u: Sequence[Tensor], target_norm: float | Tensor = 1.0,
                   state: PowerIterationState | None = None) -> Weights:
         """Rescale each atom's piece to its share of τ (exact spectral norms, or power iteration)."""
-        shares = self.target_shares()
-        return [atom.normalize_piece(piece, target_norm * share, state, index) if share > 0
+        from .atoms import MatrixAtom
+
+        atoms, shares = list(self.atoms()), self.target_shares()
+        if len(u) != len(atoms):
+            raise ValueError(f"normalize: expected {len(atoms)} update tensors, got {len(u)}")
+        norms: dict[int, Tensor] = {}
+        if state is not None:  # one warm-started power iteration for all matrices of each shape
+            norms = state.spectral_norms({i: atom.matrices(piece) for i, (atom, piece, share)
+                                          in enumerate(zip(atoms, u, shares)) if isinstance(atom, MatrixAtom)
+                                          and share > 0})
+        return [atom.normalize_piece(piece, target_norm * share, norms.get(index)) if share > 0
                 else torch.zeros_like(piece)
-                for index, (atom, piece, share) in enumerate(zip(self.atoms(), u, shares, strict=True))]
+                for index, (atom, piece, share) in enumerate(zip(atoms, u, shares))]
 
     def regularize(self, w: Sequence[Tensor], strength: float | Tensor) -> Weights:
         """Weight decay split like a target norm: each atom's weights shrink by (1 − its share)."""
@@ -242,9 +251,9 @@ class Atom(Module):
     def _shares(self, target: float) -> list[float]:
         return [target if self.mass > 0 else 0.0]
 
-    def normalize_piece(self, update: Tensor, target: float, state: PowerIterationState | None,
-                        index: int) -> Tensor:
-        """``target · update / ||update||_atom``; a zero update stays zero."""
+    def normalize_piece(self, update: Tensor, target: float | Tensor, norms: Tensor | None = None) -> Tensor:
+        """``target · update / ||update||_atom``; a zero update stays zero. ``norms``: precomputed
+        spectral norms of a matrix atom's slices (power iteration), else computed exactly."""
         raise NotImplementedError
 
     def project_piece(self, weight: Tensor) -> Tensor:

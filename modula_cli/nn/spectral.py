@@ -6,6 +6,8 @@ between steps, where the previous singular vector makes two iterations enough.
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 import torch
 from torch import Tensor
 
@@ -22,7 +24,30 @@ class PowerIterationState:
 
     def spectral_norm(self, index: int, matrix: Tensor) -> Tensor:
         """Estimate of σ_max over the last two dimensions (a tensor; no host synchronisation)."""
-        A = matrix.float()
+        return self.spectral_norms({index: matrix})[index]
+
+    def spectral_norms(self, matrices: dict[int, Tensor]) -> dict[int, Tensor]:
+        """σ_max estimates of several atoms' matrices, keyed by atom index. Atoms whose matrices have the
+        same shape iterate together in one batched call (a deep net has many equal layers, and a small
+        one is otherwise bound by per-layer launch overhead); each keeps its own vector."""
+        groups: dict[tuple, list[int]] = defaultdict(list)
+        for index, matrix in matrices.items():
+            groups[(tuple(matrix.shape), matrix.device)].append(index)
+        sigmas = {}
+        for indices in groups.values():
+            A = torch.stack([matrices[i] for i in indices]).float()
+            v = torch.stack([self._vector(i, A[0]) for i in indices])
+            for _ in range(self.iterations):
+                u = torch.einsum("...ij,...j->...i", A, v)
+                u = u / u.norm(dim=-1, keepdim=True).clamp_min(1e-30)
+                v = torch.einsum("...ij,...i->...j", A, u)
+                sigma = v.norm(dim=-1)
+                v = v / sigma.unsqueeze(-1).clamp_min(1e-30)
+            for i, vector, value in zip(indices, v.unbind(), sigma.unbind()):
+                self.vectors[i], sigmas[i] = vector, value
+        return sigmas
+
+    def _vector(self, index: int, A: Tensor) -> Tensor:
         v = self.vectors.get(index)
         if v is None or v.shape != (*A.shape[:-2], A.shape[-1]) or v.device != A.device:
             # One start vector per atom, shared by every slice and stacked network, so a packed sweep
@@ -30,14 +55,7 @@ class PowerIterationState:
             generator = torch.Generator().manual_seed(self.seed + index)
             v = torch.randn(A.shape[-1], generator=generator).to(A.device)
             v = (v / v.norm()).expand(*A.shape[:-2], A.shape[-1]).contiguous()
-        for _ in range(self.iterations):
-            u = torch.einsum("...ij,...j->...i", A, v)
-            u = u / u.norm(dim=-1, keepdim=True).clamp_min(1e-30)
-            v = torch.einsum("...ij,...i->...j", A, u)
-            sigma = v.norm(dim=-1)
-            v = v / sigma.unsqueeze(-1).clamp_min(1e-30)
-        self.vectors[index] = v
-        return sigma
+        return v
 
     def state_dict(self) -> dict:
         return {"iterations": self.iterations, "seed": self.seed,
