@@ -10,6 +10,7 @@
 
     python scripts/bench.py                  # CPU, or CUDA when present
     python scripts/bench.py --defaults       # issue 4's table: every architecture at its config defaults
+    python scripts/bench.py --tables pack    # one section only (modes, compile, pack, throughput)
 """
 
 from __future__ import annotations
@@ -105,14 +106,17 @@ def mode_table(cases: list[tuple[str, dict]], optimizers: list[str], args) -> No
 
 def compile_table(cases: list[tuple[str, dict]], args) -> None:
     print(f"\ntorch.compile (model step and optimiser update) vs eager, Adam on {args.device}, ms/step")
-    print(f"{'arch':<14}{'width':>6}{'mode':>10}{'eager':>10}{'compiled':>10}{'speed-up':>10}")
+    print(f"{'arch':<14}{'width':>6}{'mode':>10}{'eager':>10}{'compiled':>10}{'speed-up':>10}"
+          f"{'compiled mode/un':>18}")
     for name, arch in cases:
+        compiled_unnormed = None
         for mode in MODES:
             eager = step_time(arch, "adam", mode, args.batch_size, args.context, args.steps, args.device)
             compiled = step_time(arch, "adam", mode, args.batch_size, args.context, args.steps, args.device,
                                  compile=True)
+            compiled_unnormed = compiled_unnormed or compiled
             print(f"{name:<14}{arch['width']:>6}{mode:>10}{1e3 * eager:>10.1f}{1e3 * compiled:>10.1f}"
-                  f"{eager / compiled:>9.2f}x", flush=True)
+                  f"{eager / compiled:>9.2f}x{compiled / compiled_unnormed:>18.2f}", flush=True)
 
 
 def packing_table(cases: list[tuple[str, dict]], args) -> None:
@@ -160,21 +164,30 @@ def main() -> None:
     parser.add_argument("--run-steps", type=int, default=10000, help="steps of one run, for runs per hour")
     parser.add_argument("--peak-tflops", type=float, default=989.0, help="GPU peak (H100 dense bf16: 989)")
     parser.add_argument("--skip-gpt768", action="store_true", help="leave out the width-768 GPT (slow on CPU)")
-    parser.add_argument("--skip-compile", action="store_true", help="leave out the torch.compile table")
+    parser.add_argument("--tables", default="modes,compile,pack,throughput",
+                        help="comma-separated subset of: modes, compile, pack, throughput")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
     if args.defaults:
         cases = [(name, load_arch(name)) for name in ("gpt", "standard_gpt", "resmlp", "resnet")]
         mode_table(cases, ["adam", "sgd"], args)
         return
+    tables = set(args.tables.split(","))
+    unknown = tables - {"modes", "compile", "pack", "throughput"}
+    if unknown:
+        parser.error(f"--tables: unknown {sorted(unknown)}; allowed: modes, compile, pack, throughput")
     cases = [("resmlp", load_arch("resmlp", width=64, depth=8)), ("gpt", load_arch("gpt", width=128))]
     if not args.skip_gpt768:
         cases.append(("gpt", load_arch("gpt", width=768, heads=8)))
-    mode_table(cases, ["adam"], args)
-    if not args.skip_compile:
+    if "modes" in tables:
+        mode_table(cases, ["adam"], args)
+    if "compile" in tables:
         compile_table(cases[:2], args)
-    packing_table([("resmlp", load_arch("resmlp", width=64, depth=8)), ("gpt", load_arch("gpt", width=32))], args)
-    throughput_table([128] if args.skip_gpt768 else [128, 768], args)
+    if "pack" in tables:
+        packing_table([("resmlp", load_arch("resmlp", width=64, depth=8)), ("gpt", load_arch("gpt", width=32))],
+                      args)
+    if "throughput" in tables:
+        throughput_table([128] if args.skip_gpt768 else [128, 768], args)
 
 
 if __name__ == "__main__":
