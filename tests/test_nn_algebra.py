@@ -125,6 +125,21 @@ def test_tare_and_print_shows_shares():
     assert "Linear(8, 4)" in text and "share 0.25" in text and "mass 4" in text
 
 
+def test_target_shares_follow_mass_changes_after_caching():
+    """Shares are cached on each module; changing masses (tare of the whole net or of a sub-module held
+    elsewhere) must give the shares of a net built with those masses from the start."""
+    first, second = Linear(5, 6), Linear(4, 5, mass=3.0)
+    net = second @ first
+    assert net.target_shares() == pytest.approx([1 / 4, 3 / 4])
+    first.tare(3.0)  # through the sub-module: the parent's cache must notice
+    assert net.target_shares() == pytest.approx([1 / 2, 1 / 2])
+    gpt = GPT(vocab_size=10, context=8, num_heads=2, width=8, depth=2)
+    before = gpt.target_shares()
+    gpt.tare(2.0)
+    fresh = GPT(vocab_size=10, context=8, num_heads=2, width=8, depth=2).tare(2.0)
+    assert gpt.target_shares() == pytest.approx(fresh.target_shares()) and gpt.target_shares() != before
+
+
 @pytest.mark.parametrize("make, message", [
     (lambda: Linear(4, 3) @ Linear(5, 6), "3 features"),
     (lambda: Linear(4, 3) ** -1, "-1"),

@@ -79,8 +79,15 @@ class Module:
         raise NotImplementedError
 
     def target_shares(self) -> list[float]:
-        """Each atom's share of a target norm τ under the recursive split of SPEC §2.2 (τ = 1)."""
-        return self._shares(1.0)
+        """Each atom's share of a target norm τ under the recursive split of SPEC §2.2 (τ = 1).
+
+        Cached: the optimiser asks every step, and the recursion costs more than a small net's update.
+        The split depends only on the masses (the structure never changes), so they are the cache key."""
+        masses = tuple(atom.mass for atom in self.atoms())
+        cached = self.__dict__.get("_shares_cache")
+        if cached is None or cached[0] != masses:
+            cached = self._shares_cache = (masses, tuple(self._shares(1.0)))
+        return list(cached[1])
 
     def _shares(self, target: float) -> list[float]:
         raise NotImplementedError
