@@ -3,8 +3,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 SHARED_SHAKESPEARE = Path(__file__).resolve().parents[2] / "shared" / "data" / "shakespeare" / "input.txt"
+
+
+@pytest.fixture(autouse=True)
+def _fixed_global_seed():
+    """Every test starts from the same global RNG state, so a result never depends on which tests ran
+    before it (or on -k selecting it alone)."""
+    torch.manual_seed(0)
 
 
 def write_cifar_batches(folder: Path, per_batch: int = 16, test_size: int = 24, seed: int = 0) -> None:

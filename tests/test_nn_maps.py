@@ -137,13 +137,14 @@ def test_zero_gradient_stays_zero():
 
 def test_power_iteration_state_converges_when_warm_started():
     net = NETS["resmlp"]()
-    g = [torch.randn_like(t) for t in net.initialize(0)]
+    generator = torch.Generator().manual_seed(1)
+    g = [torch.randn(t.shape, generator=generator) for t in net.initialize(0)]
     state = PowerIterationState(iterations=2)
-    first = net.norm(net.normalize(g, 1.0, state=state))
-    for _ in range(10):
-        last = net.norm(net.normalize(g, 1.0, state=state))
-    assert first >= 1.0  # power iteration underestimates σ, so the first update overshoots
-    assert last == pytest.approx(1.0, rel=1e-3)
+    norms = [net.norm(net.normalize(g, 1.0, state=state)) for _ in range(40)]
+    # Power iteration underestimates σ, so updates overshoot, less with every warm-started call. Random
+    # 16 × 16 matrices have close top singular values, hence the slow convergence (1.0048 after 12 calls).
+    assert norms[0] >= 1.0 and all(a >= b - 1e-6 for a, b in zip(norms, norms[1:]))
+    assert norms[-1] == pytest.approx(1.0, rel=1e-3)
     restored = PowerIterationState()
     restored.load_state_dict(state.state_dict())
     assert all(torch.equal(state.vectors[i], restored.vectors[i]) for i in state.vectors)

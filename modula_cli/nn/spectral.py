@@ -35,14 +35,16 @@ class PowerIterationState:
             groups[(tuple(matrix.shape), matrix.device)].append(index)
         sigmas = {}
         for indices in groups.values():
-            A = torch.stack([matrices[i] for i in indices]).float()
-            v = torch.stack([self._vector(i, A[0]) for i in indices])
+            A = torch.stack([matrices[i] for i in indices]) if len(indices) > 1 else matrices[indices[0]][None]
+            A = A.float()
+            v = torch.stack([self._vector(i, A[0]) for i in indices]).unsqueeze(-1)  # column vectors
             for _ in range(self.iterations):
-                u = torch.einsum("...ij,...j->...i", A, v)
-                u = u / u.norm(dim=-1, keepdim=True).clamp_min(1e-30)
-                v = torch.einsum("...ij,...i->...j", A, u)
-                sigma = v.norm(dim=-1)
-                v = v / sigma.unsqueeze(-1).clamp_min(1e-30)
+                u = A @ v
+                u = u / u.norm(dim=-2, keepdim=True).clamp_min(1e-30)
+                v = A.mT @ u
+                sigma = v.norm(dim=-2, keepdim=True)
+                v = v / sigma.clamp_min(1e-30)
+            v, sigma = v.squeeze(-1), sigma.squeeze(-1).squeeze(-1)
             for i, vector, value in zip(indices, v.unbind(), sigma.unbind()):
                 self.vectors[i], sigmas[i] = vector, value
         return sigmas
