@@ -252,30 +252,32 @@ def test_cli_diverged_exits_zero_and_bad_config_exits_nonzero(tmp_path, tiny_tex
 
 
 @pytest.mark.slow
-def test_torchrun_two_cpu_processes_match_one(tmp_path, tiny_text_root):
-    args = tiny_gpt(tiny_text_root, "train.steps=8")
+@pytest.mark.parametrize("lr, member", [("0.25", ""), ("[0.05,0.2]", "optim.lr=0.2")])
+def test_torchrun_two_cpu_processes_match_one(lr, member, tmp_path, tiny_text_root):
+    args = tiny_gpt(tiny_text_root, "train.steps=8", f"optim.lr={lr}")
     single = run_cli([sys.executable, "-m", "modula_cli.train", *args, f"hydra.run.dir={tmp_path / 'one'}"], tmp_path)
     assert single.returncode == 0, single.stderr
     ddp = run_cli([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29517",
                    "-m", "modula_cli.train", *args, f"hydra.run.dir={tmp_path / 'two'}"], tmp_path,
                   {"OMP_NUM_THREADS": "1"})
     assert ddp.returncode == 0, ddp.stderr[-3000:]
-    one, two = read_losses(tmp_path / "one"), read_losses(tmp_path / "two")
+    one, two = read_losses(tmp_path / "one" / member), read_losses(tmp_path / "two" / member)
     assert [s for s, *_ in one] == [s for s, *_ in two]
     for (_, a, at), (_, b, bt) in zip(one, two):
         assert (a is None) == (b is None) and (a is None or abs(a - b) < 1e-4)
         assert (at is None) == (bt is None) and (at is None or abs(at - bt) < 1e-4)
-    assert json.loads((tmp_path / "two" / "summary.json").read_text())["world_size"] == 2
+    assert json.loads((tmp_path / "two" / member / "summary.json").read_text())["world_size"] == 2
 
 
 @pytest.mark.slow
-def test_torch_compile_matches_eager(tmp_path, tiny_text_root):
-    eager = compose_config(*tiny_gpt(tiny_text_root, "train.steps=6"))
-    compiled = compose_config(*tiny_gpt(tiny_text_root, "train.steps=6", "train.compile=true"))
-    train(eager, tmp_path / "eager")
-    train(compiled, tmp_path / "compiled")
-    for (s1, a, at), (s2, b, bt) in zip(read_losses(tmp_path / "eager"), read_losses(tmp_path / "compiled")):
-        assert s1 == s2 and (a is None or abs(a - b) < 1e-4) and (at is None or abs(at - bt) < 1e-4)
+@pytest.mark.parametrize("lr, member_dirs", [("0.25", [""]),
+                                             ("[0.05,0.2]", ["optim.lr=0.05", "optim.lr=0.2"])])
+def test_torch_compile_matches_eager(lr, member_dirs, tmp_path, tiny_text_root):
+    """Compiled loss-and-gradient step and optimiser update, for a single run and a packed one."""
+    for name, extra in (("eager", []), ("compiled", ["train.compile=true"])):
+        train(compose_config(*tiny_gpt(tiny_text_root, "train.steps=6", f"optim.lr={lr}", *extra)), tmp_path / name)
+    for member in member_dirs:
+        assert_same_losses(tmp_path / "eager" / member, tmp_path / "compiled" / member, tol=1e-4)
 
 
 def assert_same_losses(a_dir, b_dir, tol=2e-4):
