@@ -61,6 +61,8 @@ class Module:
     # --- the function ---------------------------------------------------------------------------
 
     def forward(self, x: Any, w: Sequence[Tensor]) -> Any:
+        """The network function. Packed (K stacked networks): every weight has a leading member axis of K
+        and so does ``x`` (``x.expand(K, *x.shape)`` for a shared batch); output k is network k's."""
         raise NotImplementedError
 
     def __call__(self, x: Any, w: Sequence[Tensor]) -> Any:
