@@ -8,15 +8,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .checks import require_positive_ints
 from .module import Atom, per_member
 from .orthogonalize import orthogonalize
 from .spectral import exact_spectral_norm
-
-
-def _check_dims(atom: str, **dims: int) -> None:
-    for key, value in dims.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{atom}: {key} must be a positive integer, got {value!r}")
 
 
 def _orthogonal(rows: int, cols: int, generator: torch.Generator) -> Tensor:
@@ -81,7 +76,7 @@ class Linear(MatrixAtom):
     """
 
     def __init__(self, d_out: int, d_in: int, mass: float = 1.0, init_std: float | None = None):
-        _check_dims("Linear", d_out=d_out, d_in=d_in)
+        require_positive_ints("Linear", d_out=d_out, d_in=d_in)
         super().__init__(mass=mass, sensitivity=1.0)
         self.d_out, self.d_in, self.init_std = d_out, d_in, init_std
         self.features_in, self.features_out = d_in, d_out
@@ -114,7 +109,7 @@ class Conv2D(MatrixAtom):
 
     def __init__(self, c_out: int, c_in: int, kernel_size: int = 3, stride: int = 1, padding: int = 1,
                  mass: float = 1.0):
-        _check_dims("Conv2D", c_out=c_out, c_in=c_in, kernel_size=kernel_size, stride=stride)
+        require_positive_ints("Conv2D", c_out=c_out, c_in=c_in, kernel_size=kernel_size, stride=stride)
         if isinstance(padding, bool) or not isinstance(padding, int) or padding < 0:
             raise ValueError(f"Conv2D: padding must be a non-negative integer, got {padding!r}")
         super().__init__(mass=mass, sensitivity=1.0)
@@ -158,7 +153,7 @@ class Embed(Atom):
     """
 
     def __init__(self, d_embed: int, num_embed: int, mass: float = 1.0, init_std: float | None = None):
-        _check_dims("Embed", d_embed=d_embed, num_embed=num_embed)
+        require_positive_ints("Embed", d_embed=d_embed, num_embed=num_embed)
         super().__init__(mass=mass, sensitivity=1.0)
         self.d_embed, self.num_embed, self.init_std = d_embed, num_embed, init_std
         self.features_out = d_embed

@@ -8,7 +8,8 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-from .module import Bond
+from .checks import require_positive_ints
+from .module import Add, Bond, Identity, Mul  # noqa: F401 - the algebra's own bonds, re-exported
 
 
 def _dims(dims: int | Sequence[int]) -> tuple[int, ...]:
@@ -16,35 +17,6 @@ def _dims(dims: int | Sequence[int]) -> tuple[int, ...]:
     if not dims or any(d >= 0 for d in dims):
         raise ValueError(f"normalisation dims must be trailing (negative) dimensions, got {dims}")
     return tuple(sorted(dims))
-
-
-class Identity(Bond):
-    def apply(self, x):
-        return x
-
-
-class Add(Bond):
-    """Sum of a tuple of inputs."""
-
-    def apply(self, x):
-        total = x[0]
-        for term in x[1:]:
-            total = total + term
-        return total
-
-
-class Mul(Bond):
-    def __init__(self, scalar: float):
-        if not isinstance(scalar, (int, float)) or isinstance(scalar, bool) or scalar == 0:
-            raise ValueError(f"Mul needs a nonzero number, got {scalar!r}")
-        self.scalar = float(scalar)
-        self._sensitivity = abs(self.scalar)
-
-    def apply(self, x):
-        return self.scalar * x
-
-    def describe(self) -> str:
-        return f"Mul({self.scalar:.4g})"
 
 
 class Abs(Bond):
@@ -126,8 +98,7 @@ class AddHeads(Bond):
     shape_preserving = False
 
     def __init__(self, num_heads: int):
-        if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
-            raise ValueError(f"AddHeads: num_heads must be a positive integer, got {num_heads!r}")
+        require_positive_ints("AddHeads", num_heads=num_heads)
         self.num_heads = num_heads
 
     def apply(self, x):

@@ -10,13 +10,8 @@ import math
 from .atoms import Conv2D, Embed, Linear
 from .bonds import (Abs, AddHeads, AvgPool, Enumerate, Flatten, FunctionalAttention, GELU, Identity, LayerNorm,
                     MeanSubtract, RemoveHeads, RMSDivide, ScaledGELU)
+from .checks import require_positive_ints
 from .module import Module, named
-
-
-def _positive_int(owner: str, **values: int) -> None:
-    for key, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{owner}: {key} must be a positive integer, got {value!r}")
 
 
 def _positive_mass(owner: str, mass: float) -> None:
@@ -35,7 +30,7 @@ def Residual(residue: Module, depth: int, blocks_mass: float) -> Module:
 
 def ResMLP(width: int, depth: int, block_depth: int, input_dim: int, output_dim: int,
            blocks_mass: float = 1.0) -> Module:
-    _positive_int("ResMLP", width=width, depth=depth, block_depth=block_depth, input_dim=input_dim,
+    require_positive_ints("ResMLP", width=width, depth=depth, block_depth=block_depth, input_dim=input_dim,
                   output_dim=output_dim)
     _positive_mass("ResMLP", blocks_mass)
     initial = Linear(width, input_dim) @ Flatten()
@@ -46,7 +41,7 @@ def ResMLP(width: int, depth: int, block_depth: int, input_dim: int, output_dim:
 
 def ResNet(width: int, depth: int, block_depth: int, in_channels: int, num_classes: int,
            blocks_mass: float = 20.0, kernel_size: int = 3) -> Module:
-    _positive_int("ResNet", width=width, depth=depth, block_depth=block_depth, in_channels=in_channels,
+    require_positive_ints("ResNet", width=width, depth=depth, block_depth=block_depth, in_channels=in_channels,
                   num_classes=num_classes, kernel_size=kernel_size)
     _positive_mass("ResNet", blocks_mass)
     if kernel_size % 2 == 0:
@@ -62,7 +57,7 @@ def ResNet(width: int, depth: int, block_depth: int, in_channels: int, num_class
 
 
 def Attention(num_heads: int, d_embed: int, d_query: int, d_value: int, causal: bool = True) -> Module:
-    _positive_int("Attention", num_heads=num_heads, d_embed=d_embed, d_query=d_query, d_value=d_value)
+    require_positive_ints("Attention", num_heads=num_heads, d_embed=d_embed, d_query=d_query, d_value=d_value)
     Q = AddHeads(num_heads) @ Linear(num_heads * d_query, d_embed)
     K = AddHeads(num_heads) @ Linear(num_heads * d_query, d_embed)
     V = AddHeads(num_heads) @ Linear(num_heads * d_value, d_embed)
@@ -79,7 +74,7 @@ def _check_heads(owner: str, width: int, num_heads: int) -> None:
 
 def GPT(vocab_size: int, context: int, num_heads: int, width: int, depth: int,
         blocks_mass: float = 5.0) -> Module:
-    _positive_int("GPT", vocab_size=vocab_size, context=context, num_heads=num_heads, width=width, depth=depth)
+    require_positive_ints("GPT", vocab_size=vocab_size, context=context, num_heads=num_heads, width=width, depth=depth)
     _positive_mass("GPT", blocks_mass)
     _check_heads("GPT", width, num_heads)
     d_head = width // num_heads
@@ -102,7 +97,7 @@ def StandardGPT(vocab_size: int, context: int, num_heads: int, width: int, depth
     plain residual sums ``x + f(LN(x))`` and no forward scale factors. LayerNorms carry no gain and
     embeddings are not tied (our weights are one tensor per atom). Train it with unnormed optimisers.
     """
-    _positive_int("StandardGPT", vocab_size=vocab_size, context=context, num_heads=num_heads, width=width,
+    require_positive_ints("StandardGPT", vocab_size=vocab_size, context=context, num_heads=num_heads, width=width,
                   depth=depth)
     _check_heads("StandardGPT", width, num_heads)
     d_head = width // num_heads

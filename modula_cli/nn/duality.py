@@ -4,16 +4,25 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from typing import Protocol
 
 import torch
 from torch import Tensor
 
-from .atoms import MatrixAtom
-from .module import Atom
 from .orthogonalize import orthogonalize
 
 
-def dualize_atoms(atoms: Sequence[Atom], grads: Sequence[Tensor], shares: Sequence[float],
+class DualizableAtom(Protocol):
+    """What the duality map needs of an atom (``module.Atom`` provides it; no import back to it)."""
+
+    def matrices(self, weight: Tensor) -> Tensor | None: ...
+
+    def from_polar(self, polar: Tensor, target: float | Tensor) -> Tensor: ...
+
+    def dualize_piece(self, grad: Tensor, target: float | Tensor) -> Tensor: ...
+
+
+def dualize_atoms(atoms: Sequence[DualizableAtom], grads: Sequence[Tensor], shares: Sequence[float],
                   target_norm: float | Tensor, method: str, steps: int | None) -> list[Tensor]:
     """Dualize each atom's gradient to ``target_norm × its share``.
 
@@ -28,8 +37,7 @@ def dualize_atoms(atoms: Sequence[Atom], grads: Sequence[Tensor], shares: Sequen
     for i, (atom, grad, share) in enumerate(zip(atoms, grads, shares)):
         if share == 0:
             out[i] = torch.zeros_like(grad)
-        elif isinstance(atom, MatrixAtom):
-            stack = atom.matrices(grad)
+        elif (stack := atom.matrices(grad)) is not None:  # matrix atoms: orthogonalised in batches
             groups[(tuple(stack.shape[-2:]), stack.dtype, stack.device)].append((i, stack))
         else:
             out[i] = atom.dualize_piece(grad, target_norm * share)

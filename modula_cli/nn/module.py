@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from .duality import dualize_atoms
+
 if TYPE_CHECKING:
     from .spectral import PowerIterationState
 
@@ -100,23 +102,19 @@ class Module:
     def dualize(self, g: Sequence[Tensor], target_norm: float | Tensor = 1.0, method: str = "polar_express",
                 steps: int | None = None) -> Weights:
         """Duality map of the modular norm: one tensor per atom, whole update of modular norm τ."""
-        from .duality import dualize_atoms
-
         return dualize_atoms(list(self.atoms()), g, self.target_shares(), target_norm, method, steps)
 
     def normalize(self, u: Sequence[Tensor], target_norm: float | Tensor = 1.0,
                   state: PowerIterationState | None = None) -> Weights:
         """Rescale each atom's piece to its share of τ (exact spectral norms, or power iteration)."""
-        from .atoms import MatrixAtom
-
         atoms, shares = list(self.atoms()), self.target_shares()
         if len(u) != len(atoms):
             raise ValueError(f"normalize: expected {len(atoms)} update tensors, got {len(u)}")
         norms: dict[int, Tensor] = {}
         if state is not None:  # one warm-started power iteration for all matrices of each shape
-            norms = state.spectral_norms({i: atom.matrices(piece) for i, (atom, piece, share)
-                                          in enumerate(zip(atoms, u, shares)) if isinstance(atom, MatrixAtom)
-                                          and share > 0})
+            matrices = {i: atom.matrices(piece) for i, (atom, piece, share) in enumerate(zip(atoms, u, shares))
+                        if share > 0}
+            norms = state.spectral_norms({i: stack for i, stack in matrices.items() if stack is not None})
         return [atom.normalize_piece(piece, target_norm * share, norms.get(index)) if share > 0
                 else torch.zeros_like(piece)
                 for index, (atom, piece, share) in enumerate(zip(atoms, u, shares))]
@@ -157,22 +155,16 @@ class Module:
         return NotImplemented
 
     def __add__(self, other: Module) -> Module:
-        from .bonds import Add
-
         if not isinstance(other, Module):
             return NotImplemented
         return Add() @ (self, other)
 
     def __mul__(self, scalar: float) -> Module:
-        from .bonds import Mul
-
         if not isinstance(scalar, (int, float)):
             return NotImplemented
         return self @ Mul(scalar)
 
     def __rmul__(self, scalar: float) -> Module:
-        from .bonds import Mul
-
         if not isinstance(scalar, (int, float)):
             return NotImplemented
         return Mul(scalar) @ self
@@ -185,8 +177,6 @@ class Module:
         return self * (1.0 / scalar)
 
     def __pow__(self, power: int) -> Module:
-        from .bonds import Identity
-
         if isinstance(power, bool) or not isinstance(power, int) or power < 0:
             raise ValueError(f"module power must be a non-negative integer, got {power!r}")
         if power == 0:
@@ -268,6 +258,10 @@ class Atom(Module):
     def project_piece(self, weight: Tensor) -> Tensor:
         raise NotImplementedError
 
+    def matrices(self, weight: Tensor) -> Tensor | None:
+        """The weight as a batch of matrices measured in the operator norm (matrix atoms), else None."""
+        return None
+
     def _render(self, lines: list[str], prefix: str, shares: Iterator[float]) -> None:
         lines.append(f"{prefix}└─ {self.describe()}  mass {self.mass:.4g}  share {next(shares):.4g}")
 
@@ -304,6 +298,37 @@ class Bond(Module):
 
     def _shares(self, target: float) -> list[float]:
         return []
+
+
+# The bonds the operators are built from (SPEC §2.1): sums and scalar multiples.
+
+class Identity(Bond):
+    def apply(self, x):
+        return x
+
+
+class Add(Bond):
+    """Sum of a tuple of inputs."""
+
+    def apply(self, x):
+        total = x[0]
+        for term in x[1:]:
+            total = total + term
+        return total
+
+
+class Mul(Bond):
+    def __init__(self, scalar: float):
+        if not isinstance(scalar, (int, float)) or isinstance(scalar, bool) or scalar == 0:
+            raise ValueError(f"Mul needs a nonzero number, got {scalar!r}")
+        self.scalar = float(scalar)
+        self._sensitivity = abs(self.scalar)
+
+    def apply(self, x):
+        return self.scalar * x
+
+    def describe(self) -> str:
+        return f"Mul({self.scalar:.4g})"
 
 
 class Compound(Module):
