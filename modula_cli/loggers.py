@@ -1,4 +1,6 @@
-"""Run loggers. ``metrics.jsonl`` is always written; wandb is optional and can never stop training."""
+"""Run loggers. ``metrics.jsonl`` is always written; wandb is optional and can never stop training, nor
+stall it: an unreachable W&B server is detected once (a few seconds), said once per sweep, and the runs
+log offline (``wandb sync`` uploads them later)."""
 
 from __future__ import annotations
 
@@ -6,10 +8,21 @@ import json
 import logging
 import netrc
 import os
+import socket
+import threading
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
+
+from tqdm import tqdm
 
 log = logging.getLogger(__name__)
+
+PROBE_TIMEOUT_S = 5.0
+INIT_TIMEOUT_S = 15
+UNREACHABLE_MARKER = ".wandb_unreachable"  # in the sweep folder: later runs (any process) go offline quietly
+_unreachable_in_process: str | None = None
 
 
 class JsonlLogger:
@@ -32,7 +45,13 @@ class JsonlLogger:
         return self.handle.tell()
 
     def close(self) -> None:
-        self.handle.close()
+        if not self.handle.closed:
+            self.handle.close()
+
+
+def sweep_group(sweep_dir: str | Path) -> str:
+    """The wandb group of a sweep's runs and report: its last two folders, e.g. ``quick-gpt_shakespeare``."""
+    return "-".join(Path(sweep_dir).parts[-2:])
 
 
 def _has_wandb_credentials() -> bool:
@@ -44,6 +63,49 @@ def _has_wandb_credentials() -> bool:
         return False
 
 
+def _probe(url: str, timeout_s: float) -> str | None:
+    """``None`` when a TCP connection to the W&B server opens in time, else why not. Name lookup has no
+    timeout of its own, so the probe runs in a thread that is abandoned after ``timeout_s``."""
+    parsed = urlparse(url)
+    host, port = parsed.hostname or "api.wandb.ai", parsed.port or (80 if parsed.scheme == "http" else 443)
+    outcome: list[str | None] = []
+
+    def connect() -> None:
+        try:
+            socket.create_connection((host, port), timeout=timeout_s).close()
+            outcome.append(None)
+        except OSError as error:
+            outcome.append(f"{host}:{port}: {error}")
+
+    thread = threading.Thread(target=connect, daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    return outcome[0] if outcome else f"{host}:{port}: no answer within {timeout_s:.0f} s"
+
+
+def wandb_mode(requested: str | None, sweep_dir: Path | None) -> str:
+    """The mode to run wandb in: the requested one, but offline when the server cannot be reached."""
+    global _unreachable_in_process
+    mode = requested or ("online" if _has_wandb_credentials() else "offline")
+    if mode != "online":
+        return mode
+    marker = sweep_dir / UNREACHABLE_MARKER if sweep_dir else None
+    if _unreachable_in_process or (marker and marker.exists()):
+        return "offline"
+    reason = _probe(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai"), PROBE_TIMEOUT_S)
+    if reason is None:
+        return mode
+    _unreachable_in_process = reason
+    log.warning("W&B is unreachable (%s): logging offline into each run's wandb/ folder; upload later with "
+                "`wandb sync`. Said once per sweep.", reason)
+    if marker:
+        try:
+            marker.write_text(reason)
+        except OSError:
+            pass
+    return "offline"
+
+
 class WandbLogger:
     """Mirrors metrics to Weights & Biases; any wandb error turns it off with a warning."""
 
@@ -53,10 +115,9 @@ class WandbLogger:
         try:
             import wandb
 
-            mode = mode or ("online" if _has_wandb_credentials() else "offline")
             self.run = wandb.init(project=project, entity=entity, group=group, name=name, config=config,
                                   dir=str(run_dir), mode=mode, tags=tags or None, id=resume_id, resume="allow",
-                                  reinit="finish_previous")
+                                  reinit="finish_previous", settings=wandb.Settings(init_timeout=INIT_TIMEOUT_S))
         except Exception as error:  # noqa: BLE001 - a logging backend must never stop training
             log.warning("wandb disabled: %s", error)
 
@@ -82,8 +143,59 @@ class WandbLogger:
             log.warning("wandb summary not written: %s", error)
 
     def close(self) -> None:
-        if self.run is not None:
+        run, self.run = self.run, None
+        if run is not None:
             try:
-                self.run.finish()
+                run.finish()
             except Exception as error:  # noqa: BLE001
                 log.warning("wandb finish failed: %s", error)
+
+
+class RunLoggers:
+    """A run's outputs while it trains: one metrics.jsonl (and wandb run) per member, and the progress bar.
+    A context manager: everything is closed on every way out, errors and signals included."""
+
+    def __init__(self, cfg: Any, members: Any, state: Any, lead: bool, show_bar: bool, sweep_dir: Path | None):
+        self._stack = ExitStack()
+        self.metrics: list[JsonlLogger | None] = [None] * len(members)
+        self.wandbs: list[WandbLogger | None] = [None] * len(members)
+        self.bar = self._stack.enter_context(
+            tqdm(total=cfg.train.steps, initial=state.step, desc=members.items[0].run_dir.name, dynamic_ncols=True,
+                 disable=None if show_bar else True, leave=True, mininterval=1.0))  # None: only on a terminal
+        if not lead:  # ranks > 0 of a distributed run write nothing
+            return
+        mode = wandb_mode(cfg.logger.get("mode"), sweep_dir) if cfg.logger.name == "wandb" else None
+        for k, member in enumerate(members):
+            self.metrics[k] = JsonlLogger(member.run_dir / "metrics.jsonl", truncate_at=state.metrics_offsets[k])
+            self._stack.callback(self.metrics[k].close)
+            if mode is not None:
+                from omegaconf import OmegaConf
+
+                self.wandbs[k] = WandbLogger(
+                    project=cfg.logger.project, entity=cfg.logger.entity,
+                    group=cfg.logger.group or (sweep_group(sweep_dir) if sweep_dir else None),
+                    name=member.run_dir.name, config=OmegaConf.to_container(member.cfg, resolve=True),
+                    run_dir=member.run_dir, mode=mode, tags=list(cfg.logger.tags), resume_id=state.wandb_ids[k])
+                self._stack.callback(self.wandbs[k].close)
+
+    def __enter__(self) -> RunLoggers:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stack.close()
+
+    def emit(self, member: int, record: dict[str, Any]) -> None:
+        for sink in (self.metrics[member], self.wandbs[member]):
+            if sink is not None:
+                sink.log(record)
+
+    def offsets(self) -> list[int | None]:
+        return [m.offset() if m else None for m in self.metrics]
+
+    def wandb_ids(self) -> list[str | None]:
+        return [w.run_id if w else None for w in self.wandbs]
+
+    def finish(self, summaries: list[dict[str, Any]]) -> None:
+        for wandb_run, summary in zip(self.wandbs, summaries):
+            if wandb_run is not None:
+                wandb_run.summary(summary)

@@ -22,6 +22,15 @@ OPTIMIZERS = ("sgd", "adam")
 MODES = ("unnormed", "normed", "dualized")
 SCHEDULES = ("linear", "cosine", "constant")
 
+# The paper's LR grids (SPEC §9), powers of two: 2^-6 … 2^2, and 2^-13 … 2^-3 for unnormed Adam.
+LR_EXPONENTS = {("adam", "unnormed"): range(-13, -2)}
+DEFAULT_EXPONENTS = range(-6, 3)
+
+
+def lr_grid(optimizer: str, mode: str) -> list[float]:
+    return [2.0**e for e in LR_EXPONENTS.get((optimizer, mode), DEFAULT_EXPONENTS)]
+
+
 # Single-run defaults when optim.lr is null: middles of the paper's grids (SPEC §9).
 DEFAULT_LR = {
     ("sgd", "unnormed"): 2.0**-3, ("sgd", "normed"): 2.0**-2, ("sgd", "dualized"): 2.0**-2,

@@ -1,31 +1,39 @@
-"""Sweep support: the LR grids of SPEC §9, validation of a whole grid before launch, and the Hydra
-callback that writes the report and the closing line at the end of every multirun."""
+"""Sweeps: the grid validated before launch, one job per grid point, progress as runs finish, signals,
+several processes sharing one sweep folder, and the report at the end of every multirun.
+
+A launch records its planned runs in the sweep's ``sweep.json`` (with their knobs), so progress, the
+closing counts and the report's pending rows all come from the files, whichever launcher ran the jobs.
+"""
 
 from __future__ import annotations
 
 import copy
 import logging
-import sys
+import os
 import time
+import uuid
+from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock
 from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from .validate import ConfigError, config_problems
+from .identity import run_name, with_lr
+from .optim import lr_grid
+from .results import (COMPLETED, DIVERGED, FAILED, INTERRUPTED, PENDING, SKIPPED, knobs_of, launch_counts,
+                      launch_runs, read_manifest, record_launch)
+from .run import BUSY, train
+from .signals import STOP, StopRequested
+from .validate import ConfigError, check_config, optim_config
 
 log = logging.getLogger(__name__)
-
-# Powers of two (SPEC §9): normed / dualized and SGD 2^-6 … 2^2; unnormed Adam 2^-13 … 2^-3.
-LR_EXPONENTS = {("adam", "unnormed"): range(-13, -2)}
-DEFAULT_EXPONENTS = range(-6, 3)
-
-
-def lr_grid(optimizer: str, mode: str) -> list[float]:
-    return [2.0**e for e in LR_EXPONENTS.get((optimizer, mode), DEFAULT_EXPONENTS)]
+LAUNCH_ENV = "MODULA_SWEEP_LAUNCH"  # the launch id, inherited by the jobs of every launcher
 
 
 def lr_grid_string(optimizer: str, mode: str, pack: bool = False) -> str:
@@ -35,27 +43,14 @@ def lr_grid_string(optimizer: str, mode: str, pack: bool = False) -> str:
     return f"[{values}]" if pack else values
 
 
-NAMED_GROUPS = ("arch", "data", "optim")
-NAMED_KEYS = ("data.context", "data.name", "train.seed", "train.steps", "train.batch_size")
-
-
-def run_dirname(task_overrides: list[str]) -> str:
-    """A run folder named from its knob overrides (architecture, optimiser, context, seed, steps), sorted:
-    the same point of a grid always gets the same folder, and paths or logging flags never enter it."""
-    kept = []
-    for override in task_overrides:
-        key, _, value = override.lstrip("+~").partition("=")
-        if key in NAMED_GROUPS or key in NAMED_KEYS or key.startswith(("arch.", "optim.")):
-            kept.append(f"{key}={value.replace('/', '_')}")
-    return ",".join(sorted(kept)) or "default"
-
-
 def register_resolvers() -> None:
     if not OmegaConf.has_resolver("lr_grid"):
         OmegaConf.register_new_resolver("lr_grid", lr_grid_string)
     if not OmegaConf.has_resolver("run_dirname"):
-        OmegaConf.register_new_resolver("run_dirname", lambda overrides: run_dirname(list(overrides)))
+        OmegaConf.register_new_resolver("run_dirname", lambda overrides: run_name(list(overrides)))
 
+
+# --- before launch: every job composed and checked, its runs planned --------------------------------------
 
 def grid_overrides(config: DictConfig) -> list[list[str]]:
     """Every job's overrides, expanded as Hydra's basic sweeper does (config params, then command line)."""
@@ -68,8 +63,16 @@ def grid_overrides(config: DictConfig) -> list[list[str]]:
     return [list(job) for batch in batches for job in batch]
 
 
-def validate_grid(config: DictConfig) -> int:
-    """Compose every job's config and check it; raise one ConfigError listing every bad job.
+def planned_runs(job: list[str], job_cfg: DictConfig) -> dict[str, dict]:
+    """The run folders one job trains (one per LR when packed) and the knobs of each."""
+    opt, seed = optim_config(job_cfg), job_cfg.train.seed
+    if not opt.packed:
+        return {run_name(job): knobs_of(job_cfg, opt.base_lr, seed)}
+    return {run_name(with_lr(job, lr)): knobs_of(job_cfg, lr, seed) for lr in opt.lrs}
+
+
+def validate_grid(config: DictConfig) -> dict[str, dict]:
+    """Compose and check every job; return the planned runs, or raise one ConfigError listing every bad job.
 
     Jobs that choose the same config groups share one composition; each job's value overrides are then
     applied with Hydra's own override logic (so unknown keys fail exactly as they would at launch).
@@ -80,88 +83,187 @@ def validate_grid(config: DictConfig) -> int:
     parser = OverridesParser.create()
     composed: dict[tuple[str, ...], DictConfig] = {}
     problems: list[str] = []
-    jobs = grid_overrides(config)
-    for job in jobs:
+    planned: dict[str, dict] = {}
+    for job in grid_overrides(config):
         try:
             parsed = parser.parse_overrides(job)
             groups = tuple(o.input_line for o in parsed if loader.repository.group_exists(o.key_or_group))
             if groups not in composed:
                 composed[groups] = loader.load_sweep_config(config, list(groups))
             job_cfg = copy.deepcopy(composed[groups])
-            values = [o for o in parsed if o.input_line not in groups]
-            ConfigLoaderImpl._apply_overrides_to_config(values, job_cfg)
-            issues = config_problems(job_cfg)
+            ConfigLoaderImpl._apply_overrides_to_config([o for o in parsed if o.input_line not in groups], job_cfg)
+            check_config(job_cfg, job)
+            planned.update(planned_runs(job, job_cfg))
+        except ConfigError as error:
+            problems += [f"[{' '.join(job)}] {issue}" for issue in error.problems]
         except Exception as error:  # noqa: BLE001 - composition errors are problems to report too
-            issues = [str(error).splitlines()[0]]
-        problems += [f"[{' '.join(job)}] {issue}" for issue in issues]
+            problems.append(f"[{' '.join(job)}] {str(error).splitlines()[0]}")
     if problems:
         raise ConfigError(problems)
-    return len(jobs)
+    return planned
 
+
+# --- one job ----------------------------------------------------------------------------------------------
+
+@dataclass
+class _Deferred:
+    cfg: DictConfig
+    run_dir: Path
+    overrides: list[str]
+
+
+_DEFERRED: list[_Deferred] = []  # runs another process was training when their turn came (this process)
+
+
+def sweep_job(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> dict:
+    """One job of a multirun. Failures are recorded in the run's summary.json and never stop the sweep;
+    after a stop signal no run starts. A run busy in another process is, with jobs that run in this
+    process, left for the end of the sweep (other runs go first), else waited for."""
+    if STOP.requested:
+        return {"status": PENDING}
+    hydra_cfg = HydraConfig.get()
+    launcher = str(hydra_cfg.launcher.get("_target_", ""))
+    if "joblib" in launcher:
+        n_jobs = hydra_cfg.launcher.get("n_jobs") or 1
+        _share_local_hardware(hydra_cfg.job.num, n_jobs if n_jobs > 0 else (os.cpu_count() or 1))
+    in_process = launcher.endswith("BasicLauncher")
+    result = _train_job(cfg, run_dir, overrides, wait=not in_process)
+    if result["status"] == BUSY:
+        log.info("%s is being trained by %s; it will be checked again at the end of this sweep",
+                 run_dir.name, result["holder"])
+        _DEFERRED.append(_Deferred(cfg, run_dir, overrides))
+    else:
+        _report_progress(Path(hydra_cfg.sweep.dir), run_dir.name, result)
+    return result
+
+
+def _train_job(cfg: DictConfig, run_dir: Path, overrides: list[str], wait: bool) -> dict:
+    sweep_dir = run_dir.parent
+    try:
+        return train(cfg, run_dir, member_dir=lambda lr: sweep_dir / run_name(with_lr(overrides, lr)),
+                     overrides=overrides, sweep_dir=sweep_dir, launch=os.environ.get(LAUNCH_ENV), wait=wait)
+    except StopRequested:
+        if _launched_here():  # checkpointed; the sweep stops after this job
+            return {"status": INTERRUPTED}
+        raise  # a launcher's own job process (submitit): let it requeue
+    except Exception as error:  # noqa: BLE001 - recorded in the run's summary.json by train()
+        log.error("%s failed: %s: %s", run_dir.name, type(error).__name__, error)
+        return {"status": FAILED, "error": str(error)}
+
+
+_LAUNCHED_IN_PID: int | None = None
+_SIGNALS = ExitStack()  # the sweep's signal handlers, from the first job to the report
+
+
+def _launched_here() -> bool:
+    return _LAUNCHED_IN_PID == os.getpid()
+
+
+def _share_local_hardware(job_number: int, parallel_jobs: int) -> None:
+    """Parallel local jobs: one GPU each, round robin; without a GPU, split the CPU threads."""
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.set_device(job_number % torch.cuda.device_count())
+    else:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, parallel_jobs)))
+
+
+def _report_progress(sweep_dir: Path, name: str, result: dict) -> None:
+    """One line per finished job: its outcome, "k of N" of this launch, the counts so far, time left."""
+    launch = os.environ.get(LAUNCH_ENV)
+    if not launch:
+        return
+    total = len(launch_runs(sweep_dir, launch))
+    counts = launch_counts(sweep_dir, launch)
+    ended = sum(counts[s] for s in (COMPLETED, SKIPPED, DIVERGED, FAILED, INTERRUPTED))
+    trained = ended - counts[SKIPPED]
+    started = read_manifest(sweep_dir)["launches"].get(launch, {}).get("started", time.time())
+    left = (time.time() - started) / trained * (total - ended) if trained else None
+    eta = "" if left is None else f" · about {_duration(left)} left"
+    loss = result.get("train_loss")
+    outcome = result["status"] + (" (already finished)" if result.get("skipped") else "") + \
+        (f", train loss {loss:.4f}" if isinstance(loss, float) else "")
+    log.info("[%d of %d] %s: %s · so far %d completed, %d skipped, %d diverged, %d failed%s", ended, total, name,
+             outcome, counts[COMPLETED], counts[SKIPPED], counts[DIVERGED], counts[FAILED], eta)
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+# --- the whole multirun -------------------------------------------------------------------------------------
 
 class SweepCallback(Callback):
-    """Validates the grid before any job starts; after the last job writes the report, prints the counts
-    of completed, skipped, diverged and failed runs, and exits non-zero only when some run failed."""
-
-    def __init__(self) -> None:
-        self.started = time.time()
+    """Before any job: validates the grid, records the launch and takes over SIGTERM / SIGINT. After the
+    last job: trains the runs that were busy elsewhere (unless stopped), writes the report, prints the
+    counts and exits 128 + signal after a stop, 1 when some run failed, else 0."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        self.started = time.time()
+        global _LAUNCHED_IN_PID
         try:
-            jobs = validate_grid(config)
+            planned = validate_grid(config)
         except ConfigError as error:  # Hydra turns callback exceptions into warnings: exit instead
             raise SystemExit(f"sweep not launched, {error}") from error
-        log.info("sweep of %d runs into %s", jobs, config.hydra.sweep.dir)
+        launch = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        os.environ[LAUNCH_ENV], _LAUNCHED_IN_PID = launch, os.getpid()
+        record_launch(Path(config.hydra.sweep.dir), launch, planned)
+        _SIGNALS.enter_context(STOP.installed())  # not on self: launchers pickle their callbacks
+        _DEFERRED.clear()
+        log.info("sweep of %d runs into %s", len(planned), config.hydra.sweep.dir)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        from .report import write_report
-
-        sweep_dir = Path(config.hydra.sweep.dir)
-        counts = launch_counts(sweep_dir, self.started)
-        try:
-            write_report(sweep_dir)
-            if config.logger.name == "wandb":
-                log_report_to_wandb(config, sweep_dir)
-        except Exception as error:  # noqa: BLE001 - a report problem must not hide the runs' results
-            log.warning("report not written: %s", error)
-        print(f"sweep finished: {counts['completed']} completed, {counts['skipped']} skipped, "
-              f"{counts['diverged']} diverged, {counts['failed']} failed  ({sweep_dir})", flush=True)
-        if counts["failed"]:
-            sys.exit(1)
-
-
-def launch_counts(sweep_dir: Path, started: float) -> dict[str, int]:
-    """Status of each run; a finished run whose summary predates this launch counts as skipped."""
-    import json
-
-    counts = {"completed": 0, "skipped": 0, "diverged": 0, "failed": 0, "interrupted": 0}
-    for summary_path in sweep_dir.glob("*/summary.json"):
-        try:
-            status = json.loads(summary_path.read_text()).get("status")
-        except json.JSONDecodeError:
-            continue
-        if status in ("completed", "diverged") and summary_path.stat().st_mtime < started:
-            counts["skipped"] += 1
-        elif status in counts:
-            counts[status] += 1
-    return counts
+        sweep_dir, launch = Path(config.hydra.sweep.dir), os.environ.get(LAUNCH_ENV, "")
+        for deferred in _DEFERRED:
+            if STOP.requested:
+                break
+            result = _train_job(deferred.cfg, deferred.run_dir, deferred.overrides, wait=True)
+            _report_progress(sweep_dir, deferred.run_dir.name, result)
+        _write_sweep_report(config, sweep_dir)
+        counts = launch_counts(sweep_dir, launch)
+        line = (f"{counts[COMPLETED]} completed, {counts[SKIPPED]} skipped, {counts[DIVERGED]} diverged, "
+                f"{counts[FAILED]} failed")
+        stopped = STOP.signum
+        _SIGNALS.close()
+        if stopped is not None:
+            print(f"sweep stopped by signal {stopped}: {line}, {counts[INTERRUPTED]} interrupted, "
+                  f"{counts[PENDING] + counts['running']} not started  ({sweep_dir}); run the same command to "
+                  f"resume", flush=True)
+            raise SystemExit(128 + stopped)
+        print(f"sweep finished: {line}  ({sweep_dir})", flush=True)
+        if counts[FAILED]:
+            raise SystemExit(1)
 
 
-def sweep_group(sweep_dir: str | Path) -> str:
-    """The wandb group of a sweep's runs and report: its last two folders, e.g. ``quick-gpt_shakespeare``."""
-    return "-".join(Path(sweep_dir).parts[-2:])
+def _write_sweep_report(config: DictConfig, sweep_dir: Path) -> None:
+    """The report (one writer at a time: several processes may end a sweep of one folder together)."""
+    from .report import write_report
+
+    try:
+        with FileLock(str(sweep_dir / ".sweep.lock")):
+            write_report(sweep_dir, metric=config.get("sweep", {}).get("metric", "train_loss"))
+        if config.logger.name == "wandb":
+            log_report_to_wandb(config, sweep_dir)
+    except Exception as error:  # noqa: BLE001 - a report problem must not hide the runs' results
+        log.warning("report not written: %s: %s", type(error).__name__, error)
 
 
 def log_report_to_wandb(config: DictConfig, sweep_dir: Path) -> None:
+    from .loggers import sweep_group, wandb_mode
+
+    mode = wandb_mode(config.logger.get("mode"), sweep_dir)
     try:
+        import pandas as pd
         import wandb
 
         run = wandb.init(project=config.logger.project, entity=config.logger.entity,
                          group=config.logger.group or sweep_group(sweep_dir), name=f"{sweep_dir.name}-report",
-                         job_type="report", dir=str(sweep_dir), mode=config.logger.mode or None)
+                         job_type="report", dir=str(sweep_dir), mode=mode,
+                         settings=wandb.Settings(init_timeout=15))
         run.log({name: wandb.Image(str(sweep_dir / f"{name}.png")) for name in ("transfer", "scale")})
-        run.log({"optimal_lr": wandb.Table(dataframe=__import__("pandas").read_csv(sweep_dir / "optimal_lr.csv"))})
+        run.log({"optimal_lr": wandb.Table(dataframe=pd.read_csv(sweep_dir / "optimal_lr.csv"))})
         run.finish()
     except Exception as error:  # noqa: BLE001
         log.warning("report not logged to wandb: %s", error)

@@ -1,17 +1,21 @@
-"""Config checks run before any expensive work: every problem is reported at once."""
+"""Config checks run before any expensive work: every problem is reported at once, one line each."""
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 import torch
+from omegaconf import OmegaConf
 
-from .data import DATASETS
-from .models import ARCHITECTURES, LANGUAGE_ARCHS
+from .data import CONFIG_ONLY_KEYS, DATASETS
+from .models import ARCHITECTURES
+from .nn.checks import positive_int_problem
 from .optim import OptimConfig, validate_optim
 
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("float32", "bfloat16")
+CHECKED_GROUPS = ("arch", "data", "optim", "train", "sweep")  # no key may be added to these from the command line
 
 
 class ConfigError(ValueError):
@@ -21,46 +25,59 @@ class ConfigError(ValueError):
 
 
 def optim_config(cfg: Any) -> OptimConfig:
-    from omegaconf import OmegaConf
-
     return OptimConfig(**OmegaConf.to_container(cfg.optim, resolve=True))
 
 
-def _positive_int(problems: list[str], key: str, value: Any, minimum: int = 1) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        problems.append(f"{key}={value!r}; must be an integer >= {minimum}")
+def _positive_ints(problems: list[str], group: str, node: Any, keys: tuple[str, ...], minimum: int = 1) -> None:
+    for key in keys:
+        if key in node and (problem := positive_int_problem(f"{group}.{key}", node.get(key), minimum)):
+            problems.append(problem)
 
 
-def config_problems(cfg: Any) -> list[str]:
-    """All problems of one composed run config (arch, data, optim, train), without loading anything."""
+def _arch_problems(arch: Any, data: Any) -> list[str]:
     problems: list[str] = []
-    arch, data, train = cfg.arch, cfg.data, cfg.train
     if arch.name not in ARCHITECTURES:
         problems.append(f"arch.name={arch.name!r}; allowed: {', '.join(ARCHITECTURES)}")
-    if data.name not in DATASETS:
-        problems.append(f"data.name={data.name!r}; registered: {', '.join(DATASETS)}")
-    language = data.name != "cifar10"
-    if arch.name in ARCHITECTURES and data.name in DATASETS and (arch.name in LANGUAGE_ARCHS) != language:
-        kind = "a language dataset (shakespeare, tinystories, openwebtext)" if arch.name in LANGUAGE_ARCHS \
-            else "an image dataset (cifar10)"
-        problems.append(f"arch={arch.name} needs {kind}, got data={data.name}")
-    for key in ("width", "depth"):
-        _positive_int(problems, f"arch.{key}", arch.get(key))
-    if "block_depth" in arch:
-        _positive_int(problems, "arch.block_depth", arch.block_depth)
-    if "heads" in arch:
-        _positive_int(problems, "arch.heads", arch.heads)
-        if isinstance(arch.heads, int) and arch.heads > 0 and isinstance(arch.width, int) \
-                and arch.width % arch.heads:
-            problems.append(f"arch.width={arch.width} is not divisible by arch.heads={arch.heads}")
+    elif data.name in DATASETS and ARCHITECTURES[arch.name].data_kind != DATASETS[data.name].kind:
+        wanted = ARCHITECTURES[arch.name].data_kind
+        fitting = ", ".join(n for n, d in DATASETS.items() if d.kind == wanted)
+        article = "an" if wanted[0] in "aeiou" else "a"
+        problems.append(f"arch={arch.name} needs {article} {wanted} dataset ({fitting}), got data={data.name}")
+    _positive_ints(problems, "arch", arch, ("width", "depth", "block_depth", "heads"))
+    if isinstance(arch.get("heads"), int) and arch.heads > 0 and isinstance(arch.get("width"), int) \
+            and arch.width % arch.heads:
+        problems.append(f"arch.width={arch.width} is not divisible by arch.heads={arch.heads}")
     if arch.get("blocks_mass") is not None and not arch.blocks_mass > 0:
         problems.append(f"arch.blocks_mass={arch.blocks_mass}; must be > 0")
-    if "context" in data:
-        _positive_int(problems, "data.context", data.context)
-    for key in ("steps", "batch_size", "eval_batches", "log_every"):
-        _positive_int(problems, f"train.{key}", train.get(key))
-    for key in ("eval_every", "checkpoint_every"):
-        _positive_int(problems, f"train.{key}", train.get(key), minimum=0)
+    return problems
+
+
+def data_problems(data: Any) -> list[str]:
+    """The dataset's own facts: its name, its source, and a context that fits its guard and its splits."""
+    if data.name not in DATASETS:
+        return [f"data.name={data.name!r}; registered: {', '.join(DATASETS)}"]
+    entry = DATASETS[data.name]
+    options = {k: v for k, v in OmegaConf.to_container(data, resolve=True).items() if k not in CONFIG_ONLY_KEYS}
+    problems = [p for p in [entry.source_problem(**options)] if p]
+    if "context" not in data:
+        return problems
+    if problem := positive_int_problem("data.context", data.context):
+        return [*problems, problem]
+    limit = data.get("max_context")
+    if limit is not None and data.context > limit:
+        problems.append(f"data.context={data.context} exceeds data.max_context={limit} (a guard against typos; "
+                        f"raise data.max_context to train on longer contexts)")
+    for split, tokens in (entry.split_sizes(**options) or {}).items():
+        if data.context + 1 > tokens:
+            problems.append(f"data.context={data.context} needs {data.context + 1} tokens per window, but the "
+                            f"{split} split of {data.name} has {tokens}")
+    return problems
+
+
+def _train_problems(train: Any) -> list[str]:
+    problems: list[str] = []
+    _positive_ints(problems, "train", train, ("steps", "batch_size", "eval_batches", "log_every"))
+    _positive_ints(problems, "train", train, ("eval_every", "checkpoint_every"), minimum=0)
     if not train.diverge_factor > 1:
         problems.append(f"train.diverge_factor={train.diverge_factor}; must be > 1")
     if train.device not in DEVICES:
@@ -72,10 +89,35 @@ def config_problems(cfg: Any) -> list[str]:
     elif train.dtype == "bfloat16" and resolve_device(train.device).type == "cuda" \
             and not torch.cuda.is_bf16_supported():
         problems.append("train.dtype=bfloat16 is not supported by this GPU; use train.dtype=float32")
+    return problems
+
+
+def config_problems(cfg: Any) -> list[str]:
+    """All problems of one composed run config (arch, data, optim, train), loading nothing heavy."""
+    problems = _arch_problems(cfg.arch, cfg.data) + data_problems(cfg.data) + _train_problems(cfg.train)
     try:
         problems += validate_optim(optim_config(cfg))
     except TypeError as error:
         problems.append(f"optim: {error}")
+    return problems
+
+
+def unknown_key_problems(overrides: list[str], cfg: Any) -> list[str]:
+    """``+train.stepz=5`` adds a key nothing reads: name it, and the key that was probably meant."""
+    problems = []
+    for override in overrides:
+        if not override.startswith("+") or override.startswith("++"):
+            continue
+        key = override.lstrip("+").partition("=")[0]
+        group, _, rest = key.partition(".")
+        if group not in CHECKED_GROUPS or not rest:
+            continue
+        parent_key, _, leaf = key.rpartition(".")
+        parent = OmegaConf.select(cfg, parent_key)
+        known = [k for k in (parent.keys() if hasattr(parent, "keys") else []) if k != leaf]
+        guess = difflib.get_close_matches(leaf, [str(k) for k in known], n=1)
+        hint = f"; did you mean {parent_key}.{guess[0]}?" if guess else f"; known: {', '.join(map(str, known))}"
+        problems.append(f"unknown key {key}{hint}")
     return problems
 
 
@@ -85,7 +127,13 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device if device in DEVICES else "cpu")
 
 
-def check_config(cfg: Any) -> None:
-    problems = config_problems(cfg)
+def check_config(cfg: Any, overrides: list[str] | None = None) -> None:
+    problems = unknown_key_problems(overrides or [], cfg) + config_problems(cfg)
     if problems:
         raise ConfigError(problems)
+
+
+def checked_optim(cfg: Any) -> OptimConfig:
+    """Check the whole run config, then build its optimiser settings (once per run)."""
+    check_config(cfg)
+    return optim_config(cfg)

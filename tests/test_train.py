@@ -15,7 +15,8 @@ from hydra.errors import ConfigCompositionException
 from conftest import compose_config, tiny_gpt, tiny_image
 from modula_cli.nn import Linear, ResMLP
 from modula_cli.optim import OptimConfig, ema_weight, init_state, optimizer_step, schedule_factor
-from modula_cli.run import Preempted, train
+from modula_cli.run import train
+from modula_cli.signals import StopRequested
 from modula_cli.validate import ConfigError
 
 # A sensible LR per architecture, optimiser and mode for these tiny models (checked on this data).
@@ -164,9 +165,10 @@ def test_preemption_checkpoints_and_resume_is_exact(mode, tmp_path, tiny_text_ro
         return original(net, weights, grads, state, cfg_, t, total, **kwargs)
 
     monkeypatch.setattr(run_module, "optimizer_step", step_then_sigterm)
-    with pytest.raises(Preempted):
+    with pytest.raises(StopRequested):
         train(cfg, tmp_path / "resumed")
-    assert torch.load(tmp_path / "resumed" / "checkpoint.pt", weights_only=False)["step"] == 18
+    assert torch.load(tmp_path / "resumed" / "checkpoint.pt", weights_only=False)["state"]["step"] == 18
+    assert json.loads((tmp_path / "resumed" / "summary.json").read_text())["status"] == "interrupted"
     monkeypatch.setattr(run_module, "optimizer_step", original)
     resumed = train(cfg, tmp_path / "resumed")
     assert read_losses(tmp_path / "resumed") == read_losses(tmp_path / "reference")
@@ -246,13 +248,13 @@ def test_cli_diverged_exits_zero_and_bad_config_exits_nonzero(tmp_path, tiny_tex
                                 f"hydra.run.dir={tmp_path / 'div'}"), tmp_path)
     assert ok.returncode == 0, ok.stderr
     assert json.loads((tmp_path / "div" / "summary.json").read_text())["status"] == "diverged"
-    assert (tmp_path / "div" / ".hydra" / "config.yaml").exists()
+    assert (tmp_path / "div" / "config.yaml").exists()
     bad = run_cli(cli + tiny_gpt(tiny_text_root, "optim.lr=-1", f"hydra.run.dir={tmp_path / 'bad'}"), tmp_path)
     assert bad.returncode != 0 and "optim.lr=-1" in bad.stderr
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("lr, member", [("0.25", ""), ("[0.05,0.2]", "optim.lr=0.2")])
+@pytest.mark.parametrize("lr, member", [("0.25", ""), ("[0.05,0.2]", "lr=0.2")])
 def test_torchrun_two_cpu_processes_match_one(lr, member, tmp_path, tiny_text_root):
     args = tiny_gpt(tiny_text_root, "train.steps=8", f"optim.lr={lr}")
     single = run_cli([sys.executable, "-m", "modula_cli.train", *args, f"hydra.run.dir={tmp_path / 'one'}"], tmp_path)
@@ -271,7 +273,7 @@ def test_torchrun_two_cpu_processes_match_one(lr, member, tmp_path, tiny_text_ro
 
 @pytest.mark.slow
 @pytest.mark.parametrize("lr, member_dirs", [("0.25", [""]),
-                                             ("[0.05,0.2]", ["optim.lr=0.05", "optim.lr=0.2"])])
+                                             ("[0.05,0.2]", ["lr=0.05", "lr=0.2"])])
 def test_torch_compile_matches_eager(lr, member_dirs, tmp_path, tiny_text_root):
     """Compiled loss-and-gradient step and optimiser update, for a single run and a packed one."""
     for name, extra in (("eager", []), ("compiled", ["train.compile=true"])):
@@ -301,8 +303,8 @@ def test_packed_run_matches_separate_runs(arch, mode, lrs, tmp_path, tiny_text_r
     assert result["status"] == "packed" and [m["lr"] for m in result["members"]] == list(lrs)
     for lr, member in zip(lrs, result["members"]):
         separate = train(config(f"optim.lr={lr}"), tmp_path / f"separate_{lr}")
-        member_dir = tmp_path / "pack" / f"optim.lr={lr!r}"
-        assert (member_dir / ".hydra" / "config.yaml").exists() and (member_dir / "summary.json").exists()
+        member_dir = tmp_path / "pack" / f"lr={lr!r}"
+        assert (member_dir / "config.yaml").exists() and (member_dir / "summary.json").exists()
         assert_same_losses(member_dir, tmp_path / f"separate_{lr}")
         assert member["train_loss"] == pytest.approx(separate["train_loss"], abs=2e-4)
         assert member["fingerprint"] == separate["fingerprint"]  # a packed run counts as the separate run
@@ -315,7 +317,7 @@ def test_packed_diverging_member_is_frozen_and_the_others_go_on(tmp_path, tiny_t
     assert bad["status"] == "diverged" and bad["steps_done"] < 30 and bad["train_loss"] is None
     assert good["status"] == "completed" and good["steps_done"] == 30
     train(compose_config(*tiny_gpt(tiny_text_root, *common, "optim.lr=0.01")), tmp_path / "separate")
-    assert_same_losses(tmp_path / "pack" / "optim.lr=0.01", tmp_path / "separate")
+    assert_same_losses(tmp_path / "pack" / "lr=0.01", tmp_path / "separate")
     # relaunching the finished pack skips it
     again = train(compose_config(*tiny_gpt(tiny_text_root, *common, "optim.lr=[0.01,1000.0]")), tmp_path / "pack")
     assert all(m.get("skipped") for m in again["members"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -14,10 +15,29 @@ URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshake
 TRAIN_FRACTION = 0.9
 
 
+def _text_path(root: str | None, source: str | None) -> Path:
+    return Path(source).expanduser() if source else data_root(root) / "shakespeare" / "input.txt"
+
+
+@functools.lru_cache(maxsize=8)
+def _sizes(path: Path, size: int, mtime: float) -> dict[str, int]:
+    characters = len(path.read_text(encoding="utf-8"))
+    return {"train": int(characters * TRAIN_FRACTION), "validation": characters - int(characters * TRAIN_FRACTION)}
+
+
+def shakespeare_split_sizes(root: str | None = None, source: str | None = None, **unused: object) -> dict | None:
+    """Characters per split, from the text file if it is already here (nothing is downloaded)."""
+    path = _text_path(root, source)
+    if not path.is_file():
+        return None
+    stat = path.stat()
+    return _sizes(path.resolve(), stat.st_size, stat.st_mtime)
+
+
 def shakespeare(context: int = 128, root: str | None = None, source: str | None = None,
                 **unused: object) -> TokenDataset:
     folder = data_root(root) / "shakespeare"
-    text_path = Path(source).expanduser() if source else folder / "input.txt"
+    text_path = _text_path(root, source)
     if not text_path.is_file():
         fetch(URL, text_path, "python scripts/prepare_data.py shakespeare")
     expected = {"dataset": "shakespeare", "source": str(text_path.resolve()), "tokenizer": "char",

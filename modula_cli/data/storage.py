@@ -19,6 +19,8 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from .. import atomic
+
 REPO_DATA = Path(__file__).resolve().parents[2] / "data"
 FULL_CHECKSUM_LIMIT = 512 * 2**20  # bigger files are checked by size only on load (a full hash takes minutes)
 
@@ -74,13 +76,16 @@ def prepare_once(folder: Path, expected: dict, build: Callable[[Path], dict]) ->
         tmp = folder.with_name(folder.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        extra = build(tmp)
+        try:
+            extra = build(tmp)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)  # no half-built folder left behind
+            raise
         files = {p.name: {"bytes": p.stat().st_size, "sha256": sha256_file(p)} for p in sorted(tmp.iterdir())}
         meta = {**expected, **extra, "files": files}
         shutil.rmtree(folder, ignore_errors=True)
         tmp.rename(folder)
-        (folder / "meta.json.tmp").write_text(json.dumps(meta, indent=2))
-        (folder / "meta.json.tmp").rename(folder / "meta.json")
+        atomic.write_text(folder / "meta.json", json.dumps(meta, indent=2))
         return meta
 
 

@@ -6,6 +6,7 @@ Documents are encoded with ``encode_ordinary`` plus end-of-text, in parallel, in
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -17,18 +18,32 @@ from .tokenizers import get_tokenizer
 
 LOCAL_FORMATS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".txt": "text"}
 HOLDOUT_SEED = 2357
+TINYSTORIES, OPENWEBTEXT = "roneneldan/TinyStories", "Skylion007/openwebtext"
 
 
 def _local_files(folder: Path, split: str) -> list[str]:
     return sorted(str(p) for p in folder.iterdir() if p.stem.split(".")[0] == split and p.suffix in LOCAL_FORMATS)
 
 
+def local_source(source: str) -> Path | None:
+    """The folder a path-like source names (absolute, ./, ../, ~, or an existing path); ``None`` for a hub id."""
+    path = Path(source).expanduser()
+    return path if source.startswith(("/", "./", "../", "~")) or path.exists() else None
+
+
+def text_source_problem(source: str | None = None, **unused: object) -> str | None:
+    folder = local_source(str(source)) if source else None
+    if folder is not None and not folder.is_dir():
+        return f"data.source={source}: no such folder (a local source is a folder of train.* / validation.* files)"
+    return None
+
+
 def _load_splits(source: str, has_validation: bool, holdout: float, max_docs: int | None):
     """Return {'train': Dataset, 'val': Dataset} with a ``text`` column."""
     import datasets
 
-    folder = Path(source).expanduser()
-    if folder.is_dir():
+    folder = local_source(source)
+    if folder is not None:
         splits = {"train": _local_files(folder, "train")}
         if has_validation:
             splits["validation"] = _local_files(folder, "validation")
@@ -89,15 +104,34 @@ def _write_tokens(dataset, tokenizer_name: str, path: Path, num_proc: int) -> in
     return total
 
 
+def _cache_folder(name: str, source: str, tokenizer: str, root: str | None, max_docs: int | None,
+                  holdout: float) -> Path:
+    key = hashlib.sha256(f"{source}|{max_docs}|{holdout}".encode()).hexdigest()[:10]
+    return data_root(root) / name / f"{tokenizer}-{key}"
+
+
+def _prepared_sizes(name: str, default_source: str, source: str | None = None, tokenizer: str = "gpt2",
+                    root: str | None = None, max_docs: int | None = None, holdout: float = 0.0005,
+                    **unused: object) -> dict[str, int] | None:
+    """Tokens per split of an already prepared cache (read from its meta.json), else ``None``."""
+    folder = _cache_folder(name, str(source or default_source), tokenizer, root, max_docs, holdout)
+    try:
+        tokens = json.loads((folder / "meta.json").read_text())["tokens"]
+        return {"train": int(tokens["train"]), "validation": int(tokens["val"])}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def load_text_dataset(name: str, default_source: str, has_validation: bool, context: int,
                       source: str | None = None, tokenizer: str = "gpt2", root: str | None = None,
                       num_proc: int = 0, max_docs: int | None = None, holdout: float = 0.0005) -> TokenDataset:
     source = str(source or default_source)
+    if problem := text_source_problem(source):
+        raise FileNotFoundError(problem)
     enc = get_tokenizer(tokenizer)  # fail early on an unusable tokenizer
     if enc.n_vocab > 2**16:
         raise ValueError(f"tokenizer {tokenizer} has {enc.n_vocab} tokens; uint16 token files hold at most 65536")
-    key = hashlib.sha256(f"{source}|{max_docs}|{holdout}".encode()).hexdigest()[:10]
-    folder = data_root(root) / name / f"{tokenizer}-{key}"
+    folder = _cache_folder(name, source, tokenizer, root, max_docs, holdout)
     expected = {"dataset": name, "source": source, "tokenizer": tokenizer, "max_docs": max_docs,
                 "holdout": None if has_validation else holdout, "format": "uint16"}
     workers = num_proc or max(1, (os.cpu_count() or 2) // 2)
@@ -114,10 +148,18 @@ def load_text_dataset(name: str, default_source: str, has_validation: bool, cont
     return TokenDataset(name, train, val, vocab_size=meta["vocab_size"], context=context, meta=meta)
 
 
+def tinystories_split_sizes(**options: object) -> dict[str, int] | None:
+    return _prepared_sizes("tinystories", TINYSTORIES, **options)
+
+
+def openwebtext_split_sizes(**options: object) -> dict[str, int] | None:
+    return _prepared_sizes("openwebtext", OPENWEBTEXT, **options)
+
+
 def tinystories(context: int = 128, **options) -> TokenDataset:
-    return load_text_dataset("tinystories", "roneneldan/TinyStories", has_validation=True, context=context, **options)
+    return load_text_dataset("tinystories", TINYSTORIES, has_validation=True, context=context, **options)
 
 
 def openwebtext(context: int = 128, **options) -> TokenDataset:
-    return load_text_dataset("openwebtext", "Skylion007/openwebtext", has_validation=False, context=context,
+    return load_text_dataset("openwebtext", OPENWEBTEXT, has_validation=False, context=context,
                              **options)

@@ -1,0 +1,56 @@
+"""Atomic file writes: a reader (or a process killed mid-write) sees the old file or the new one, never
+half of one. Each write goes to a temporary file unique to this process and thread, is flushed to disk
+(fsync), then renamed over the target; two writers of one path never share a temporary file."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def _temporary_name(path: Path) -> Path:
+    # The suffix stays last, so writers that infer the format from it (savefig) still can.
+    return path.with_name(f".{path.stem}.{os.getpid()}-{threading.get_ident()}.tmp{path.suffix}")
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # some file systems do not open folders; the rename is still atomic
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path to write; on success it replaces ``path`` atomically, on error it is removed."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _temporary_name(path)
+    try:
+        yield tmp
+        with open(tmp, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    _fsync_dir(path.parent)
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def write_with(path: str | os.PathLike, writer: Callable[[Path], object]) -> None:
+    """``writer(tmp)`` writes the file (``torch.save``, ``fig.savefig``, ``frame.to_csv``); then it is swapped in."""
+    with atomic_path(path) as tmp:
+        writer(tmp)

@@ -1,0 +1,49 @@
+"""Checkpoints: a run's whole state in one file, written atomically, read back only after validation.
+
+A checkpoint that cannot be read (truncated by a killed node, another format, another configuration's)
+is never trusted: loading warns, names the file, moves it aside to ``checkpoint.pt.corrupt`` and the
+run starts afresh.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import atomic
+
+log = logging.getLogger(__name__)
+CHECKPOINT_FILE = "checkpoint.pt"
+FORMAT = 2
+
+
+def save(path: Path, state: dict[str, Any], fingerprint: str) -> None:
+    payload = {"format": FORMAT, "fingerprint": fingerprint, "state": state}
+    atomic.write_with(path, lambda tmp: torch.save(payload, tmp))
+
+
+def load(path: Path, fingerprint: str, device: torch.device) -> dict[str, Any] | None:
+    """The saved state, or ``None`` when there is none or it must not be used (with a warning)."""
+    if not path.exists():
+        return None
+    try:
+        payload = torch.load(path, map_location=device, weights_only=False)
+    except Exception as error:  # noqa: BLE001 - any unreadable file: truncated zip, pickle error, …
+        return discard(path, f"unreadable ({type(error).__name__}: {str(error)[:100]})")
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT or "state" not in payload:
+        return discard(path, "not a checkpoint of this modula-sweep version")
+    if payload.get("fingerprint") != fingerprint:
+        log.warning("%s belongs to another configuration of this folder; starting afresh", path)
+        return None
+    return payload["state"]
+
+
+def discard(path: Path, reason: str) -> None:
+    """Move an unusable checkpoint aside (kept for inspection) so the run starts afresh."""
+    aside = path.with_name(path.name + ".corrupt")
+    path.replace(aside)
+    log.warning("%s is %s; moved to %s and starting this run afresh", path, reason, aside.name)
+    return None

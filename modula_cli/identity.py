@@ -1,0 +1,85 @@
+"""What identifies a run: which settings change its numbers (its fingerprint) and its folder name.
+
+One list of the settings that never change a run's numbers serves both, so a folder name and a
+fingerprint always agree on what makes two runs different.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+# Settings that change how a run is watched, stored or placed, not its numbers.
+NOT_NUMERIC = frozenset({
+    "train.progress", "train.rerun", "train.checkpoint_every", "train.log_every", "train.keep_checkpoint",
+    "train.device", "train.compile", "data.root", "data.num_proc",
+})
+RUN_GROUPS = ("arch", "data", "optim", "train")
+MAX_NAME_BYTES = 120  # well inside the 255-byte limit of one path component
+# Kept readable when a name must be shortened; everything else is folded into the hash.
+NAME_PRIORITY = ("arch", "data", "optim", "mode", "width", "depth", "block_depth", "blocks_mass", "heads", "context",
+                 "lr", "seed")
+
+
+def changes_numbers(key: str) -> bool:
+    return key.split(".")[0] in RUN_GROUPS and key not in NOT_NUMERIC
+
+
+def fingerprint(cfg: DictConfig) -> str:
+    """Hash of every setting that changes the numbers."""
+    relevant = {}
+    for group in RUN_GROUPS:
+        values = OmegaConf.to_container(cfg[group], resolve=True)
+        relevant[group] = {k: v for k, v in values.items() if f"{group}.{k}" not in NOT_NUMERIC}
+    return _digest(relevant, 16)
+
+
+def _digest(value: Any, length: int) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:length]
+
+
+def _short_keys(keys: list[str]) -> dict[str, str]:
+    """``arch.width`` → ``width``, ``optim.lr`` → ``lr``; a last part two keys share keeps the full key."""
+    last = [k.split(".")[-1] for k in keys]
+    return {k: (short if last.count(short) == 1 else k) for k, short in zip(keys, last)}
+
+
+def _value_text(key: str, value: str) -> str:
+    if value.startswith("[") and value.endswith("]"):  # a packed list of LRs: its size and a hash
+        items = [v.strip() for v in value[1:-1].split(",") if v.strip()]
+        return f"pack{len(items)}-{_digest(items, 6)}"
+    if key == "optim.lr":
+        try:
+            return repr(float(value))  # 1e-3 and 0.001 are one run
+        except ValueError:
+            pass
+    return value.replace("/", "_")
+
+
+def run_name(task_overrides: list[str]) -> str:
+    """The folder of one grid point: its number-changing overrides, short (``lr=0.25,width=64``).
+
+    The same point always gets the same name, whatever the order of the overrides. A name past
+    ``MAX_NAME_BYTES`` keeps the main knobs readable and folds the rest into a hash; the full overrides
+    live in the run's config.yaml and summary.json."""
+    items: dict[str, str] = {}
+    for override in task_overrides:
+        key, _, value = override.lstrip("+~").partition("=")
+        if key in RUN_GROUPS[:3] or changes_numbers(key):
+            items[key] = _value_text(key, value)
+    short = _short_keys(sorted(items))
+    parts = sorted((short[k], v) for k, v in items.items())
+    name = ",".join(f"{k}={v}" for k, v in parts) or "default"
+    if len(name.encode()) <= MAX_NAME_BYTES:
+        return name
+    kept = ",".join(f"{k}={v[:24]}" for k, v in parts if k in NAME_PRIORITY)
+    return f"{kept[:MAX_NAME_BYTES - 12]},h={_digest(parts, 8)}".lstrip(",")
+
+
+def with_lr(task_overrides: list[str], lr: float) -> list[str]:
+    """The overrides of one member of a packed run: the LR list replaced by one LR."""
+    kept = [o for o in task_overrides if o.lstrip("+~").partition("=")[0] != "optim.lr"]
+    return [*kept, f"optim.lr={lr!r}"]

@@ -1,0 +1,70 @@
+"""One trainer per run: a run folder's ``run.lock`` (an OS file lock, released when its process dies,
+even by SIGKILL) is held while the run trains; ``run.owner`` says by whom."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+from . import atomic
+
+log = logging.getLogger(__name__)
+LOCK_FILE, OWNER_FILE = "run.lock", "run.owner"
+
+
+class RunLocks:
+    """All-or-nothing exclusive hold of several run folders (a packed run's members), taken in sorted
+    order so that two processes can never each hold half."""
+
+    def __init__(self, run_dirs: list[Path]):
+        self.run_dirs = sorted(set(run_dirs))
+        self._locks = [FileLock(str(d / LOCK_FILE)) for d in self.run_dirs]
+        self.held = False
+
+    def try_acquire(self) -> bool:
+        taken = []
+        for folder, lock in zip(self.run_dirs, self._locks):
+            folder.mkdir(parents=True, exist_ok=True)
+            try:
+                lock.acquire(timeout=0)
+            except Timeout:
+                for other in taken:
+                    other.release()
+                return False
+            taken.append(lock)
+        self.held = True
+        owner = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()})
+        for folder in self.run_dirs:
+            atomic.write_text(folder / OWNER_FILE, owner)
+        return True
+
+    def wait(self, give_up: Callable[[], bool], poll_s: float = 0.5) -> bool:
+        """Block until held (True), or until ``give_up()`` says so (False)."""
+        while not self.try_acquire():
+            if give_up():
+                return False
+            time.sleep(poll_s)
+        return True
+
+    def holder(self) -> str:
+        """Who holds the first busy folder, as far as its owner file says."""
+        for folder in self.run_dirs:
+            try:
+                owner = json.loads((folder / OWNER_FILE).read_text())
+                return f"pid {owner['pid']} on {owner['host']}"
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+        return "another process"
+
+    def release(self) -> None:
+        if self.held:
+            for lock in reversed(self._locks):
+                lock.release()
+            self.held = False

@@ -1,0 +1,161 @@
+"""Results on disk, in one place: the status vocabulary, the run summary (``summary.json``), the sweep
+manifest (``sweep.json``) and the sweep table built from them.
+
+Every file here is written atomically. Every file here is read as possibly corrupt, foreign or half
+written by another process: such a summary means "not finished" (a warning names the file, and the run
+is trained again), never a crash. Each summary records its own knob values, so nothing parses folder
+names.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from filelock import FileLock
+
+from . import atomic
+
+log = logging.getLogger(__name__)
+
+# --- status vocabulary ----------------------------------------------------------------------------------
+COMPLETED, DIVERGED, FAILED = "completed", "diverged", "failed"
+INTERRUPTED = "interrupted"  # stopped by a signal after a checkpoint: a relaunch resumes it
+RUNNING = "running"          # started and not ended (or its process was killed): a relaunch resumes it
+PENDING = "pending"          # planned by a launch, not started
+SKIPPED = "skipped"          # finished before this launch (or by another process): counted, not retrained
+STATUSES = (COMPLETED, DIVERGED, FAILED, INTERRUPTED, RUNNING, PENDING)
+FINISHED = (COMPLETED, DIVERGED)
+COUNTED = (COMPLETED, SKIPPED, DIVERGED, FAILED, INTERRUPTED)  # the closing line of a launch
+
+# --- schema ------------------------------------------------------------------------------------------------
+SUMMARY_FILE = "summary.json"
+MANIFEST_FILE = "sweep.json"
+SCHEMA_VERSION = 2
+SERIES = ("arch", "data", "optimizer", "mode")
+KNOBS = ("width", "depth", "block_depth", "blocks_mass", "heads", "context")
+SCALE_KNOBS = ("width", "depth", "blocks_mass", "context")  # the axes a transfer plot can scale along
+COLUMNS = ("run", *SERIES, *KNOBS, "lr", "seed", "status", "train_loss", "test_loss", "test_acc", "steps_done",
+           "wall_time_s", "error")
+NUMERIC = ("lr", "seed", "train_loss", "test_loss", "test_acc", "steps_done", "wall_time_s", *KNOBS)
+
+
+def knobs_of(cfg: Any, lr: float, seed: int) -> dict[str, Any]:
+    """The values a sweep table is indexed by, read from one run's composed config."""
+    record: dict[str, Any] = {"arch": cfg.arch.name, "data": cfg.data.name, "optimizer": cfg.optim.name,
+                              "mode": cfg.optim.mode}
+    for knob in KNOBS:
+        value = cfg.data.get(knob) if knob == "context" else cfg.arch.get(knob)
+        if value is not None:
+            record[knob] = value
+    return {**record, "lr": float(lr), "seed": int(seed)}
+
+
+def summary_record(status: str, run_dir: Path, knobs: dict, fingerprint: str, **fields: Any) -> dict[str, Any]:
+    if status not in STATUSES:
+        raise ValueError(f"unknown run status {status!r}; allowed: {', '.join(STATUSES)}")
+    return {"schema": SCHEMA_VERSION, "status": status, "run": run_dir.name, **knobs, **fields,
+            "fingerprint": fingerprint, "written_at": time.time()}
+
+
+def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
+    atomic.write_text(run_dir / SUMMARY_FILE, json.dumps(summary, indent=2, default=str))
+
+
+def _read_json(path: Path, what: str) -> Any:
+    """Parsed JSON, ``None`` when missing; a warning naming the file when it cannot be read."""
+    try:
+        return json.loads(path.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        log.warning("%s is corrupt (%s: %s); %s", path, type(error).__name__, str(error)[:80], what)
+        return None
+
+
+def read_summary(run_dir: Path) -> dict[str, Any] | None:
+    """The run's summary, or ``None`` when it has none or an unreadable one (which counts as not finished)."""
+    path = run_dir / SUMMARY_FILE
+    summary = _read_json(path, "the run counts as not finished and is trained again")
+    if summary is None:
+        return None
+    if not isinstance(summary, dict) or summary.get("status") not in STATUSES:
+        log.warning("%s is not a modula-sweep run summary (a JSON %s%s); the run counts as not finished and is "
+                    "trained again", path, type(summary).__name__,
+                    f" with status {summary.get('status')!r}" if isinstance(summary, dict) else "")
+        return None
+    return summary
+
+
+def is_finished(summary: dict | None, fingerprint: str) -> bool:
+    """Finished, and by this very configuration (a changed config trains again)."""
+    return bool(summary) and summary["status"] in FINISHED and summary.get("fingerprint") == fingerprint
+
+
+# --- the sweep manifest: which runs each launch planned, with their knobs -------------------------------
+
+def read_manifest(sweep_dir: Path) -> dict[str, Any]:
+    manifest = _read_json(sweep_dir / MANIFEST_FILE, "its planned runs are ignored (finished runs still count)")
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("runs"), dict):
+        return {"runs": {}, "launches": {}}
+    manifest.setdefault("launches", {})
+    return manifest
+
+
+def record_launch(sweep_dir: Path, launch_id: str, runs: dict[str, dict]) -> None:
+    """Add a launch's planned runs to ``sweep.json`` (several launches may share one sweep folder)."""
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(sweep_dir / ".sweep.lock")):
+        manifest = read_manifest(sweep_dir)
+        manifest["runs"].update(runs)
+        manifest["launches"][launch_id] = {"started": time.time(), "runs": sorted(runs)}
+        atomic.write_text(sweep_dir / MANIFEST_FILE, json.dumps(manifest, indent=1))
+
+
+def launch_runs(sweep_dir: Path, launch_id: str) -> list[str]:
+    return list(read_manifest(sweep_dir)["launches"].get(launch_id, {}).get("runs", []))
+
+
+def launch_counts(sweep_dir: Path, launch_id: str) -> dict[str, int]:
+    """How this launch's runs stand: a run finished before it (or by another process) counts as skipped;
+    pending and running are runs that did not end in this launch."""
+    counts = dict.fromkeys((*COUNTED, PENDING, RUNNING), 0)
+    for name in launch_runs(sweep_dir, launch_id):
+        summary = read_summary(sweep_dir / name)
+        status = summary["status"] if summary else PENDING
+        if status in FINISHED and summary.get("launch") != launch_id:
+            status = SKIPPED
+        counts[status] += 1
+    return counts
+
+
+# --- the sweep table -----------------------------------------------------------------------------------
+
+def collect(sweep_dir: Path) -> pd.DataFrame:
+    """One row per run: every folder with a summary, and every planned run without one (``pending``)."""
+    manifest = read_manifest(sweep_dir)
+    rows: dict[str, dict] = {}
+    for folder in sorted(p for p in sweep_dir.iterdir() if p.is_dir()):
+        summary = read_summary(folder)
+        if summary is not None:
+            rows[folder.name] = {**summary, "run": folder.name}
+    for name, knobs in manifest["runs"].items():
+        if name not in rows:
+            rows[name] = {**knobs, "run": name, "status": PENDING}
+    frame = pd.DataFrame([{k: row.get(k) for k in COLUMNS} for row in rows.values()], columns=list(COLUMNS))
+    for column in NUMERIC:
+        frame[column] = pd.to_numeric(frame[column], errors="coerce")
+    return frame
+
+
+def status_counts(frame: pd.DataFrame) -> dict[str, int]:
+    return {status: int((frame["status"] == status).sum()) for status in STATUSES}
+
+
+def finite_or_none(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None

@@ -1,0 +1,78 @@
+"""Stopping on a signal without losing work: SIGTERM, SIGINT (Ctrl-C) and the cluster pre-emption signals
+SIGUSR1 / SIGUSR2 set one process-wide flag. The training loop reads it after every step, checkpoints and
+raises ``StopRequested``; a sweep then starts no further run, writes its report and exits 128 + signal.
+A second Ctrl-C stops at once."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
+
+
+class StopRequested(Exception):
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+class StopSignal:
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
+        self._depth = 0
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
+    @contextmanager
+    def installed(self) -> Iterator[StopSignal]:
+        """Handle the signals while inside (nested uses share one installation). Off the main thread
+        signals stay with whoever runs this thread (a launcher)."""
+        owner = self._depth == 0 and threading.current_thread() is threading.main_thread()
+        if owner:
+            self.signum = None
+            self._previous = {s: signal.signal(s, self._handle) for s in HANDLED}
+        self._depth += 1
+        try:
+            yield self
+        finally:
+            self._depth -= 1
+            if owner:
+                for signum, handler in self._previous.items():
+                    signal.signal(signum, handler)
+                self._previous = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.signum is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # a second Ctrl-C: the user wants out now
+        if self.signum is None:
+            log.warning("received %s: the current run checkpoints after this step and no further run starts "
+                        "(Ctrl-C again to stop at once)", signal.Signals(signum).name)
+        self.signum = signum
+
+    def raise_if_requested(self) -> None:
+        if self.signum is not None:
+            raise StopRequested(self.signum)
+
+    def chain(self) -> None:
+        """After checkpointing, pass the signal to the handler that was there before (e.g. submitit's,
+        which requeues the job); Python's own defaults are left out."""
+        previous = self._previous.get(self.signum) if self.signum is not None else None
+        if callable(previous) and previous is not signal.default_int_handler:
+            previous(self.signum, None)
+
+
+STOP = StopSignal()
