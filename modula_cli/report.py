@@ -50,7 +50,9 @@ def optimal_lrs(frame: pd.DataFrame, metric: str = "train_loss") -> pd.DataFrame
                          "log2_optimal_lr": math.log2(best["lr"]), metric: best[metric],
                          "at_grid_edge": bool(best["lr"] in (grid[0], grid[-1])) if len(grid) > 1 else True,
                          "completed_runs": len(done), "grid_size": len(grid)})
-    return pd.DataFrame(rows)
+    columns = [*SERIES, "scale_knob", "scale", "optimal_lr", "log2_optimal_lr", metric, "at_grid_edge",
+               "completed_runs", "grid_size"]
+    return pd.DataFrame(rows, columns=columns)  # columns even when empty: a sweep may have no completed run
 
 
 def transfer_shifts(optimal: pd.DataFrame) -> dict[tuple, float]:
