@@ -67,24 +67,28 @@ def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
     atomic.write_text(run_dir / SUMMARY_FILE, json.dumps(summary, indent=2, default=str))
 
 
-def _read_json(path: Path, what: str) -> Any:
+def _read_json(path: Path, what: str, warn: bool = True) -> Any:
     """Parsed JSON, ``None`` when missing; a warning naming the file when it cannot be read."""
     try:
         return json.loads(path.read_bytes().decode("utf-8"))
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        log.warning("%s is corrupt (%s: %s); %s", path, type(error).__name__, str(error)[:80], what)
+        if warn:
+            log.warning("%s is corrupt (%s: %s); %s", path, type(error).__name__, str(error)[:80], what)
         return None
 
 
-def read_summary(run_dir: Path) -> dict[str, Any] | None:
-    """The run's summary, or ``None`` when it has none or an unreadable one (which counts as not finished)."""
+def read_summary(run_dir: Path, warn: bool = True) -> dict[str, Any] | None:
+    """The run's summary, or ``None`` when it has none or an unreadable one (which counts as not finished;
+    ``warn`` says so, naming the file, for the readers that act on it)."""
     path = run_dir / SUMMARY_FILE
-    summary = _read_json(path, "the run counts as not finished and is trained again")
+    summary = _read_json(path, "the run counts as not finished and is trained again", warn)
     if summary is None:
         return None
     if not isinstance(summary, dict) or summary.get("status") not in STATUSES:
+        if not warn:
+            return None
         log.warning("%s is not a modula-sweep run summary (a JSON %s%s); the run counts as not finished and is "
                     "trained again", path, type(summary).__name__,
                     f" with status {summary.get('status')!r}" if isinstance(summary, dict) else "")
@@ -126,7 +130,7 @@ def launch_counts(sweep_dir: Path, launch_id: str) -> dict[str, int]:
     pending and running are runs that did not end in this launch."""
     counts = dict.fromkeys((*COUNTED, PENDING, RUNNING), 0)
     for name in launch_runs(sweep_dir, launch_id):
-        summary = read_summary(sweep_dir / name)
+        summary = read_summary(sweep_dir / name, warn=False)  # progress lines: the trainer warns, once
         status = summary["status"] if summary else PENDING
         if status in FINISHED and summary.get("launch") != launch_id:
             status = SKIPPED

@@ -235,7 +235,7 @@ def _train(cfg: DictConfig, opt: OptimConfig, run_dir: Path, members: Members, r
     state = _start_state(ctx, path, rerun)
     lead = rank == 0
     if lead:
-        for k, member in enumerate(members):
+        for member in members:
             atomic.write_text(member.run_dir / "config.yaml", OmegaConf.to_yaml(member.cfg, resolve=True))
         _write_summaries(ctx, state, record, final=None)
 
@@ -244,8 +244,9 @@ def _train(cfg: DictConfig, opt: OptimConfig, run_dir: Path, members: Members, r
             state.metrics_offsets, state.wandb_ids = out.offsets(), out.wandb_ids()
             checkpoint.save(path, state.state_dict(), members.fingerprint)
 
-    with RunLoggers(cfg, members, state, lead=lead, show_bar=lead and cfg.train.progress,
-                    sweep_dir=record.sweep_dir) as out, Prefetcher(ctx.batch_for, state.step, cfg.train.steps) as batches:
+    loggers = RunLoggers(cfg, members, state, lead=lead, show_bar=lead and cfg.train.progress,
+                         sweep_dir=record.sweep_dir)
+    with loggers as out, Prefetcher(ctx.batch_for, state.step, cfg.train.steps) as batches:
         try:
             _loop(ctx, state, out, batches, save)
         except StopRequested:
