@@ -131,7 +131,8 @@ def _plot_scale(frame: pd.DataFrame, optimal: pd.DataFrame, metric: str, path: P
     ax.set_ylabel(metric.replace("_", " "))
     ax.set_title("loss at the LR tuned on the smallest scale", fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    if ax.get_legend_handles_labels()[0]:  # nothing to label when no run completed
+        ax.legend(fontsize=7)
     fig.tight_layout()
     atomic.write_with(path, lambda tmp: fig.savefig(tmp, dpi=150))
     plt.close(fig)
