@@ -125,9 +125,9 @@ def test_signal_stops_the_sweep_writes_the_report_and_relaunch_resumes(signum, e
                            "train.checkpoint_every=0")
     process = start(args, text_tmp)
     deadline = time.time() + 120
-    while not list(sweep_dir.glob("*/metrics.jsonl")) and time.time() < deadline:
-        time.sleep(0.2)
-    time.sleep(1.0)  # a few steps into the first run
+    while time.time() < deadline and not any(len(p.read_text().splitlines()) >= 5
+                                              for p in sweep_dir.glob("*/metrics.jsonl")):
+        time.sleep(0.05)  # signal a few steps into the first run, long before its 400th step
     sent = time.time()
     process.send_signal(signum)
     code, out, err = finish(process)
