@@ -44,6 +44,9 @@ def load(path: Path, fingerprint: str, device: torch.device) -> dict[str, Any] |
 def discard(path: Path, reason: str) -> None:
     """Move an unusable checkpoint aside (kept for inspection) so the run starts afresh."""
     aside = path.with_name(path.name + ".corrupt")
-    path.replace(aside)
+    try:
+        path.replace(aside)
+    except FileNotFoundError:  # another process (a DDP rank) moved it first
+        pass
     log.warning("%s is %s; moved to %s and starting this run afresh", path, reason, aside.name)
     return None

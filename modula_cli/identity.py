@@ -34,6 +34,9 @@ def fingerprint(cfg: DictConfig) -> str:
     for group in RUN_GROUPS:
         values = OmegaConf.to_container(cfg[group], resolve=True)
         relevant[group] = {k: v for k, v in values.items() if f"{group}.{k}" not in NOT_NUMERIC}
+    lr = relevant["optim"].get("lr")
+    if isinstance(lr, int) and not isinstance(lr, bool):  # optim.lr=1 and a packed member's 1.0 are one run
+        relevant["optim"]["lr"] = float(lr)
     return _digest(relevant, 16)
 
 

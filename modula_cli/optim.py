@@ -215,6 +215,8 @@ def validate_optim(cfg: OptimConfig) -> list[str]:
         bad = [lr for lr in lrs if not isinstance(lr, (int, float)) or isinstance(lr, bool) or not lr > 0]
         if bad or not lrs:
             problems.append(f"optim.lr={cfg.lr}; every learning rate must be a number > 0")
+        elif len({float(lr) for lr in lrs}) < len(lrs):  # two members would share one run folder
+            problems.append(f"optim.lr={cfg.lr}; a packed list must not repeat a learning rate")
     for key in ("beta1", "beta2"):
         if not 0 <= getattr(cfg, key) < 1:
             problems.append(f"optim.{key}={getattr(cfg, key)}; must be in [0, 1)")

@@ -55,20 +55,17 @@ def train(cfg: DictConfig, run_dir: Path, *, member_dir: Callable[[float], Path]
     opt = checked_optim(cfg)
     members = Members.of(cfg, opt, run_dir, member_dir)
     rerun = bool(cfg.train.rerun or cfg.get("sweep", {}).get("rerun", False))
-    if not rerun and (done := _finished(members)):
-        log.info("%s already finished; skipping (train.rerun=true retrains)", run_dir.name)
-        return _result(members, [{**s, "skipped": True} for s in done])
     rank, world = _distributed()
     locks = RunLocks(members.run_dirs)
-    if rank == 0 and not locks.try_acquire():
-        if not wait:
-            return {"status": BUSY, "holder": locks.holder(), "members": []}
-        log.info("%s is being trained by %s; waiting for it", run_dir.name, locks.holder())
-        if not locks.wait(give_up=lambda: STOP.requested):
-            STOP.raise_if_requested()
-        if done := _finished(members):  # the other process finished it while we waited
-            log.info("%s was finished by another process; skipping", run_dir.name)
-            return _result(members, [{**s, "skipped": True} for s in done])
+    outcome = _claim(members, locks, run_dir.name, rerun, wait) if rank == 0 else None
+    if world > 1:  # rank 0 decides for every process: none may train, skip or wait alone
+        shared = [outcome]
+        dist.broadcast_object_list(shared, src=0)
+        outcome = shared[0]
+    if outcome == _STOPPED:
+        raise StopRequested(STOP.signum or signal.SIGTERM)
+    if outcome is not None:
+        return outcome
     try:
         with STOP.installed():
             summaries = _train(cfg, opt, run_dir, members, rank, world, rerun,
@@ -82,6 +79,29 @@ def train(cfg: DictConfig, run_dir: Path, *, member_dir: Callable[[float], Path]
     finally:
         locks.release()
     return _result(members, summaries)
+
+
+_STOPPED = "stopped while waiting"
+
+
+def _claim(members: Members, locks: RunLocks, name: str, rerun: bool, wait: bool) -> dict | str | None:
+    """``None`` when this process now holds the run's locks and must train it; else what ``train`` returns
+    (skipped, busy) or ``_STOPPED``."""
+    if not rerun and (done := _finished(members)):
+        log.info("%s already finished; skipping (train.rerun=true retrains)", name)
+        return _result(members, [{**s, "skipped": True} for s in done])
+    if not locks.try_acquire():
+        if not wait:
+            return {"status": BUSY, "holder": locks.holder(), "members": []}
+        log.info("%s is being trained by %s; waiting for it", name, locks.holder())
+        if not locks.wait(give_up=lambda: STOP.requested):
+            return _STOPPED
+        rerun = False  # what the other process finished counts, rerun or not
+    if not rerun and (done := _finished(members)):  # finished between the first look and the lock
+        locks.release()
+        log.info("%s was finished by another process; skipping", name)
+        return _result(members, [{**s, "skipped": True} for s in done])
+    return None
 
 
 def _finished(members: Members) -> list[dict] | None:
@@ -165,6 +185,8 @@ class RunContext:
         if device.type == "cuda" and world > 1:
             device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
             torch.cuda.set_device(device)
+        elif device.type == "cuda":  # an explicit index: the prefetch thread has its own current device
+            device = torch.device("cuda", torch.cuda.current_device())
         if cfg.train.batch_size % world:
             raise ValueError(f"train.batch_size={cfg.train.batch_size} must divide evenly over {world} processes")
         data_options = {k: v for k, v in OmegaConf.to_container(cfg.data, resolve=True).items()
@@ -375,5 +397,6 @@ def run_or_exit(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = No
     try:
         return train(cfg, run_dir, overrides=overrides)
     except StopRequested as stop:
-        log.warning("%s: checkpointed (%s); re-run the same command to resume", run_dir, stop)
+        log.warning("%s: checkpointed (%s); re-run the same command with hydra.run.dir=%s to resume", run_dir,
+                    stop, run_dir)
         raise SystemExit(stop.exit_code) from None

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -26,12 +26,16 @@ class StopRequested(Exception):
     def exit_code(self) -> int:
         return 128 + self.signum
 
+    def __reduce__(self) -> tuple:  # launchers pickle a job's exception back to the parent
+        return (StopRequested, (self.signum,))
+
 
 class StopSignal:
     def __init__(self) -> None:
         self.signum: int | None = None
         self._previous: dict[int, Any] = {}
         self._depth = 0
+        self.on_stop: list[Callable[[int], None]] = []  # told once, at the first signal
 
     @property
     def requested(self) -> bool:
@@ -58,10 +62,13 @@ class StopSignal:
     def _handle(self, signum: int, frame: Any) -> None:
         if self.signum is not None and signum == signal.SIGINT:
             raise KeyboardInterrupt  # a second Ctrl-C: the user wants out now
-        if self.signum is None:
+        first = self.signum is None
+        self.signum = signum
+        if first:
             log.warning("received %s: the current run checkpoints after this step and no further run starts "
                         "(Ctrl-C again to stop at once)", signal.Signals(signum).name)
-        self.signum = signum
+            for listener in self.on_stop:
+                listener(signum)
 
     def raise_if_requested(self) -> None:
         if self.signum is not None:

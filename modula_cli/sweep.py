@@ -34,6 +34,7 @@ from .validate import ConfigError, check_config, optim_config
 
 log = logging.getLogger(__name__)
 LAUNCH_ENV = "MODULA_SWEEP_LAUNCH"  # the launch id, inherited by the jobs of every launcher
+STOP_MARKER = ".stop"  # written into the sweep folder when the launching process gets a stop signal
 
 
 def lr_grid_string(optimizer: str, mode: str, pack: bool = False) -> str:
@@ -119,15 +120,15 @@ def sweep_job(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> dict:
     """One job of a multirun. Failures are recorded in the run's summary.json and never stop the sweep;
     after a stop signal no run starts. A run busy in another process is, with jobs that run in this
     process, left for the end of the sweep (other runs go first), else waited for."""
-    if STOP.requested:
-        return {"status": PENDING}
     hydra_cfg = HydraConfig.get()
+    if STOP.requested or (Path(hydra_cfg.sweep.dir) / STOP_MARKER).exists():
+        return {"status": PENDING}  # the launching process was told to stop: start nothing more
     launcher = str(hydra_cfg.launcher.get("_target_", ""))
     if "joblib" in launcher:
         n_jobs = hydra_cfg.launcher.get("n_jobs") or 1
         _share_local_hardware(hydra_cfg.job.num, n_jobs if n_jobs > 0 else (os.cpu_count() or 1))
     in_process = launcher.endswith("BasicLauncher")
-    result = _train_job(cfg, run_dir, overrides, wait=not in_process)
+    result = _train_job(cfg, run_dir, overrides, wait=not in_process, requeues="submitit" in launcher)
     if result["status"] == BUSY:
         log.info("%s is being trained by %s; it will be checked again at the end of this sweep",
                  run_dir.name, result["holder"])
@@ -137,26 +138,21 @@ def sweep_job(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> dict:
     return result
 
 
-def _train_job(cfg: DictConfig, run_dir: Path, overrides: list[str], wait: bool) -> dict:
+def _train_job(cfg: DictConfig, run_dir: Path, overrides: list[str], wait: bool, requeues: bool = False) -> dict:
     sweep_dir = run_dir.parent
     try:
         return train(cfg, run_dir, member_dir=lambda lr: sweep_dir / run_name(with_lr(overrides, lr)),
                      overrides=overrides, sweep_dir=sweep_dir, launch=os.environ.get(LAUNCH_ENV), wait=wait)
     except StopRequested:
-        if _launched_here():  # checkpointed; the sweep stops after this job
+        if not requeues:  # checkpointed; the sweep stops after this job
             return {"status": INTERRUPTED}
-        raise  # a launcher's own job process (submitit): let it requeue
+        raise  # submitit's job process: its launcher requeues the job
     except Exception as error:  # noqa: BLE001 - recorded in the run's summary.json by train()
         log.error("%s failed: %s: %s", run_dir.name, type(error).__name__, error)
         return {"status": FAILED, "error": str(error)}
 
 
-_LAUNCHED_IN_PID: int | None = None
 _SIGNALS = ExitStack()  # the sweep's signal handlers, from the first job to the report
-
-
-def _launched_here() -> bool:
-    return _LAUNCHED_IN_PID == os.getpid()
 
 
 def _share_local_hardware(job_number: int, parallel_jobs: int) -> None:
@@ -202,15 +198,18 @@ class SweepCallback(Callback):
     counts and exits 128 + signal after a stop, 1 when some run failed, else 0."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        global _LAUNCHED_IN_PID
         try:
             planned = validate_grid(config)
         except ConfigError as error:  # Hydra turns callback exceptions into warnings: exit instead
             raise SystemExit(f"sweep not launched, {error}") from error
         launch = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-        os.environ[LAUNCH_ENV], _LAUNCHED_IN_PID = launch, os.getpid()
-        record_launch(Path(config.hydra.sweep.dir), launch, planned)
+        os.environ[LAUNCH_ENV] = launch
+        sweep_dir = Path(config.hydra.sweep.dir)
+        record_launch(sweep_dir, launch, planned)
+        (sweep_dir / STOP_MARKER).unlink(missing_ok=True)
         _SIGNALS.enter_context(STOP.installed())  # not on self: launchers pickle their callbacks
+        # Jobs in other processes (local_parallel) learn of a stop from a marker in the sweep folder.
+        STOP.on_stop[:] = [lambda signum: (sweep_dir / STOP_MARKER).write_text(str(signum))]
         _DEFERRED.clear()
         log.info("sweep of %d runs into %s", len(planned), config.hydra.sweep.dir)
 
@@ -227,6 +226,8 @@ class SweepCallback(Callback):
                 f"{counts[FAILED]} failed")
         stopped = STOP.signum
         _SIGNALS.close()
+        STOP.on_stop.clear()
+        (sweep_dir / STOP_MARKER).unlink(missing_ok=True)
         if stopped is not None:
             print(f"sweep stopped by signal {stopped}: {line}, {counts[INTERRUPTED]} interrupted, "
                   f"{counts[PENDING] + counts['running']} not started  ({sweep_dir}); run the same command to "

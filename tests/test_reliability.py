@@ -264,3 +264,10 @@ def test_packed_sweep_with_many_overrides_runs(text_tmp):
     assert sorted(s["lr"] for s in summaries)[-1] == 1.024 and all(s["packed_with"] == 11 for s in summaries)
     assert all("optim.wd=0.001" in s["overrides"] for s in summaries)
     assert torch.tensor([len(p.name) for p in run_folders(sweep_dir)]).max() <= MAX_NAME_BYTES
+
+
+def test_stop_request_survives_the_trip_back_from_a_job_process():
+    import pickle
+
+    stop = pickle.loads(pickle.dumps(StopRequested(signal.SIGTERM)))
+    assert stop.signum == signal.SIGTERM and stop.exit_code == 143

@@ -185,6 +185,7 @@ def test_preemption_checkpoints_and_resume_is_exact(mode, tmp_path, tiny_text_ro
     ("optim.schedule=step", "allowed: linear, cosine, constant"),
     ("train.dtype=float16", "allowed: float32, bfloat16"),
     ("optim.ortho=qr", "allowed: polar_express, muon, cubic, svd"),
+    ("optim.lr=[0.1,0.2,1e-1]", "must not repeat a learning rate"),
 ])
 def test_config_errors_before_training(override, message, tmp_path, tiny_text_root):
     cfg = compose_config(*tiny_gpt(tiny_text_root, override))
