@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from omegaconf import OmegaConf
 from tqdm import tqdm
 
 log = logging.getLogger(__name__)
@@ -169,8 +170,6 @@ class RunLoggers:
             self.metrics[k] = JsonlLogger(member.run_dir / "metrics.jsonl", truncate_at=state.metrics_offsets[k])
             self._stack.callback(self.metrics[k].close)
             if mode is not None:
-                from omegaconf import OmegaConf
-
                 self.wandbs[k] = WandbLogger(
                     project=cfg.logger.project, entity=cfg.logger.entity,
                     group=cfg.logger.group or (sweep_group(sweep_dir) if sweep_dir else None),

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import time
 from pathlib import Path
 from typing import Any
@@ -121,15 +120,18 @@ def record_launch(sweep_dir: Path, launch_id: str, runs: dict[str, dict]) -> Non
         atomic.write_text(sweep_dir / MANIFEST_FILE, json.dumps(manifest, indent=1))
 
 
-def launch_runs(sweep_dir: Path, launch_id: str) -> list[str]:
-    return list(read_manifest(sweep_dir)["launches"].get(launch_id, {}).get("runs", []))
+def launch_record(sweep_dir: Path, launch_id: str) -> dict[str, Any]:
+    """What a launch planned: ``{"started": time, "runs": [folder names]}`` (empty if unknown)."""
+    record = read_manifest(sweep_dir)["launches"].get(launch_id, {})
+    return {"started": record.get("started", time.time()), "runs": list(record.get("runs", []))}
 
 
-def launch_counts(sweep_dir: Path, launch_id: str) -> dict[str, int]:
-    """How this launch's runs stand: a run finished before it (or by another process) counts as skipped;
-    pending and running are runs that did not end in this launch."""
+def launch_counts(sweep_dir: Path, launch_id: str, runs: list[str] | None = None) -> dict[str, int]:
+    """How this launch's runs stand (``runs``: its planned folders, read from sweep.json when not given):
+    a run finished before it (or by another process) counts as skipped; pending and running are runs that
+    did not end in this launch."""
     counts = dict.fromkeys((*COUNTED, PENDING, RUNNING), 0)
-    for name in launch_runs(sweep_dir, launch_id):
+    for name in launch_record(sweep_dir, launch_id)["runs"] if runs is None else runs:
         summary = read_summary(sweep_dir / name, warn=False)  # progress lines: the trainer warns, once
         status = summary["status"] if summary else PENDING
         if status in FINISHED and summary.get("launch") != launch_id:
@@ -159,7 +161,3 @@ def collect(sweep_dir: Path) -> pd.DataFrame:
 
 def status_counts(frame: pd.DataFrame) -> dict[str, int]:
     return {status: int((frame["status"] == status).sum()) for status in STATUSES}
-
-
-def finite_or_none(value: float | None) -> float | None:
-    return value if value is not None and math.isfinite(value) else None

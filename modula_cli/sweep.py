@@ -26,8 +26,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from .identity import run_name, with_lr
 from .optim import lr_grid
-from .results import (COMPLETED, DIVERGED, FAILED, INTERRUPTED, PENDING, SKIPPED, knobs_of, launch_counts,
-                      launch_runs, read_manifest, record_launch)
+from .results import (COMPLETED, COUNTED, DIVERGED, FAILED, INTERRUPTED, PENDING, SKIPPED, knobs_of,
+                      launch_counts, launch_record, record_launch)
 from .run import BUSY, train
 from .signals import STOP, StopRequested
 from .validate import ConfigError, check_config, optim_config
@@ -170,12 +170,11 @@ def _report_progress(sweep_dir: Path, name: str, result: dict) -> None:
     launch = os.environ.get(LAUNCH_ENV)
     if not launch:
         return
-    total = len(launch_runs(sweep_dir, launch))
-    counts = launch_counts(sweep_dir, launch)
-    ended = sum(counts[s] for s in (COMPLETED, SKIPPED, DIVERGED, FAILED, INTERRUPTED))
+    record = launch_record(sweep_dir, launch)
+    total, counts = len(record["runs"]), launch_counts(sweep_dir, launch, record["runs"])
+    ended = sum(counts[s] for s in COUNTED)
     trained = ended - counts[SKIPPED]
-    started = read_manifest(sweep_dir)["launches"].get(launch, {}).get("started", time.time())
-    left = (time.time() - started) / trained * (total - ended) if trained else None
+    left = (time.time() - record["started"]) / trained * (total - ended) if trained else None
     eta = "" if left is None else f" · about {_duration(left)} left"
     loss = result.get("train_loss")
     outcome = result["status"] + (" (already finished)" if result.get("skipped") else "") + \
