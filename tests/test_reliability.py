@@ -154,8 +154,7 @@ def test_all_diverged_or_all_failed_sweeps_still_report(text_tmp):
     args = tiny_sweep_args(text_tmp, sweep_dir, "optim.mode=unnormed", "optim.lr=1000,2000", "train.steps=20")
     code, out, err = finish(start(args, text_tmp))
     assert code == 0, err[-3000:]
-    assert "width 8  no completed run: 2 diverged" in " ".join(out.split()).replace("8 no", "8  no") or \
-        "no completed run: 2 diverged" in out
+    assert "no completed run: 2 diverged" in out  # this grid sweeps only the LR: one line, no scale value
     assert (sweep_dir / "results.csv").exists() and (sweep_dir / "transfer.png").exists()
     assert "sweep finished: 0 completed, 0 skipped, 2 diverged, 0 failed" in out
     sweep_dir = text_tmp / "failed"
