@@ -82,7 +82,11 @@ def run_name(task_overrides: list[str]) -> str:
     return f"{kept[:MAX_NAME_BYTES - 12]},h={_digest(parts, 8)}".lstrip(",")
 
 
-def with_lr(task_overrides: list[str], lr: float) -> list[str]:
-    """The overrides of one member of a packed run: the LR list replaced by one LR."""
-    kept = [o for o in task_overrides if o.lstrip("+~").partition("=")[0] != "optim.lr"]
-    return [*kept, f"optim.lr={lr!r}"]
+PACKABLE = ("optim.lr", "train.seed")  # the settings a packed run may list, one member per combination
+
+
+def member_overrides(task_overrides: list[str], packed: dict[str, Any]) -> list[str]:
+    """The overrides of one member of a packed run: each packed setting (``packed``: key → the member's
+    value, keys from ``PACKABLE``) replaced or added, so the member's folder is its separate run's folder."""
+    kept = [o for o in task_overrides if o.lstrip("+~").partition("=")[0] not in packed]
+    return [*kept, *(f"{key}={value!r}" for key, value in packed.items())]

@@ -1,19 +1,32 @@
-"""The members of a run: one configuration, or several trained together as a packed run (one per LR,
-stacked on a leading axis). Each member has its own LR, seed, config, folder and fingerprint."""
+"""The members of a run: one configuration, or several trained together as a packed run (one per
+combination of the listed LRs and seeds, stacked on a leading axis). Each member has its own LR, seed,
+config, folder and fingerprint, and is in every way the separate run with those values."""
 
 from __future__ import annotations
 
 import copy
+import itertools
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig, ListConfig, open_dict
 
 from .identity import fingerprint
 from .optim import OptimConfig
 from .results import knobs_of
+
+
+def seeds_of(cfg: DictConfig) -> list[int]:
+    """``train.seed``: one seed, or a packed list of them."""
+    seed = cfg.train.seed
+    return [int(s) for s in seed] if isinstance(seed, (list, tuple, ListConfig)) else [int(seed)]
+
+
+def packed_seeds(cfg: DictConfig) -> bool:
+    return isinstance(cfg.train.seed, (list, tuple, ListConfig))
 
 
 @dataclass(frozen=True)
@@ -23,10 +36,16 @@ class Member:
     cfg: DictConfig
     run_dir: Path
     fingerprint: str
+    packed: dict[str, Any] = field(default_factory=dict)  # the packed settings' values: {"optim.lr": 0.25, …}
 
     @property
     def knobs(self) -> dict:
         return knobs_of(self.cfg, self.lr, self.seed)
+
+
+def default_member_dir(run_dir: Path) -> Callable[[dict[str, Any]], Path]:
+    """``<run_dir>/lr=0.25,seed=1`` for a packed run launched outside a sweep."""
+    return lambda packed: run_dir / ",".join(f"{key.split('.')[-1]}={value!r}" for key, value in packed.items())
 
 
 @dataclass(frozen=True)
@@ -36,19 +55,21 @@ class Members:
 
     @classmethod
     def of(cls, cfg: DictConfig, opt: OptimConfig, run_dir: Path,
-           member_dir: Callable[[float], Path] | None = None) -> Members:
-        """A single run is its own member; ``optim.lr=[…]`` packs one member per LR, each in the folder
-        ``member_dir(lr)`` (a sweep passes the folder a separate run would get), else ``<run_dir>/lr=<lr>``."""
-        seed = int(cfg.train.seed)
-        if not opt.packed:
-            return cls((Member(opt.base_lr, seed, cfg, run_dir, fingerprint(cfg)),), packed=False)
-        folder = member_dir or (lambda lr: run_dir / f"lr={lr!r}")
+           member_dir: Callable[[dict[str, Any]], Path] | None = None) -> Members:
+        """A single run is its own member; ``optim.lr=[…]`` and / or ``train.seed=[…]`` pack one member per
+        (LR, seed), each in the folder ``member_dir(packed values)`` (a sweep passes the folder a separate run
+        would get), else ``<run_dir>/lr=<lr>,seed=<seed>``."""
+        seeds, seeds_packed = seeds_of(cfg), packed_seeds(cfg)
+        if not (opt.packed or seeds_packed):
+            return cls((Member(opt.base_lr, seeds[0], cfg, run_dir, fingerprint(cfg)),), packed=False)
+        folder = member_dir or default_member_dir(run_dir)
         items = []
-        for lr in opt.lrs:
+        for lr, seed in itertools.product(opt.lrs, seeds):
             member_cfg = copy.deepcopy(cfg)
             with open_dict(member_cfg):
-                member_cfg.optim.lr = lr
-            items.append(Member(lr, seed, member_cfg, folder(lr), fingerprint(member_cfg)))
+                member_cfg.optim.lr, member_cfg.train.seed = lr, seed
+            packed = {**({"optim.lr": lr} if opt.packed else {}), **({"train.seed": seed} if seeds_packed else {})}
+            items.append(Member(lr, seed, member_cfg, folder(packed), fingerprint(member_cfg), packed))
         return cls(tuple(items), packed=True)
 
     def __len__(self) -> int:
@@ -64,6 +85,16 @@ class Members:
     @property
     def fingerprint(self) -> str:
         return "|".join(m.fingerprint for m in self.items)
+
+    @property
+    def seeds(self) -> list[int]:
+        """The distinct seeds, in order: one initialisation and one batch stream each."""
+        return list(dict.fromkeys(m.seed for m in self.items))
+
+    def seed_index(self, device: torch.device) -> torch.Tensor:
+        """For each member, the position of its seed in ``seeds`` (picks its batch from the stacked ones)."""
+        seeds = self.seeds
+        return torch.tensor([seeds.index(m.seed) for m in self.items], device=device)
 
     def lrs(self, device: torch.device) -> torch.Tensor | None:
         """One LR per stacked network (packed), else ``None`` (the optimiser's own LR)."""

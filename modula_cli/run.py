@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from . import atomic, checkpoint
 from .data import Dataset, build_dataset
-from .identity import with_lr
+from .identity import member_overrides
 from .locks import RunLocks
 from .loggers import RunLoggers
 from .members import Members
@@ -43,13 +43,14 @@ log = logging.getLogger(__name__)
 BUSY = "busy"  # train(wait=False) found another process training this run
 
 
-def train(cfg: DictConfig, run_dir: Path, *, member_dir: Callable[[float], Path] | None = None,
+def train(cfg: DictConfig, run_dir: Path, *, member_dir: Callable[[dict[str, Any]], Path] | None = None,
           overrides: list[str] | None = None, sweep_dir: Path | None = None, launch: str | None = None,
           wait: bool = True) -> dict:
     """Train one configuration into ``run_dir``; returns its summary (also written to summary.json).
 
-    With ``optim.lr`` a list, trains one member per LR as a stacked ensemble on identical batches and
-    returns ``{"status": "packed", "members": [summary, …]}``. A run that another process is training is
+    With ``optim.lr`` and / or ``train.seed`` a list, trains one member per (LR, seed) as a stacked ensemble
+    (each member on its own seed's initialisation and batches, exactly as its separate run) and returns
+    ``{"status": "packed", "members": [summary, …]}``. A run that another process is training is
     waited for (``wait``) or returned as ``{"status": "busy"}``; a finished run is skipped.
     """
     opt = checked_optim(cfg)
@@ -125,7 +126,8 @@ class _Record:
     launch: str | None
 
     def fields(self, members: Members, k: int) -> dict[str, Any]:
-        overrides = with_lr(self.overrides, members.items[k].lr) if members.packed else self.overrides
+        member = members.items[k]
+        overrides = member_overrides(self.overrides, member.packed) if members.packed else self.overrides
         return {"overrides": overrides, "launch": self.launch}
 
 
@@ -149,12 +151,13 @@ def losses_and_hits(net: Module, weights: list[torch.Tensor], x: torch.Tensor, y
                     members: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean cross-entropy and correct-prediction count of each network on one batch, shape (K,) each.
 
-    ``members=K``: the weights carry a leading member axis (a packed sweep); the shared batch gets one
-    too (a view, no copy) and every atom applies its K weights in one batched call."""
+    ``members=K``: the weights and the batch carry a leading member axis (a packed run; a batch the
+    members share is an ``expand`` view, no copy), and every atom applies its K weights in one batched
+    call."""
     count = members or 1
-    logits = net(x.expand(count, *x.shape) if members else x, weights).float()
+    logits = net(x, weights).float()
     logits = logits.reshape(-1, logits.shape[-1])
-    targets = y.reshape(1, -1).expand(count, -1).reshape(-1)
+    targets = y.reshape(-1)
     loss = F.cross_entropy(logits, targets, reduction="none").view(count, -1).mean(dim=1)
     return loss, (logits.argmax(-1) == targets).view(count, -1).sum(dim=1)
 
@@ -177,7 +180,8 @@ class RunContext:
     data: Dataset
     net: Module
     compute: Callable[..., tuple[torch.Tensor, list[torch.Tensor]]]
-    eval_batches: list[tuple[torch.Tensor, torch.Tensor]]
+    eval_batches: list[tuple[torch.Tensor, torch.Tensor]]  # shared by every member (and seed)
+    seed_index: torch.Tensor | None = None  # packed: each member's position among the run's seeds
 
     @classmethod
     def build(cls, cfg: DictConfig, opt: OptimConfig, members: Members, rank: int, world: int) -> RunContext:
@@ -193,7 +197,10 @@ class RunContext:
                         if k not in ("name", "max_context")}
         data = build_dataset(cfg.data.name, **data_options)
         ctx = cls(cfg, opt, members, rank, world, device, data, build_model(cfg.arch, data), compute=None,
-                  eval_batches=data.eval_batches(cfg.train.eval_batches, cfg.train.batch_size, device))
+                  eval_batches=data.eval_batches(cfg.train.eval_batches, cfg.train.batch_size, device),
+                  seed_index=members.seed_index(device) if members.packed else None)
+        if members.packed:
+            ctx.eval_batches = [ctx.stacked(x, y) for x, y in ctx.eval_batches]
         if cfg.train.compile:  # a sweep compiles many configurations in one process: start each afresh
             torch._dynamo.reset()
         ctx.compute = torch.compile(ctx.loss_and_grads) if cfg.train.compile else ctx.loss_and_grads
@@ -208,6 +215,7 @@ class RunContext:
         return self.cfg.train.batch_size * (self.data.context if self.data.kind == "language" else 1)
 
     def losses(self, weights: list[torch.Tensor], x: torch.Tensor, y: torch.Tensor):
+        """Per-member losses and hits; ``x, y`` carry the member axis when packed (see ``batch_for``)."""
         autocast = (torch.autocast(self.device.type, dtype=torch.bfloat16) if self.cfg.train.dtype == "bfloat16"
                     else nullcontext())
         with autocast:
@@ -218,18 +226,33 @@ class RunContext:
         return loss.detach(), grads_of(loss, weights)
 
     def batch_for(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        train = self.cfg.train
-        x, y = self.data.train_batch(step, train.batch_size, seed=train.seed, device=self.device)
-        if self.world > 1:  # every rank draws the same global batch and keeps its slice
-            share = train.batch_size // self.world
-            x, y = x[self.rank * share:(self.rank + 1) * share], y[self.rank * share:(self.rank + 1) * share]
-        return x, y
+        """Step ``step``'s batch of each seed; packed, with a leading member axis (each member gets its
+        own seed's batch: a view when they share one seed, a gather of the few seeds' batches otherwise)."""
+        size, share = self.cfg.train.batch_size, self.cfg.train.batch_size // self.world
+        batches = []
+        for seed in self.members.seeds:
+            x, y = self.data.train_batch(step, size, seed=seed, device=self.device)
+            if self.world > 1:  # every rank draws the same global batch and keeps its slice
+                x, y = x[self.rank * share:(self.rank + 1) * share], y[self.rank * share:(self.rank + 1) * share]
+            batches.append((x, y))
+        if not self.members.packed:
+            return batches[0]
+        return self.stacked(*batches[0]) if len(batches) == 1 else tuple(
+            torch.stack(parts)[self.seed_index] for parts in zip(*batches))
+
+    def stacked(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One batch for every member of a packed run (a view, no copy)."""
+        k = len(self.members)
+        return x.expand(k, *x.shape), y.expand(k, *y.shape)
 
     def fresh_state(self) -> RunState:
-        weights = self.net.initialize(seed=self.cfg.train.seed, device=self.device)
+        """Each member's initial weights from its own seed, stacked on the member axis when packed."""
+        by_seed = {seed: self.net.initialize(seed=seed, device=self.device) for seed in self.members.seeds}
         k = len(self.members)
-        if self.members.packed:  # K identical copies on a leading member axis
-            weights = [w.unsqueeze(0).repeat(k, *([1] * w.ndim)) for w in weights]
+        if self.members.packed:
+            weights = [torch.stack(per_member) for per_member in zip(*(by_seed[m.seed] for m in self.members))]
+        else:
+            weights = by_seed[self.members.items[0].seed]
         weights = [w.requires_grad_() for w in weights]
         window = max(1, int(self.cfg.arch.get("loss_window", 1)))
         return RunState(weights, init_state(weights, self.opt), torch.zeros(window, k, device=self.device), k)

@@ -14,6 +14,7 @@ import time
 import uuid
 from contextlib import ExitStack
 from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +25,12 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from .identity import run_name, with_lr
+from .identity import member_overrides, run_name
+from .members import Members
 from .optim import lr_grid
-from .results import (COMPLETED, COUNTED, DIVERGED, FAILED, INTERRUPTED, PENDING, SKIPPED, knobs_of,
-                      launch_counts, launch_record, record_launch)
+from .packing import pack_arguments
+from .results import (COMPLETED, COUNTED, DIVERGED, FAILED, INTERRUPTED, PENDING, SKIPPED, launch_counts,
+                      launch_record, record_launch)
 from .run import BUSY, train
 from .signals import STOP, StopRequested
 from .validate import ConfigError, check_config, optim_config
@@ -37,11 +40,10 @@ LAUNCH_ENV = "MODULA_SWEEP_LAUNCH"  # the launch id, inherited by the jobs of ev
 STOP_MARKER = ".stop"  # written into the sweep folder when the launching process gets a stop signal
 
 
-def lr_grid_string(optimizer: str, mode: str, pack: bool = False) -> str:
-    """The grid as a Hydra sweep value, ``0.015625,0.03125,…`` (one run per LR), or with ``pack`` as one
-    list value ``[0.015625,0.03125,…]`` (one packed run training every LR at once)."""
-    values = ",".join(repr(lr) for lr in lr_grid(optimizer, mode))
-    return f"[{values}]" if pack else values
+def lr_grid_string(optimizer: str, mode: str) -> str:
+    """The grid as a Hydra sweep value, ``0.015625,0.03125,…`` (one run per LR; ``sweep.pack=true`` packs
+    it into one run per grid point)."""
+    return ",".join(repr(lr) for lr in lr_grid(optimizer, mode))
 
 
 def register_resolvers() -> None:
@@ -59,17 +61,22 @@ def grid_overrides(config: DictConfig) -> list[list[str]]:
 
     params = [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
     arguments = params + list(config.hydra.overrides.task)
+    if config.get("sweep", {}).get("pack", False):  # as the packing sweeper will launch them
+        arguments = pack_arguments(arguments)
     overrides = OverridesParser.create().parse_overrides(arguments)
     batches = BasicSweeper.split_arguments(overrides, None)
     return [list(job) for batch in batches for job in batch]
 
 
 def planned_runs(job: list[str], job_cfg: DictConfig) -> dict[str, dict]:
-    """The run folders one job trains (one per LR when packed) and the knobs of each."""
-    opt, seed = optim_config(job_cfg), job_cfg.train.seed
-    if not opt.packed:
-        return {run_name(job): knobs_of(job_cfg, opt.base_lr, seed)}
-    return {run_name(with_lr(job, lr)): knobs_of(job_cfg, lr, seed) for lr in opt.lrs}
+    """The run folders one job trains (one per (LR, seed) when packed) and the knobs of each."""
+    members = Members.of(job_cfg, optim_config(job_cfg), Path(run_name(job)), member_dir(Path(), job))
+    return {member.run_dir.name: member.knobs for member in members}
+
+
+def member_dir(sweep_dir: Path, job: list[str]) -> Callable[[dict[str, Any]], Path]:
+    """A packed member's folder: the one its separate run would get."""
+    return lambda packed: sweep_dir / run_name(member_overrides(job, packed))
 
 
 def validate_grid(config: DictConfig) -> dict[str, dict]:
@@ -141,7 +148,7 @@ def sweep_job(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> dict:
 def _train_job(cfg: DictConfig, run_dir: Path, overrides: list[str], wait: bool, requeues: bool = False) -> dict:
     sweep_dir = run_dir.parent
     try:
-        return train(cfg, run_dir, member_dir=lambda lr: sweep_dir / run_name(with_lr(overrides, lr)),
+        return train(cfg, run_dir, member_dir=member_dir(sweep_dir, overrides),
                      overrides=overrides, sweep_dir=sweep_dir, launch=os.environ.get(LAUNCH_ENV), wait=wait)
     except StopRequested:
         if not requeues:  # checkpointed; the sweep stops after this job

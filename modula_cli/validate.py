@@ -6,7 +6,7 @@ import difflib
 from typing import Any
 
 import torch
-from omegaconf import OmegaConf
+from omegaconf import ListConfig, OmegaConf
 
 from .data import CONFIG_ONLY_KEYS, DATASETS
 from .models import ARCHITECTURES
@@ -78,6 +78,7 @@ def _train_problems(train: Any) -> list[str]:
     problems: list[str] = []
     _positive_ints(problems, "train", train, ("steps", "batch_size", "eval_batches", "log_every"))
     _positive_ints(problems, "train", train, ("eval_every", "checkpoint_every"), minimum=0)
+    problems += _seed_problems(train.seed)
     if not train.diverge_factor > 1:
         problems.append(f"train.diverge_factor={train.diverge_factor}; must be > 1")
     if train.device not in DEVICES:
@@ -90,6 +91,16 @@ def _train_problems(train: Any) -> list[str]:
             and not torch.cuda.is_bf16_supported():
         problems.append("train.dtype=bfloat16 is not supported by this GPU; use train.dtype=float32")
     return problems
+
+
+def _seed_problems(seed: Any) -> list[str]:
+    """``train.seed``: an integer >= 0, or a packed list of distinct ones (two members would share a folder)."""
+    seeds = list(seed) if isinstance(seed, (list, tuple, ListConfig)) else [seed]
+    if not seeds or any(not isinstance(s, int) or isinstance(s, bool) or s < 0 for s in seeds):
+        return [f"train.seed={seed}; must be an integer >= 0 (or a packed list of them, e.g. [0,1,2])"]
+    if len(set(seeds)) < len(seeds):
+        return [f"train.seed={seed}; a packed list must not repeat a seed"]
+    return []
 
 
 def config_problems(cfg: Any) -> list[str]:

@@ -65,6 +65,8 @@ class StepBench:
             self.y = torch.randint(0, data.num_classes, (batch_size,), device=device)
 
         def loss_and_grads(w, x, y):
+            if pack:  # one shared batch for the K stacked networks (a view)
+                x, y = x.expand(pack, *x.shape), y.expand(pack, *y.shape)
             with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16):
                 losses = losses_and_hits(net, w, x, y, pack or None)[0]
             return grads_of(losses, w)

@@ -66,6 +66,22 @@ def job_overrides(tmp_path, *overrides):
             "data.context=8", "train.steps=6", *TINY_TRAIN, *overrides]
 
 
+def test_packed_sweep_over_lrs_and_seeds_is_one_job_per_scale_and_equals_separate_runs(text_tmp):
+    grid = ["optim.lr=0.05,0.1", "train.seed=0,1"]
+    packed = sweep_cli(text_tmp, *grid, "sweep.pack=true", sweep_dir=text_tmp / "packed")
+    assert packed.returncode == 0, packed.stderr[-3000:]
+    assert "sweep of 8 runs" in packed.stdout and "Launching 2 jobs locally" in packed.stdout  # one per width
+    separate = sweep_cli(text_tmp, *grid, sweep_dir=text_tmp / "separate")
+    assert separate.returncode == 0, separate.stderr[-3000:]
+    a = pd.read_csv(text_tmp / "packed" / "results.csv").set_index("run").sort_index()
+    b = pd.read_csv(text_tmp / "separate" / "results.csv").set_index("run").sort_index()
+    assert list(a.index) == list(b.index) and len(a) == 8 and set(a["seed"]) == {0, 1}
+    assert a["train_loss"].to_numpy() == pytest.approx(b["train_loss"].to_numpy(), abs=2e-4)
+    # the packed folder is the separate folder: relaunching either way skips every run
+    again = sweep_cli(text_tmp, *grid, sweep_dir=text_tmp / "packed")
+    assert "sweep finished: 0 completed, 8 skipped, 0 diverged, 0 failed" in again.stdout
+
+
 def test_failed_and_diverged_runs_are_isolated_and_retried(text_tmp):
     sweep_dir = text_tmp / "sweep"
     grid = ["arch.width=8", "optim.mode=unnormed", "optim.lr=0.01,0.02,1000", "train.steps=12"]

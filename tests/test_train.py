@@ -311,6 +311,41 @@ def test_packed_run_matches_separate_runs(arch, mode, lrs, tmp_path, tiny_text_r
         assert member["fingerprint"] == separate["fingerprint"]  # a packed run counts as the separate run
 
 
+@pytest.mark.parametrize("arch, mode", [("gpt", "normed"), ("resmlp", "dualized")])
+def test_packed_lrs_and_seeds_match_separate_runs(arch, mode, tmp_path, tiny_text_root, cifar_root):
+    """Members = LR × seed: each on its own seed's initialisation and batches, as its separate run."""
+    def config(*extra):
+        common = [f"optim.mode={mode}", "train.steps=8", *extra]
+        return compose_config(*(tiny_gpt(tiny_text_root, *common) if arch == "gpt"
+                                else tiny_image(arch, cifar_root, *common)))
+
+    result = train(config("optim.lr=[0.05,0.2]", "train.seed=[3,7]"), tmp_path / "pack")
+    members = result["members"]
+    assert [(m["lr"], m["seed"]) for m in members] == [(0.05, 3), (0.05, 7), (0.2, 3), (0.2, 7)]
+    for member in members:
+        name = f"lr={member['lr']!r},seed={member['seed']}"
+        separate = train(config(f"optim.lr={member['lr']}", f"train.seed={member['seed']}"), tmp_path / name)
+        assert_same_losses(tmp_path / "pack" / name, tmp_path / name)
+        assert member["fingerprint"] == separate["fingerprint"]
+        assert member["overrides"][-2:] == [f"optim.lr={member['lr']!r}", f"train.seed={member['seed']}"]
+    # different seeds really are different runs
+    assert members[0]["train_loss"] != pytest.approx(members[1]["train_loss"], abs=1e-4)
+
+
+def test_packed_seeds_at_one_lr(tmp_path, tiny_text_root):
+    result = train(compose_config(*tiny_gpt(tiny_text_root, "train.steps=5", "optim.lr=0.1", "train.seed=[0,1]")),
+                   tmp_path / "pack")
+    assert [m["seed"] for m in result["members"]] == [0, 1]
+    assert sorted(p.name for p in (tmp_path / "pack").iterdir() if p.is_dir()) == ["seed=0", "seed=1"]
+
+
+@pytest.mark.parametrize("seed, problem", [("[0,0]", "must not repeat a seed"), ("-1", "integer >= 0"),
+                                           ("[1,x]", "integer >= 0")])
+def test_bad_seeds_are_rejected(seed, problem, tmp_path, tiny_text_root):
+    with pytest.raises(ConfigError, match=problem):
+        train(compose_config(*tiny_gpt(tiny_text_root, f"train.seed={seed}")), tmp_path / "run")
+
+
 def test_packed_diverging_member_is_frozen_and_the_others_go_on(tmp_path, tiny_text_root):
     common = ["optim.mode=unnormed", "train.steps=30"]
     result = train(compose_config(*tiny_gpt(tiny_text_root, *common, "optim.lr=[0.01,1000.0]")), tmp_path / "pack")
