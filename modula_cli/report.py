@@ -1,12 +1,23 @@
-"""The transfer report of a sweep directory: results.csv, optimal_lr.csv, transfer.png (one panel per
-optimiser × mode, one curve per scale), scale.png and scale.csv (loss vs scale at the LR tuned on the
-smallest scale, every optimiser × mode on one figure: solid normed / dualized, dashed unnormed) and a
-terminal summary with the transfer shift (max − min of log2 optimal LR across scales).
+"""The transfer report of a sweep directory: does the optimal LR move when the network grows, by how much,
+and how sure is that?
 
-Works on partial and in-progress sweeps (planned runs without a summary are ``pending``), and on runs that all
-diverged or failed (a line per scale point says so). The rows come from each run's own summary.json.
+Files written into the sweep directory:
 
-    modula-sweep-report outputs/sweeps/width/gpt_shakespeare
+- ``results.csv``: one row per run (every seed), from each run's own summary.json;
+- ``curves.csv``: per series (arch, data, optimiser, mode), scale point and LR: the metric's mean, standard
+  deviation and seed count over completed seeds, and how many seeds diverged, failed or are missing;
+- ``optimal_lr.csv``: per series and scale point: the best grid LR of the mean curve, the fitted optimum
+  ``log2_optimal_lr_fit`` with its 95 % bootstrap interval (``_low``, ``_high``; open, i.e. empty, on the side
+  of a grid edge), the edge flag and the seeds behind it (see ``stats.py`` for the method);
+- ``transfer.csv``: per series: the shift of the fitted optimum from the smallest to the largest scale
+  (log2, so grid steps of a powers-of-two grid) and the regret of keeping the smallest scale's LR, each
+  with its interval;
+- ``transfer.png``, ``scale.png`` and ``scale.csv`` (see ``plots.py``).
+
+Works on partial and in-progress sweeps (planned runs without a summary are ``pending``) and on scale points
+where every run diverged or failed (a line says so).
+
+    modula-sweep-report outputs/sweeps/width/gpt_shakespeare --metric test_loss
 """
 
 from __future__ import annotations
@@ -16,10 +27,13 @@ import math
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from . import atomic
-from .results import COMPLETED, SCALE_KNOBS, SERIES, collect, status_counts
+from .plots import plot_scale, plot_transfer, series_label
+from .results import COMPLETED, DIVERGED, FAILED, SCALE_KNOBS, SERIES, collect, status_counts
+from .stats import DEFAULT_RESAMPLES, METRICS, Optimum, optimum, regret, shift, signed
 
 
 def scale_knob(frame: pd.DataFrame) -> str | None:
@@ -30,162 +44,189 @@ def scale_knob(frame: pd.DataFrame) -> str | None:
     return None
 
 
-def _series_label(key: tuple) -> str:
-    arch, data, optimizer, mode = key
-    return f"{mode} {optimizer} ({arch}, {data})"
-
-
-def optimal_lrs(frame: pd.DataFrame, metric: str = "train_loss") -> pd.DataFrame:
-    """Per series and scale: the argmin LR over completed runs, its loss, and whether it is a grid edge."""
+def scale_points(frame: pd.DataFrame):
+    """``(series key, scale, rows)`` for every series and scale point (scale ``None`` without a scale knob)."""
     knob = scale_knob(frame)
-    rows = []
     for key, series in frame.groupby(list(SERIES), dropna=False):
         for scale, group in (series.groupby(knob) if knob else [(None, series)]):
-            grid = sorted(group["lr"].dropna().unique())
-            done = group[(group["status"] == COMPLETED) & group[metric].notna()]
-            if done.empty:
-                continue
-            best = done.loc[done[metric].idxmin()]
-            rows.append({**dict(zip(SERIES, key)), "scale_knob": knob, "scale": scale, "optimal_lr": best["lr"],
-                         "log2_optimal_lr": math.log2(best["lr"]), metric: best[metric],
-                         "at_grid_edge": bool(best["lr"] in (grid[0], grid[-1])) if len(grid) > 1 else True,
-                         "completed_runs": len(done), "grid_size": len(grid)})
-    columns = [*SERIES, "scale_knob", "scale", "optimal_lr", "log2_optimal_lr", metric, "at_grid_edge",
-               "completed_runs", "grid_size"]
-    return pd.DataFrame(rows, columns=columns)  # columns even when empty: a sweep may have no completed run
+            yield key, scale, group
 
 
-def transfer_shifts(optimal: pd.DataFrame) -> dict[tuple, float]:
-    """max − min of log2(optimal LR) across scales, per series (grid steps when the grid is powers of 2)."""
-    if optimal.empty:
-        return {}
-    return {key: float(group["log2_optimal_lr"].max() - group["log2_optimal_lr"].min())
-            for key, group in optimal.groupby(list(SERIES), dropna=False)}
+def seed_matrix(group: pd.DataFrame, metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The LRs, the seeds and ``values[seed, lr]``: the signed metric of completed runs, +inf for diverged
+    runs, NaN for runs that failed or have not finished."""
+    lrs = np.array(sorted(group["lr"].dropna().unique()), dtype=float)
+    seeds = np.array(sorted(group["seed"].dropna().unique()))
+    values = np.full((len(seeds), len(lrs)), np.nan)
+    for row in group.itertuples(index=False):
+        if math.isnan(row.lr) or math.isnan(row.seed):
+            continue
+        s, j = int(np.searchsorted(seeds, row.seed)), int(np.searchsorted(lrs, row.lr))
+        if row.status == COMPLETED and not math.isnan(getattr(row, metric)):
+            values[s, j] = signed(getattr(row, metric), metric)
+        elif row.status == DIVERGED:
+            values[s, j] = np.inf
+    return lrs, seeds, values
 
 
-def _plot_transfer(frame: pd.DataFrame, optimal: pd.DataFrame, metric: str, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def curves(frame: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """Per series, scale point and LR: mean, std and count over completed seeds; diverged, failed, missing."""
     knob = scale_knob(frame)
-    series_keys = [key for key, _ in frame.groupby(list(SERIES), dropna=False)]
-    fig, axes = plt.subplots(1, len(series_keys), figsize=(5.2 * len(series_keys), 4.2), squeeze=False)
-    for ax, key in zip(axes[0], series_keys):
-        series = frame[(frame[list(SERIES)] == pd.Series(key, index=list(SERIES))).all(axis=1)]
-        scales = sorted(series[knob].dropna().unique()) if knob else [None]
-        colors = plt.cm.viridis([i / max(1, len(scales) - 1) for i in range(len(scales))])
-        finite = series.loc[series["status"] == COMPLETED, metric].dropna()
-        top = finite.max() if not finite.empty else 1.0
-        for color, scale in zip(colors, scales):
-            group = series if scale is None else series[series[knob] == scale]
-            group = group.sort_values("lr")
-            done = group[group["status"] == COMPLETED]
-            label = f"{knob} {scale:g}" if knob else "runs"
-            style = "o--" if key[3] == "unnormed" else "o-"  # the paper's convention: dashed unnormed
-            ax.plot(done["lr"], done[metric], style, color=color, label=label, markersize=4)
-            diverged = group[group["status"] == "diverged"]
-            if not diverged.empty:
-                ax.plot(diverged["lr"], [top] * len(diverged), "x", color=color, markersize=8)
-            best = optimal[(optimal[list(SERIES)] == pd.Series(key, index=list(SERIES))).all(axis=1)]
-            if knob:
-                best = best[best["scale"] == scale]
-            if not best.empty:
-                ax.plot(best["optimal_lr"], best[metric], "*", color=color, markersize=14, markeredgecolor="k")
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("learning rate")
-        ax.set_ylabel(metric.replace("_", " "))
-        ax.set_title(_series_label(key), fontsize=10)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, title="★ optimum, × diverged", title_fontsize=8)
-    fig.tight_layout()
-    atomic.write_with(path, lambda tmp: fig.savefig(tmp, dpi=150))
-    plt.close(fig)
-
-
-def _plot_scale(frame: pd.DataFrame, optimal: pd.DataFrame, metric: str, path: Path) -> pd.DataFrame:
-    """Loss vs scale at the LR tuned on the smallest scale; solid normed/dualized, dashed unnormed."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    knob = scale_knob(frame)
-    fig, ax = plt.subplots(figsize=(5.5, 4.2))
     rows = []
-    if knob and not optimal.empty:
-        for key, best in optimal.groupby(list(SERIES), dropna=False):
-            smallest = best.loc[best["scale"].idxmin()]
-            series = frame[(frame[list(SERIES)] == pd.Series(key, index=list(SERIES))).all(axis=1)]
-            at_lr = series[(series["lr"] == smallest["optimal_lr"]) & (series["status"] == COMPLETED)]
-            at_lr = at_lr.sort_values(knob)
-            for _, row in at_lr.iterrows():
-                rows.append({**dict(zip(SERIES, key)), "tuned_lr": smallest["optimal_lr"], knob: row[knob],
-                             metric: row[metric]})
-            style = "--" if key[3] == "unnormed" else "-"
-            ax.plot(at_lr[knob], at_lr[metric], style, marker="o",
-                    label=f"{_series_label(key)}, lr {smallest['optimal_lr']:g}")
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel(knob)
-    ax.set_ylabel(metric.replace("_", " "))
-    ax.set_title("loss at the LR tuned on the smallest scale", fontsize=10)
-    ax.grid(alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:  # nothing to label when no run completed
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    atomic.write_with(path, lambda tmp: fig.savefig(tmp, dpi=150))
-    plt.close(fig)
-    return pd.DataFrame(rows)
+    for key, scale, group in scale_points(frame):
+        for lr, runs in group.groupby("lr"):
+            done = runs.loc[(runs["status"] == COMPLETED) & runs[metric].notna(), metric]
+            diverged, failed = int((runs["status"] == DIVERGED).sum()), int((runs["status"] == FAILED).sum())
+            rows.append({**dict(zip(SERIES, key)), "scale_knob": knob, "scale": scale, "lr": lr,
+                         "log2_lr": math.log2(lr), "mean": done.mean() if len(done) else np.nan,
+                         "std": done.std(ddof=1) if len(done) > 1 else np.nan, "seeds": len(done),
+                         "diverged": diverged, "failed": failed, "missing": len(runs) - len(done) - diverged - failed})
+    columns = [*SERIES, "scale_knob", "scale", "lr", "log2_lr", "mean", "std", "seeds", "diverged", "failed",
+               "missing"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def optimal_lrs(frame: pd.DataFrame, metric: str = "train_loss",
+                resamples: int = DEFAULT_RESAMPLES) -> tuple[pd.DataFrame, dict[tuple, Optimum]]:
+    """Per series and scale point with a finite mean somewhere: the best grid LR, the fitted optimum and its
+    interval. Also returns each point's ``Optimum`` (keyed by (*series, scale)) for the transfer table."""
+    knob, rows, fits = scale_knob(frame), [], {}
+    rng = np.random.default_rng(0)  # the same report for the same runs
+    for key, scale, group in scale_points(frame):
+        lrs, _, values = seed_matrix(group, metric)
+        if not lrs.size or not np.isfinite(values).any():
+            continue
+        fit = fits[(*key, scale)] = optimum(np.log2(lrs), values, resamples, rng)
+        best = fit.best
+        at_best = values[:, best][np.isfinite(values[:, best])]
+        low, high = fit.bounds()
+        rows.append({**dict(zip(SERIES, key)), "scale_knob": knob, "scale": scale, "optimal_lr": lrs[best],
+                     "log2_optimal_lr": math.log2(lrs[best]), metric: float(signed(at_best.mean(), metric)),
+                     f"{metric}_std": float(at_best.std(ddof=1)) if at_best.size > 1 else np.nan,
+                     f"{metric}_fit": float(signed(fit.fit.value[0], metric)),
+                     "log2_optimal_lr_fit": fit.log2_optimal_lr, "log2_optimal_lr_low": low,
+                     "log2_optimal_lr_high": high, "optimal_lr_fit": 2.0**fit.log2_optimal_lr,
+                     "at_grid_edge": bool(fit.edge), "edge": fit.edge, "seeds": fit.seeds,
+                     "completed_runs": int(np.isfinite(values).sum()), "diverged_runs": int(np.isinf(values).sum()),
+                     "grid_size": len(lrs)})
+    columns = [*SERIES, "scale_knob", "scale", "optimal_lr", "log2_optimal_lr", metric, f"{metric}_std",
+               f"{metric}_fit", "log2_optimal_lr_fit", "log2_optimal_lr_low", "log2_optimal_lr_high", "optimal_lr_fit",
+               "at_grid_edge", "edge", "seeds", "completed_runs", "diverged_runs", "grid_size"]
+    return pd.DataFrame(rows, columns=columns), fits  # columns even when empty: nothing may have completed
+
+
+def transfer_table(optimal: pd.DataFrame, fits: dict[tuple, Optimum], metric: str) -> pd.DataFrame:
+    """Per series with two or more scale points: shift of η* and regret, smallest → largest scale."""
+    rows = []
+    for key, points in optimal.groupby(list(SERIES), dropna=False):
+        points = points.dropna(subset=["scale"]).sort_values("scale")
+        if len(points) < 2:
+            continue
+        first, last = points.iloc[0], points.iloc[-1]
+        small, large = fits[(*key, first["scale"])], fits[(*key, last["scale"])]
+        moved, moved_low, moved_high = shift(small, large)
+        lost, lost_low, lost_high = regret(small, large)
+        rows.append({**dict(zip(SERIES, key)), "scale_knob": first["scale_knob"], "smallest": first["scale"],
+                     "largest": last["scale"], "shift_log2": moved, "shift_log2_low": moved_low,
+                     "shift_log2_high": moved_high, "regret": lost, "regret_low": lost_low, "regret_high": lost_high,
+                     "tuned_lr": first["optimal_lr"], "seeds": min(small.seeds, large.seeds), "metric": metric})
+    columns = [*SERIES, "scale_knob", "smallest", "largest", "shift_log2", "shift_log2_low", "shift_log2_high",
+               "regret", "regret_low", "regret_high", "tuned_lr", "seeds", "metric"]
+    return pd.DataFrame(rows, columns=columns)
 
 
 def _write_csv(frame: pd.DataFrame, path: Path) -> None:
     atomic.write_with(path, lambda tmp: frame.to_csv(tmp, index=False))
 
 
-def write_report(sweep_dir: Path, metric: str = "train_loss", quiet: bool = False) -> dict:
+def write_report(sweep_dir: Path, metric: str = "train_loss", quiet: bool = False,
+                 resamples: int = DEFAULT_RESAMPLES) -> dict:
     """Write the report files into ``sweep_dir`` and print the summary; returns what was computed."""
+    if metric not in METRICS:
+        raise ValueError(f"metric={metric!r}; allowed: {', '.join(METRICS)}")
+    if resamples < 200:
+        raise ValueError(f"resamples={resamples}; use at least 200 for a 95 % interval")
     sweep_dir = Path(sweep_dir)
     if not sweep_dir.is_dir():
         raise FileNotFoundError(f"no sweep directory at {sweep_dir}")
     frame = collect(sweep_dir)
     if frame.empty:
         raise FileNotFoundError(f"{sweep_dir} holds no runs (no run folder with a summary.json, no sweep.json)")
-    optimal = optimal_lrs(frame, metric)
-    shifts = transfer_shifts(optimal)
-    _write_csv(frame, sweep_dir / "results.csv")
-    _write_csv(optimal, sweep_dir / "optimal_lr.csv")
-    _plot_transfer(frame, optimal, metric, sweep_dir / "transfer.png")
-    scale_rows = _plot_scale(frame, optimal, metric, sweep_dir / "scale.png")
-    _write_csv(scale_rows, sweep_dir / "scale.csv")
+    if frame[metric].isna().all() and (frame["status"] == COMPLETED).any():
+        raise ValueError(f"no run in {sweep_dir} recorded {metric} (test_acc exists for image datasets only)")
+    table = curves(frame, metric)
+    optimal, fits = optimal_lrs(frame, metric, resamples)
+    transfer = transfer_table(optimal, fits, metric)
+    for name, data in (("results", frame), ("curves", table), ("optimal_lr", optimal), ("transfer", transfer)):
+        _write_csv(data, sweep_dir / f"{name}.csv")
+    plot_transfer(table, optimal, metric, scale_knob(frame), sweep_dir / "transfer.png")
+    _write_csv(plot_scale(table, optimal, metric, scale_knob(frame), sweep_dir / "scale.png"), sweep_dir / "scale.csv")
     if not quiet:
-        print(summary_text(frame, optimal, shifts, metric, sweep_dir))
-    return {"results": frame, "optimal": optimal, "shifts": shifts, "counts": status_counts(frame)}
+        print(summary_text(frame, optimal, transfer, metric, sweep_dir))
+    return {"results": frame, "curves": table, "optimal": optimal, "transfer": transfer,
+            "counts": status_counts(frame)}
 
 
-def summary_text(frame: pd.DataFrame, optimal: pd.DataFrame, shifts: dict, metric: str, sweep_dir: Path) -> str:
-    lines = [f"Sweep {sweep_dir}: {len(frame)} runs"]
+def _interval_text(low: float, high: float, digits: int = 1, signed_: bool = True) -> str:
+    sign = "+" if signed_ else ""
+    left = "(open" if math.isnan(low) else f"[{low:{sign}.{digits}f}"
+    right = "open)" if math.isnan(high) else f"{high:{sign}.{digits}f}]"
+    return f"{left}, {right}"
+
+
+def _scale_lines(key: tuple, series: pd.DataFrame, optimal: pd.DataFrame, metric: str, knob: str | None) -> list[str]:
+    best = optimal[(optimal[list(SERIES)] == pd.Series(key, index=list(SERIES))).all(axis=1)]
+    lines = [f"  {series_label(key)}",
+             f"    {knob or 'scale':>10} {'best lr':>10} {'fitted log2 η* [95% interval]':>31} "
+             f"{metric + ' (mean ± sd)':>24} {'seeds':>5}  note"]
+    for scale, group in (series.groupby(knob) if knob else [(None, series)]):
+        row = best[best["scale"] == scale] if knob else best
+        label = "-" if scale is None else f"{scale:g}"
+        if row.empty:  # no completed run at this point: say what happened instead
+            what = ", ".join(f"{n} {status}" for status, n in group["status"].value_counts().items())
+            lines.append(f"    {label:>10}  no completed run: {what}")
+            continue
+        row = row.iloc[0]
+        spread = "" if math.isnan(row[f"{metric}_std"]) else f" ± {row[f'{metric}_std']:.4f}"
+        interval = "(1 seed: no interval)" if row["seeds"] < 2 else _interval_text(row["log2_optimal_lr_low"],
+                                                                                  row["log2_optimal_lr_high"], 2)
+        notes = [f"optimum at the {row['edge']} edge of the LRs that trained"] if row["edge"] else []
+        if row["diverged_runs"]:
+            notes.append(f"{row['diverged_runs']} runs diverged")
+        lines.append(f"    {label:>10} {row['optimal_lr']:>10.4g} {row['log2_optimal_lr_fit']:>+7.2f} {interval:>23} "
+                     f"{row[metric]:>12.4f}{spread:<11} {row['seeds']:>5}  {'; '.join(notes)}")
+    return lines
+
+
+def transfer_text(transfer: pd.DataFrame) -> list[str]:
+    """The transfer table as printed at the end of a sweep."""
+    if transfer.empty:
+        return []
+    first = transfer.iloc[0]
+    lines = [f"Transfer from {first['scale_knob']} {first['smallest']:g} to {transfer['largest'].max():g} "
+             f"({first['metric']}; 95% bootstrap intervals over seeds; shift in log2 LR = grid steps of a "
+             f"powers-of-two grid):",
+             f"  {'series':<38} {'shift of η*':>24}   {'regret at the small-scale LR':>30}  seeds"]
+    for row in transfer.itertuples(index=False):
+        shift_text = f"{row.shift_log2:+.2f} " + ("" if math.isnan(row.shift_log2_low) and math.isnan(
+            row.shift_log2_high) and row.seeds < 2 else _interval_text(row.shift_log2_low, row.shift_log2_high, 2))
+        regret_text = f"{row.regret:.4f} " + ("" if row.seeds < 2 else _interval_text(
+            row.regret_low, row.regret_high, 4, signed_=False))
+        label = series_label((row.arch, row.data, row.optimizer, row.mode))
+        lines.append(f"  {label:<38} {shift_text:>24}   {regret_text:>30}  {row.seeds:>5}")
+    return lines
+
+
+def summary_text(frame: pd.DataFrame, optimal: pd.DataFrame, transfer: pd.DataFrame, metric: str,
+                 sweep_dir: Path) -> str:
+    runs_per_seed = frame.groupby("seed").size()
+    lines = [f"Sweep {sweep_dir}: {len(frame)} runs, {len(runs_per_seed)} seed(s)"]
     knob = scale_knob(frame)
     for key, series in frame.groupby(list(SERIES), dropna=False):
-        best = optimal[(optimal[list(SERIES)] == pd.Series(key, index=list(SERIES))).all(axis=1)] \
-            if not optimal.empty else optimal
-        lines.append(f"  {_series_label(key)}")
-        lines.append(f"    {knob or 'scale':>12} {'optimal lr':>12} {'log2':>6} {metric:>12}  note")
-        for scale, group in (series.groupby(knob) if knob else [(None, series)]):
-            row = best[best["scale"] == scale] if knob else best
-            label = "-" if scale is None else f"{scale:g}"
-            if row.empty:  # no completed run at this point: say what happened instead
-                counts = group["status"].value_counts()
-                what = ", ".join(f"{n} {status}" for status, n in counts.items())
-                lines.append(f"    {label:>12}  no completed run: {what}")
-                continue
-            row = row.iloc[0]
-            note = "at grid edge" if row["at_grid_edge"] else ""
-            lines.append(f"    {label:>12} {row['optimal_lr']:>12.6g} {row['log2_optimal_lr']:>6.1f} "
-                         f"{row[metric]:>12.4f}  {note}")
-        if key in shifts:
-            lines.append(f"    transfer shift (max − min log2 optimal LR): {shifts[key]:.1f}")
-    lines.append(f"  report: {sweep_dir / 'results.csv'}, optimal_lr.csv, transfer.png, scale.png, scale.csv")
+        lines += _scale_lines(key, series, optimal, metric, knob)
+    lines += transfer_text(transfer)
+    lines.append(f"  report: {sweep_dir / 'results.csv'}, curves.csv, optimal_lr.csv, transfer.csv, transfer.png, "
+                 f"scale.png, scale.csv")
     return "\n".join(lines)
 
 
@@ -193,11 +234,14 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="modula-sweep-report", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sweep_dir", type=Path)
-    parser.add_argument("--metric", choices=("train_loss", "test_loss"), default="train_loss")
+    parser.add_argument("--metric", choices=METRICS, default="train_loss",
+                        help="what the optima optimise (lower loss, higher test_acc); default train_loss")
+    parser.add_argument("--resamples", type=int, default=DEFAULT_RESAMPLES,
+                        help=f"bootstrap resamples for the intervals (>= 200; default {DEFAULT_RESAMPLES})")
     args = parser.parse_args(argv)
     try:
-        result = write_report(args.sweep_dir, args.metric)
-    except (FileNotFoundError, NotADirectoryError, PermissionError) as error:
+        result = write_report(args.sweep_dir, args.metric, resamples=args.resamples)
+    except (FileNotFoundError, NotADirectoryError, PermissionError, ValueError) as error:
         sys.exit(f"modula-sweep-report: {error}")
     counts = result["counts"]
     print("  " + ", ".join(f"{v} {k}" for k, v in counts.items() if v))

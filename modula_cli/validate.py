@@ -12,6 +12,7 @@ from .data import CONFIG_ONLY_KEYS, DATASETS
 from .models import ARCHITECTURES
 from .nn.checks import positive_int_problem
 from .optim import OptimConfig, validate_optim
+from .stats import METRICS
 
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("float32", "bfloat16")
@@ -103,9 +104,20 @@ def _seed_problems(seed: Any) -> list[str]:
     return []
 
 
+def _sweep_problems(cfg: Any) -> list[str]:
+    """``sweep.metric``: what the report optimises must be something the runs record."""
+    metric = cfg.get("sweep", {}).get("metric", "train_loss")
+    if metric not in METRICS:
+        return [f"sweep.metric={metric!r}; allowed: {', '.join(METRICS)}"]
+    if metric == "test_acc" and cfg.data.name in DATASETS and DATASETS[cfg.data.name].kind != "image":
+        return [f"sweep.metric=test_acc needs an image dataset (data={cfg.data.name} records losses only)"]
+    return []
+
+
 def config_problems(cfg: Any) -> list[str]:
     """All problems of one composed run config (arch, data, optim, train), loading nothing heavy."""
     problems = _arch_problems(cfg.arch, cfg.data) + data_problems(cfg.data) + _train_problems(cfg.train)
+    problems += _sweep_problems(cfg)
     try:
         problems += validate_optim(optim_config(cfg))
     except TypeError as error:

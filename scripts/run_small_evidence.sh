@@ -1,12 +1,25 @@
 #!/usr/bin/env bash
-# CPU evidence for LR transfer (issue 6): the small GPT width sweep for normed, dualized and unnormed Adam,
-# then the combined report copied to docs/results/small_gpt_width/. About 75 minutes on a 2-core CPU.
+# CPU evidence for LR transfer (issue 14): the small GPT width sweep (widths 32 … 256) and depth sweep
+# (2, 4, 8 blocks at width 64) for normed, unnormed and dualized Adam, three seeds each, every scale point's
+# LRs × seeds packed into one run; then the reports, copied to docs/results/. The LR grids are the paper's
+# narrowed to the region holding each mode's optimum on this data (so it fits a 2-core CPU in about 1.5 h).
+# Rerunning resumes: finished runs are skipped, interrupted ones resume from their checkpoints.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-for mode in normed dualized unnormed; do
-  modula-sweep experiment=small/gpt_width optim.mode="$mode" "$@" || true  # a failed run must not stop the rest
+declare -A GRID=(
+  [normed]="0.03125,0.0625,0.125,0.25,0.5,1.0"                      # 2^-5 … 2^0
+  [unnormed]="0.0009765625,0.001953125,0.00390625,0.0078125,0.015625,0.03125,0.0625,0.125"  # 2^-10 … 2^-3
+  [dualized]="0.03125,0.0625,0.125,0.25,0.5,1.0"                    # 2^-5 … 2^0
+)
+for experiment in small/gpt_width small/gpt_depth; do
+  for mode in normed unnormed dualized; do
+    # a failed run must not stop the rest
+    modula-sweep experiment="$experiment" optim.mode="$mode" optim.lr="${GRID[$mode]}" "$@" || true
+  done
 done
-sweep_dir=outputs/sweeps/small_gpt_width/gpt_shakespeare
-modula-sweep-report "$sweep_dir"
-mkdir -p docs/results/small_gpt_width
-cp "$sweep_dir"/{results.csv,optimal_lr.csv,transfer.png,scale.png,scale.csv} docs/results/small_gpt_width/
+for name in small_gpt_width small_gpt_depth; do
+  sweep_dir=outputs/sweeps/$name/gpt_shakespeare
+  modula-sweep-report "$sweep_dir"
+  mkdir -p docs/results/$name
+  cp "$sweep_dir"/{results.csv,optimal_lr.csv,transfer.csv,transfer.png,scale.png,scale.csv} docs/results/$name/
+done

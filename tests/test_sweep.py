@@ -155,17 +155,26 @@ def test_report_on_hand_made_sweep(tmp_path, capsys):
     optimal = pd.read_csv(sweep_dir / "optimal_lr.csv").sort_values("scale")
     assert list(optimal["optimal_lr"]) == [0.25, 0.125, 0.0625]
     assert list(optimal["train_loss"]) == [2.0, 1.8, 1.5]
-    assert list(optimal["at_grid_edge"]) == [False, False, False]  # the running 2^-5 run extends w128's grid
-    assert result["shifts"][("gpt", "shakespeare", "adam", "normed")] == pytest.approx(2.0)
+    # width 32: parabola through (-3, 2.5), (-2, 2.0), (-1, 2.2): vertex -2 + 0.5 * 0.3 / 0.7
+    assert optimal["log2_optimal_lr_fit"].iloc[0] == pytest.approx(-2 + 0.15 / 0.7)
+    # width 128: the best LR's lower neighbour (2^-5) is still running, so the optimum may lie below it
+    assert list(optimal["edge"].fillna("")) == ["", "", "low"] and list(optimal["at_grid_edge"]) == [False, False, True]
+    assert list(optimal["seeds"]) == [1, 1, 1] and optimal["log2_optimal_lr_low"].isna().all()  # 1 seed: no interval
+    transfer = pd.read_csv(sweep_dir / "transfer.csv")
+    assert transfer["shift_log2"].item() == pytest.approx(-4 - (-2 + 0.15 / 0.7))
+    assert transfer["regret"].item() == pytest.approx(1.7 - 1.5)  # width 128 at width 32's 0.25
+    assert (transfer["smallest"].item(), transfer["largest"].item()) == (32, 128)
     assert result["counts"]["diverged"] == 2 and result["counts"]["running"] == 1
     results = pd.read_csv(sweep_dir / "results.csv")
     assert len(results) == 13 and set(results.columns) >= {"width", "lr", "status", "train_loss", "test_loss"}
+    curves = pd.read_csv(sweep_dir / "curves.csv")
+    assert curves.loc[(curves["scale"] == 64) & (curves["lr"] == 0.5), "diverged"].item() == 1
     out = capsys.readouterr().out
-    assert "transfer shift (max − min log2 optimal LR): 2.0" in out
+    assert "Transfer from width 32 to 128" in out and "-2.21" in out and "optimum at the low edge" in out
     # grid edge: width 32's optimum at the top of a grid that ends there
     make_run(sweep_dir, "w32_top", 32, 2**0, "completed", 1.0)
     optimal = write_report(sweep_dir, quiet=True)["optimal"]
-    assert bool(optimal[optimal["scale"] == 32]["at_grid_edge"].item())
+    assert optimal[optimal["scale"] == 32]["edge"].item() == "high"
 
 
 def test_report_cli_on_missing_dir(tmp_path):
@@ -182,11 +191,11 @@ def test_report_puts_several_modes_on_one_figure(tmp_path):
         for width, row in widths.items():
             for lr, loss in row.items():
                 make_run(sweep_dir, f"{mode}_w{width}_lr{lr}", width, lr, "completed", loss, mode=mode)
-    result = write_report(sweep_dir, quiet=True)
-    shifts = result["shifts"]
-    assert shifts[("gpt", "shakespeare", "adam", "normed")] == 0.0
-    assert shifts[("gpt", "shakespeare", "adam", "unnormed")] == pytest.approx(1.0)
-    scale = pd.read_csv(sweep_dir / "scale.csv").sort_values(["mode", "width"])
+    transfer = write_report(sweep_dir, quiet=True)["transfer"].set_index("mode")
+    assert transfer.loc["normed", "shift_log2"] == 0.0  # both at the 0.25 edge
+    assert transfer.loc["unnormed", "shift_log2"] == pytest.approx(-1.0)
+    scale = pd.read_csv(sweep_dir / "scale.csv").sort_values(["mode", "scale"])
     # loss vs width at the LR tuned on width 32: normed 0.25 → (2.0, 1.9); unnormed 0.002 → (2.4, 2.6)
     assert list(scale["tuned_lr"]) == [0.25, 0.25, 0.002, 0.002]
-    assert list(scale["train_loss"]) == [2.0, 1.9, 2.4, 2.6]
+    assert list(scale["mean"]) == [2.0, 1.9, 2.4, 2.6]
+    assert transfer.loc["unnormed", "regret"] == pytest.approx(2.6 - 2.1)

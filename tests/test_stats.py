@@ -1,0 +1,154 @@
+"""The report's statistics on synthetic curves with known answers: the fitted optimum, its bootstrap
+interval, shift and regret, edges and divergence."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from modula_cli.report import write_report
+from modula_cli.stats import (interval, mean_curve, optimum, regret, resampled_means, shift, small_sample_factor,
+                              vertices)
+
+GRID = np.arange(-6.0, 3.0)  # log2 of the paper's normed grid, 2^-6 … 2^2
+
+
+def parabola(vertex: float, floor: float = 2.0, curvature: float = 0.1) -> np.ndarray:
+    return floor + curvature * (GRID - vertex) ** 2
+
+
+@pytest.mark.parametrize("vertex", [-2.0, -1.7, 0.45, -4.3])
+def test_the_vertex_of_a_parabola_is_recovered_exactly(vertex):
+    fit = optimum(GRID, np.stack([parabola(vertex)] * 3))
+    assert fit.log2_optimal_lr == pytest.approx(vertex, abs=1e-9)
+    assert fit.fit.value[0] == pytest.approx(2.0, abs=1e-9)
+    assert fit.edge == "" and fit.seeds == 3
+    low, high = fit.bounds()  # identical seeds: every resample gives the same vertex
+    assert low == pytest.approx(vertex) and high == pytest.approx(vertex)
+
+
+def test_vertex_on_an_uneven_grid_matches_a_polynomial_fit():
+    x = np.array([-5.0, -3.5, -3.0, -1.0])
+    y = np.array([3.0, 2.2, 2.1, 2.6])
+    a, b, _ = np.polyfit(x[1:], y[1:], 2)  # the best point (-3) and its neighbours
+    assert vertices(x, y[None]).log2_lr[0] == pytest.approx(-b / (2 * a))
+
+
+@pytest.mark.parametrize("seeds", [3, 8])
+def test_the_interval_covers_the_truth_in_most_synthetic_draws(seeds):
+    """Seeds with per-point noise and a per-seed offset: the 95 % interval covers the true vertex in close
+    to 95 % of 200 independent sweeps (a plain percentile bootstrap covers about 75 % at three seeds)."""
+    rng = np.random.default_rng(1)
+    truth, covered, widths = -1.6, 0, []
+    for _ in range(200):
+        values = parabola(truth, curvature=0.05)[None] + 0.01 * rng.standard_normal((seeds, GRID.size))
+        values += 0.02 * rng.standard_normal((seeds, 1))  # a seed's offset, shared by its LRs
+        fit = optimum(GRID, values, resamples=400, rng=rng)
+        low, high = fit.bounds()
+        covered += low <= truth <= high
+        widths.append(high - low)
+    assert covered >= 0.88 * 200, covered
+    assert 0.05 < np.median(widths) < 1.0  # informative, not vacuous
+
+
+def test_identical_curves_have_zero_shift_and_zero_regret():
+    rng = np.random.default_rng(2)
+    values = parabola(-2.3)[None] + 0.01 * rng.standard_normal((4, GRID.size))
+    small, large = optimum(GRID, values), optimum(GRID, values.copy())
+    point, low, high = shift(small, large)
+    assert point == 0.0 and low <= 0.0 <= high
+    lost, lost_low, lost_high = regret(small, large)
+    assert lost == 0.0 and lost_low == 0.0 and lost_high >= 0.0
+
+
+def test_a_moving_optimum_gives_its_shift_and_regret():
+    small = optimum(GRID, np.stack([parabola(-1.0)] * 3))
+    large = optimum(GRID, np.stack([parabola(-3.0)] * 3))
+    point, low, high = shift(small, large)
+    assert point == pytest.approx(-2.0) and low == pytest.approx(-2.0) and high == pytest.approx(-2.0)
+    # keeping 2^-1 at the large scale costs 0.1 * (−1 − (−3))² over its best grid point (2^-3, exact)
+    assert regret(small, large)[0] == pytest.approx(0.1 * 4)
+
+
+@pytest.mark.parametrize("slope, edge", [(-1.0, "high"), (1.0, "low")])
+def test_an_optimum_at_the_grid_edge_is_flagged_and_its_interval_open(slope, edge):
+    rng = np.random.default_rng(3)
+    values = 3.0 + slope * 0.1 * GRID[None] + 0.01 * rng.standard_normal((3, GRID.size))
+    fit = optimum(GRID, values)
+    assert fit.edge == edge
+    assert fit.log2_optimal_lr == (GRID[-1] if edge == "high" else GRID[0])
+    low, high = fit.bounds()
+    assert np.isnan(high if edge == "high" else low) and not np.isnan(low if edge == "high" else high)
+
+
+def test_a_diverged_seed_makes_its_lr_diverged_never_averaged():
+    values = np.stack([parabola(0.0)] * 3)
+    values[1, GRID.tolist().index(1.0)] = np.inf  # seed 1 diverged at 2^1
+    mean = mean_curve(values)
+    assert np.isinf(mean[GRID.tolist().index(1.0)])
+    fit = optimum(GRID, values)
+    assert fit.log2_optimal_lr == 0.0 and fit.edge == "high"  # no finite neighbour above 2^0
+    draws = resampled_means(values, 500, np.random.default_rng(0))
+    column = draws[:, GRID.tolist().index(1.0)]
+    # finite exactly when the resample left seed 1 out: probability (2/3)^3
+    assert np.isfinite(column).mean() == pytest.approx((2 / 3) ** 3, abs=0.06)
+
+
+def test_missing_runs_are_left_out_of_the_mean():
+    values = np.stack([parabola(-2.0), parabola(-2.0) + 0.2])
+    values[1, 0] = np.nan  # failed
+    assert mean_curve(values)[0] == pytest.approx(parabola(-2.0)[0])
+    assert mean_curve(values)[1] == pytest.approx(parabola(-2.0)[1] + 0.1)
+
+
+def test_interval_widens_the_percentiles_for_few_seeds_and_opens_on_request():
+    draws = np.linspace(0, 1, 101)  # percentiles 2.5 % and 97.5 %: 0.025 and 0.975
+    factor = 4.303 / 1.96 * np.sqrt(3 / 2)  # t(2 dof) over z, and the bootstrap's √(n/(n−1)) for 3 seeds
+    assert small_sample_factor(3) == pytest.approx(factor)
+    assert interval(draws, 0.5, seeds=3) == pytest.approx((0.5 - factor * 0.475, 0.5 + factor * 0.475))
+    assert interval(draws, 0.5, seeds=1000) == pytest.approx((0.025, 0.975), abs=1e-3)
+    assert np.isnan(interval(draws, 0.5, 3, open_low=True)[0]) and np.isnan(interval(draws, 0.5, 1)[1])
+    assert np.isnan(interval(np.array([np.inf]), 0.5, 3)[1])
+
+
+def write_seeded_sweep(sweep_dir, curves, metric="train_loss"):
+    """Run folders as the trainer leaves them, for ``curves[width][seed] = values over GRID``."""
+    for width, seeds in curves.items():
+        for seed, values in enumerate(seeds):
+            for log2_lr, value in zip(GRID, values):
+                run = sweep_dir / f"w{width}_lr{log2_lr}_s{seed}"
+                run.mkdir(parents=True)
+                diverged = not np.isfinite(value)
+                summary = {"status": "diverged" if diverged else "completed", "arch": "resmlp", "data": "cifar10",
+                           "optimizer": "adam", "mode": "normed", "width": width, "depth": 3, "lr": 2.0**log2_lr,
+                           "seed": seed, metric: None if diverged else float(value)}
+                (run / "summary.json").write_text(json.dumps(summary))
+
+
+def test_report_aggregates_seeds_and_maximises_accuracy(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    rng = np.random.default_rng(4)
+    accuracy = {w: [0.9 - parabola(v, floor=0.0, curvature=0.02) + 0.002 * rng.standard_normal(GRID.size)
+                    for _ in range(3)] for w, v in ((32, -2.0), (128, -2.0))}
+    accuracy[128][2][-1] = np.inf  # one seed diverged at 2^2 (its accuracy is no number)
+    write_seeded_sweep(sweep_dir, accuracy, metric="test_acc")
+    result = write_report(sweep_dir, metric="test_acc", quiet=True)
+    optimal = result["optimal"].set_index("scale")
+    assert optimal["log2_optimal_lr_fit"].to_numpy() == pytest.approx([-2.0, -2.0], abs=0.15)
+    assert optimal.loc[32, "test_acc"] == pytest.approx(np.mean([a[4] for a in accuracy[32]]))
+    assert (optimal["seeds"] == 3).all() and optimal.loc[128, "diverged_runs"] == 1
+    curves = pd.read_csv(sweep_dir / "curves.csv")
+    top = curves[(curves["scale"] == 128) & (curves["lr"] == 4.0)].iloc[0]
+    assert (top["seeds"], top["diverged"]) == (2, 1)
+    transfer = result["transfer"].iloc[0]
+    assert abs(transfer["shift_log2"]) < 0.2 and transfer["shift_log2_low"] < 0 < transfer["shift_log2_high"]
+    assert transfer["regret"] == 0.0 and transfer["seeds"] == 3
+
+
+def test_report_rejects_a_metric_no_run_recorded(tmp_path):
+    write_seeded_sweep(tmp_path / "sweep", {32: [parabola(-2.0)]})
+    with pytest.raises(ValueError, match="test_acc"):
+        write_report(tmp_path / "sweep", metric="test_acc", quiet=True)
+    with pytest.raises(ValueError, match="resamples=50"):
+        write_report(tmp_path / "sweep", resamples=50, quiet=True)
