@@ -212,6 +212,10 @@ def transfer_text(transfer: pd.DataFrame) -> list[str]:
             row.shift_log2_high) and row.seeds < 2 else _interval_text(row.shift_log2_low, row.shift_log2_high, 2))
         regret_text = f"{row.regret:.4f} " + ("" if row.seeds < 2 else _interval_text(
             row.regret_low, row.regret_high, 4, signed_=False))
+        if math.isinf(row.regret):
+            regret_text = "diverges at the largest scale"
+        elif math.isnan(row.regret):
+            regret_text = "LR not run at the largest scale"
         label = series_label((row.arch, row.data, row.optimizer, row.mode))
         lines.append(f"  {label:<38} {shift_text:>24}   {regret_text:>30}  {row.seeds:>5}")
     return lines

@@ -270,7 +270,8 @@ def log_report_to_wandb(config: DictConfig, sweep_dir: Path) -> None:
                          job_type="report", dir=str(sweep_dir), mode=mode,
                          settings=wandb.Settings(init_timeout=15))
         run.log({name: wandb.Image(str(sweep_dir / f"{name}.png")) for name in ("transfer", "scale")})
-        run.log({"optimal_lr": wandb.Table(dataframe=pd.read_csv(sweep_dir / "optimal_lr.csv"))})
+        run.log({name: wandb.Table(dataframe=pd.read_csv(sweep_dir / f"{name}.csv"))
+                 for name in ("optimal_lr", "transfer", "curves")})
         run.finish()
     except Exception as error:  # noqa: BLE001
         log.warning("report not logged to wandb: %s", error)
