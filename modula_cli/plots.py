@@ -70,14 +70,17 @@ def plot_transfer(table: pd.DataFrame, optimal: pd.DataFrame, metric: str, knob:
             ax.plot(clean["lr"], clean["mean"], "o--" if key[3] == "unnormed" else "o-", color=color, label=label,
                     markersize=3)
             band = clean[clean["std"].notna()]
-            ax.fill_between(band["lr"], band["mean"] - band["std"], band["mean"] + band["std"], color=color, alpha=0.2)
+            if not band.empty:
+                ax.fill_between(band["lr"], band["mean"] - band["std"], band["mean"] + band["std"], color=color,
+                                alpha=0.2)
             for row in points[points["diverged"] > 0].itertuples():
                 ax.plot(row.lr, top, "x", color=color, markersize=8)
                 ax.annotate(str(row.diverged), (row.lr, top), textcoords="offset points", xytext=(3, 3), fontsize=6)
             star = _at(best, scale)
             if not star.empty:
                 _draw_optimum(ax, star.iloc[0], metric, color)
-        ax.set_xscale("log", base=2)
+        if ax.has_data():  # a log axis needs positive data: a sweep may have no finished run yet
+            ax.set_xscale("log", base=2)
         ax.set_xlabel("learning rate")
         ax.set_ylabel(f"{metric.replace('_', ' ')} (mean over seeds)")
         ax.set_title(series_label(key), fontsize=10)
@@ -110,7 +113,7 @@ def plot_scale(table: pd.DataFrame, optimal: pd.DataFrame, metric: str, knob: st
     right.set_ylabel(f"{metric.replace('_', ' ')} (mean ± sd)")
     right.set_title("at the LR tuned on the smallest scale", fontsize=9)
     for ax in (left, right):
-        if knob:
+        if knob and ax.has_data():
             ax.set_xscale("log", base=2)
             ax.set_xlabel(knob)
         ax.grid(alpha=0.3)

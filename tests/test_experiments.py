@@ -1,5 +1,6 @@
 """Every experiment config composes, and every job of its grid passes validation (nothing is trained)."""
 
+import math
 from pathlib import Path
 
 import pytest
@@ -31,7 +32,10 @@ def test_experiment_grid_is_valid(experiment, pair):
         cfg = compose("config", overrides=overrides, return_hydra_config=True)
         assert cfg.hydra.mode.name == "MULTIRUN"
         jobs = validate_grid(cfg)
-    assert len(jobs) == len(grid_overrides(cfg)) >= 4  # one planned run folder per job
+    # one planned run folder per job, or per (LR, seed) member of a packed job
+    members = [math.prod(len(o.split("=", 1)[1].strip("[]").split(",")) if "=[" in o else 1 for o in job)
+               for job in grid_overrides(cfg)]
+    assert len(jobs) == sum(members) >= 4
     if experiment.startswith("paper/"):
         assert cfg.train.steps == 10000 and cfg.train.batch_size == 128 and cfg.train.eval_batches == 100
         assert cfg.sweep.name == "paper_" + Path(experiment).name

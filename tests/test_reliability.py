@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from conftest import TINY_TRAIN, compose_config, tiny_gpt
-from modula_cli.identity import MAX_NAME_BYTES, run_name, with_lr
+from modula_cli.identity import MAX_NAME_BYTES, member_overrides, run_name
 from modula_cli.report import write_report
 from modula_cli.run import train
 from modula_cli.signals import StopRequested
@@ -238,7 +238,7 @@ def test_run_folder_names_stay_short_readable_and_distinct():
                  "train.eval_batches=20", "train.seed=3", "data.root=/a/very/long/path/that/never/enters/a/name",
                  f"optim.lr=[{lrs}]"]
     pack = run_name(overrides)
-    members = [run_name(with_lr(overrides, 2.0**e)) for e in range(-13, -2)]
+    members = [run_name(member_overrides(overrides, {"optim.lr": 2.0**e})) for e in range(-13, -2)]
     for name in [pack, *members]:
         assert len(name.encode()) <= MAX_NAME_BYTES and "/" not in name
         assert "depth=16" in name and "mode=unnormed" in name and ",h=" in name
