@@ -128,6 +128,31 @@ def test_sweep_presets_compose_with_paper_grids():
     assert lr_grid("sgd", "unnormed") == [2.0**e for e in range(-6, 3)]
 
 
+@pytest.mark.parametrize("preset, scale_points", [("width", 6), ("depth", 6), ("context", 6), ("mass", 7),
+                                                  ("lr", 1), ("quick", 3)])
+def test_seeds_are_an_axis_of_every_preset_and_pack_with_the_lrs(preset, scale_points):
+    from hydra import compose, initialize_config_dir
+    from omegaconf import open_dict
+
+    from modula_cli.config import CONFIG_DIR
+    from modula_cli.sweep import grid_overrides, register_resolvers
+
+    register_resolvers()
+    with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=[f"sweep={preset}"], return_hydra_config=True)
+    grid = len(lr_grid("adam", "normed"))
+    for pack, jobs, per_job in ((False, scale_points * grid * 3, 1), (True, scale_points, grid * 3)):
+        with open_dict(cfg):
+            cfg.hydra.overrides.task = [f"sweep={preset}", "train.seed=0,1,2", f"sweep.pack={pack}"]
+            cfg.sweep.pack = pack
+        expanded = grid_overrides(cfg)
+        assert len(expanded) == jobs
+        seeds = [o for o in expanded[0] if o.startswith("train.seed=")]
+        assert seeds == (["train.seed=[0,1,2]"] if pack else ["train.seed=0"])
+        lrs = next(o for o in expanded[0] if o.startswith("optim.lr="))
+        assert len(lrs.split(",")) == per_job // 3 if pack else "[" not in lrs
+
+
 def make_run(sweep_dir, name, width, lr, status, loss, mode="normed"):
     """A run folder as the trainer leaves it: a summary with its own knobs (``running`` until it ends)."""
     run = sweep_dir / name
