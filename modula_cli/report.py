@@ -167,8 +167,8 @@ def write_report(sweep_dir: Path, metric: str = "train_loss", quiet: bool = Fals
             "counts": status_counts(frame)}
 
 
-def _interval_text(low: float, high: float, digits: int = 1, signed_: bool = True) -> str:
-    sign = "+" if signed_ else ""
+def _interval_text(low: float, high: float, digits: int = 1, plus_sign: bool = True) -> str:
+    sign = "+" if plus_sign else ""
     left = "(open" if math.isnan(low) else f"[{low:{sign}.{digits}f}"
     right = "open)" if math.isnan(high) else f"{high:{sign}.{digits}f}]"
     return f"{left}, {right}"
@@ -208,10 +208,10 @@ def transfer_text(transfer: pd.DataFrame) -> list[str]:
              f"powers-of-two grid):",
              f"  {'series':<38} {'shift of η*':>24}   {'regret at the small-scale LR':>30}  seeds"]
     for row in transfer.itertuples(index=False):
-        shift_text = f"{row.shift_log2:+.2f} " + ("" if math.isnan(row.shift_log2_low) and math.isnan(
-            row.shift_log2_high) and row.seeds < 2 else _interval_text(row.shift_log2_low, row.shift_log2_high, 2))
+        shift_text = f"{row.shift_log2:+.2f} " + ("" if row.seeds < 2 else _interval_text(
+            row.shift_log2_low, row.shift_log2_high, 2))
         regret_text = f"{row.regret:.4f} " + ("" if row.seeds < 2 else _interval_text(
-            row.regret_low, row.regret_high, 4, signed_=False))
+            row.regret_low, row.regret_high, 4, plus_sign=False))
         if math.isinf(row.regret):
             regret_text = "diverges at the largest scale"
         elif math.isnan(row.regret):
