@@ -223,3 +223,13 @@ def test_report_puts_several_modes_on_one_figure(tmp_path):
     assert list(scale["tuned_lr"]) == [0.25, 0.25, 0.002, 0.002]
     assert list(scale["mean"]) == [2.0, 1.9, 2.4, 2.6]
     assert transfer.loc["unnormed", "regret"] == pytest.approx(2.6 - 2.1)
+
+
+def test_pack_arguments_folds_only_swept_lrs_and_seeds():
+    from modula_cli.packing import pack_arguments
+
+    assert pack_arguments(["arch.width=32,64", "optim.lr=0.25,0.5", "train.seed=range(3)", "optim.mode=normed",
+                           "train.steps=5"]) == ["arch.width=32,64", "optim.lr=[0.25,0.5]", "train.seed=[0,1,2]",
+                                                 "optim.mode=normed", "train.steps=5"]
+    assert pack_arguments(["optim.lr=0.25", "train.seed=[0,1]"]) == ["optim.lr=0.25", "train.seed=[0,1]"]
+    assert pack_arguments(["+train.seed=1,2"]) == ["+train.seed=[1,2]"]
