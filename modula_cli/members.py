@@ -66,8 +66,10 @@ class Members:
         items = []
         for lr, seed in itertools.product(opt.lrs, seeds):
             member_cfg = copy.deepcopy(cfg)
-            with open_dict(member_cfg):
-                member_cfg.optim.lr, member_cfg.train.seed = lr, seed
+            with open_dict(member_cfg):  # exactly the separate run's config (an unset LR stays unset)
+                if opt.packed:
+                    member_cfg.optim.lr = lr
+                member_cfg.train.seed = seed
             packed = {**({"optim.lr": lr} if opt.packed else {}), **({"train.seed": seed} if seeds_packed else {})}
             items.append(Member(lr, seed, member_cfg, folder(packed), fingerprint(member_cfg), packed))
         return cls(tuple(items), packed=True)

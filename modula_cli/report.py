@@ -23,6 +23,7 @@ where every run diverged or failed (a line says so).
 from __future__ import annotations
 
 import argparse
+import logging
 import math
 import sys
 from pathlib import Path
@@ -32,8 +33,11 @@ import pandas as pd
 
 from . import atomic
 from .plots import plot_scale, plot_transfer, series_label
-from .results import COMPLETED, DIVERGED, FAILED, SCALE_KNOBS, SERIES, collect, status_counts
+from .results import COMPLETED, DIVERGED, FAILED, KNOBS, SCALE_KNOBS, SERIES, collect, status_counts
+
 from .stats import DEFAULT_RESAMPLES, METRICS, Optimum, optimum, regret, shift, signed
+
+log = logging.getLogger(__name__)
 
 
 def scale_knob(frame: pd.DataFrame) -> str | None:
@@ -50,6 +54,18 @@ def scale_points(frame: pd.DataFrame):
     for key, series in frame.groupby(list(SERIES), dropna=False):
         for scale, group in (series.groupby(knob) if knob else [(None, series)]):
             yield key, scale, group
+
+
+def one_row_per_run(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per (series, knobs, LR, seed): the same run can sit in two folders (``lr=0.25`` from a
+    single-seed launch and ``lr=0.25,seed=0`` from a seeded one). A finished row is kept over others."""
+    rank = frame["status"].map({COMPLETED: 0, DIVERGED: 1}).fillna(2)
+    keys = [*SERIES, *KNOBS, "lr", "seed"]
+    kept = frame.assign(_rank=rank).sort_values(["_rank", "run"]).drop_duplicates(keys).drop(columns="_rank")
+    if len(kept) < len(frame):
+        log.warning("%d runs repeat another run's settings and seed (e.g. folders with and without an explicit "
+                    "train.seed=0); each is counted once", len(frame) - len(kept))
+    return kept.sort_values("run").reset_index(drop=True)
 
 
 def seed_matrix(group: pd.DataFrame, metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -96,8 +112,11 @@ def optimal_lrs(frame: pd.DataFrame, metric: str = "train_loss",
         lrs, _, values = seed_matrix(group, metric)
         if not lrs.size or not np.isfinite(values).any():
             continue
-        fit = fits[(*key, scale)] = optimum(np.log2(lrs), values, resamples, rng)
+        fit = optimum(np.log2(lrs), values, resamples, rng)
         best = fit.best
+        if best < 0:  # every LR lost a seed to divergence: no LR to call optimal
+            continue
+        fits[(*key, scale)] = fit
         at_best = values[:, best][np.isfinite(values[:, best])]
         low, high = fit.bounds()
         rows.append({**dict(zip(SERIES, key)), "scale_knob": knob, "scale": scale, "optimal_lr": lrs[best],
@@ -154,6 +173,7 @@ def write_report(sweep_dir: Path, metric: str = "train_loss", quiet: bool = Fals
         raise FileNotFoundError(f"{sweep_dir} holds no runs (no run folder with a summary.json, no sweep.json)")
     if frame[metric].isna().all() and (frame["status"] == COMPLETED).any():
         raise ValueError(f"no run in {sweep_dir} recorded {metric} (test_acc exists for image datasets only)")
+    frame = one_row_per_run(frame)
     table = curves(frame, metric)
     optimal, fits = optimal_lrs(frame, metric, resamples)
     transfer = transfer_table(optimal, fits, metric)
@@ -182,9 +202,11 @@ def _scale_lines(key: tuple, series: pd.DataFrame, optimal: pd.DataFrame, metric
     for scale, group in (series.groupby(knob) if knob else [(None, series)]):
         row = best[best["scale"] == scale] if knob else best
         label = "-" if scale is None else f"{scale:g}"
-        if row.empty:  # no completed run at this point: say what happened instead
+        if row.empty:  # no optimum at this point: say what happened instead
             what = ", ".join(f"{n} {status}" for status, n in group["status"].value_counts().items())
-            lines.append(f"    {label:>10}  no completed run: {what}")
+            why = "no LR trained without a diverged seed" if (group["status"] == COMPLETED).any() else \
+                "no completed run"
+            lines.append(f"    {label:>10}  {why}: {what}")
             continue
         row = row.iloc[0]
         spread = "" if math.isnan(row[f"{metric}_std"]) else f" ± {row[f'{metric}_std']:.4f}"
@@ -202,11 +224,9 @@ def transfer_text(transfer: pd.DataFrame) -> list[str]:
     """The transfer table as printed at the end of a sweep."""
     if transfer.empty:
         return []
-    first = transfer.iloc[0]
-    lines = [f"Transfer from {first['scale_knob']} {first['smallest']:g} to {transfer['largest'].max():g} "
-             f"({first['metric']}; 95% bootstrap intervals over seeds; shift in log2 LR = grid steps of a "
-             f"powers-of-two grid):",
-             f"  {'series':<38} {'shift of η*':>24}   {'regret at the small-scale LR':>30}  seeds"]
+    lines = [f"Transfer from the smallest to the largest scale ({transfer['metric'].iloc[0]}; 95% intervals over "
+             f"seeds; shift in log2 LR = grid steps of a powers-of-two grid):",
+             f"  {'series':<38} {'from → to':>18} {'shift of η*':>24}   {'regret at the small-scale LR':>30}  seeds"]
     for row in transfer.itertuples(index=False):
         shift_text = f"{row.shift_log2:+.2f} " + ("" if row.seeds < 2 else _interval_text(
             row.shift_log2_low, row.shift_log2_high, 2))
@@ -215,9 +235,10 @@ def transfer_text(transfer: pd.DataFrame) -> list[str]:
         if math.isinf(row.regret):
             regret_text = "diverges at the largest scale"
         elif math.isnan(row.regret):
-            regret_text = "LR not run at the largest scale"
+            regret_text = "no mean at that LR at the largest"
         label = series_label((row.arch, row.data, row.optimizer, row.mode))
-        lines.append(f"  {label:<38} {shift_text:>24}   {regret_text:>30}  {row.seeds:>5}")
+        scales = f"{row.scale_knob} {row.smallest:g} → {row.largest:g}"
+        lines.append(f"  {label:<38} {scales:>18} {shift_text:>24}   {regret_text:>30}  {row.seeds:>5}")
     return lines
 
 

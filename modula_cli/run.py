@@ -380,7 +380,7 @@ def _log_eval(ctx: RunContext, state: RunState, out: RunLoggers, step: int) -> N
             loss, hits = ctx.losses(state.weights, x, y)
             losses += loss
             correct += hits
-            count += y.numel()
+            count += y[0].numel() if ctx.members.packed else y.numel()  # packed: y repeats per member
     for member, (total, hits) in enumerate(zip(losses.tolist(), correct.tolist())):
         if state.statuses[member] != RUNNING:
             continue

@@ -106,22 +106,25 @@ def small_sample_factor(seeds: int) -> float:
     bootstrap's spread is the estimator's spread times √((n−1)/n), and the mean of n draws follows
     Student's t, not the normal (measured in the tests: three seeds cover the truth 75 % of the time
     without it, about 92 % with it)."""
+    if seeds < 2:
+        raise ValueError(f"an interval needs at least 2 seeds, got {seeds}")
     t = T_975[seeds - 2] if seeds - 1 <= len(T_975) else Z_975
     return t / Z_975 * math.sqrt(seeds / (seeds - 1))
 
 
 def interval(draws: np.ndarray, estimate: float, seeds: int, open_low: bool = False,
              open_high: bool = False) -> tuple[float, float]:
-    """A 95 % interval around ``estimate`` from bootstrap draws: the central percentile interval, its two
-    arms widened by ``small_sample_factor(seeds)`` (so an asymmetric spread stays asymmetric). NaN on an
-    open side, and on both sides with fewer than two seeds or no finite draw."""
+    """A 95 % interval around ``estimate`` from bootstrap draws: the arms of the central percentile
+    interval, measured from the draws' median (so an asymmetric spread stays asymmetric, and an estimate
+    off the draws' centre still gets both arms), widened by ``small_sample_factor(seeds)``. NaN on an open
+    side, and on both sides with fewer than two seeds or no finite draw."""
     draws = draws[np.isfinite(draws)]
     if draws.size == 0 or seeds < 2 or not math.isfinite(estimate):
         return float("nan"), float("nan")
     tail = 100 * (1 - CONFIDENCE) / 2
-    low, high = np.percentile(draws, [tail, 100 - tail])
+    low, centre, high = np.percentile(draws, [tail, 50, 100 - tail])
     stretch = small_sample_factor(seeds)
-    low, high = estimate - stretch * max(0.0, estimate - low), estimate + stretch * max(0.0, high - estimate)
+    low, high = estimate - stretch * (centre - low), estimate + stretch * (high - centre)
     return (float("nan") if open_low else float(low)), (float("nan") if open_high else float(high))
 
 
@@ -157,6 +160,7 @@ def optimum(log2_lrs: np.ndarray, values: np.ndarray, resamples: int = DEFAULT_R
             rng: np.random.Generator | None = None) -> Optimum:
     """The fitted optimum of one curve ``values[seed, lr]`` (signed cost) and its bootstrap draws."""
     rng = rng if rng is not None else np.random.default_rng(0)
+    values = values[~np.isnan(values).all(axis=1)]  # a seed with no finished run yet is no seed here
     mean = mean_curve(values)
     fit = vertices(log2_lrs, mean[None])
     resampled = resampled_means(values, resamples, rng)
@@ -203,4 +207,4 @@ def regret(small: Optimum, large: Optimum) -> tuple[float, float, float]:
     low, high = interval(draws, point, seeds)
     if np.isinf(draws).mean() > (1 - CONFIDENCE) / 2:  # the tuned LR diverges in a real share of resamples
         high = float("inf")
-    return point, max(0.0, low), high  # a regret is never negative
+    return point, (max(0.0, low) if math.isfinite(low) else low), high  # a regret is never negative

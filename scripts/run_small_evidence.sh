@@ -21,5 +21,5 @@ for name in small_gpt_width small_gpt_depth; do
   sweep_dir=outputs/sweeps/$name/gpt_shakespeare
   modula-sweep-report "$sweep_dir"
   mkdir -p docs/results/$name
-  cp "$sweep_dir"/{results.csv,optimal_lr.csv,transfer.csv,transfer.png,scale.png,scale.csv} docs/results/$name/
+  cp "$sweep_dir"/{results.csv,curves.csv,optimal_lr.csv,transfer.csv,transfer.png,scale.png,scale.csv} docs/results/$name/
 done

@@ -35,21 +35,21 @@ def test_vertex_on_an_uneven_grid_matches_a_polynomial_fit():
     assert vertices(x, y[None]).log2_lr[0] == pytest.approx(-b / (2 * a))
 
 
-@pytest.mark.parametrize("seeds", [3, 8])
-def test_the_interval_covers_the_truth_in_most_synthetic_draws(seeds):
-    """Seeds with per-point noise and a per-seed offset: the 95 % interval covers the true vertex in close
-    to 95 % of 200 independent sweeps (a plain percentile bootstrap covers about 75 % at three seeds)."""
-    rng = np.random.default_rng(1)
-    truth, covered, widths = -1.6, 0, []
-    for _ in range(200):
-        values = parabola(truth, curvature=0.05)[None] + 0.01 * rng.standard_normal((seeds, GRID.size))
-        values += 0.02 * rng.standard_normal((seeds, 1))  # a seed's offset, shared by its LRs
-        fit = optimum(GRID, values, resamples=400, rng=rng)
-        low, high = fit.bounds()
-        covered += low <= truth <= high
-        widths.append(high - low)
-    assert covered >= 0.88 * 200, covered
-    assert 0.05 < np.median(widths) < 1.0  # informative, not vacuous
+@pytest.mark.parametrize("curve, seeds, least", [("parabola", 3, 0.90), ("parabola", 8, 0.90), ("skewed", 3, 0.85)])
+def test_the_interval_covers_the_truth_in_most_synthetic_draws(curve, seeds, least):
+    """Per-point noise and a per-seed tilt (which moves each seed's optimum): the 95 % interval covers the
+    true optimum in close to 95 % of 200 independent sweeps, where a plain percentile bootstrap covers
+    about 75-85 % (scripts/interval_coverage.py prints the whole table)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "interval_coverage.py"
+    spec = importlib.util.spec_from_file_location("interval_coverage", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    plain, widened, width = script.coverage(getattr(script, curve), seeds, 200, np.random.default_rng(1))
+    assert widened >= least and widened > plain + 0.04, (plain, widened)
+    assert 0.05 < width < 2.0  # informative, not vacuous
 
 
 def test_identical_curves_have_zero_shift_and_zero_regret():
@@ -59,7 +59,7 @@ def test_identical_curves_have_zero_shift_and_zero_regret():
     point, low, high = shift(small, large)
     assert point == 0.0 and low <= 0.0 <= high
     lost, lost_low, lost_high = regret(small, large)
-    assert lost == 0.0 and lost_low == 0.0 and lost_high >= 0.0
+    assert lost == 0.0 and 0.0 <= lost_low <= lost_high
 
 
 def test_a_moving_optimum_gives_its_shift_and_regret():
@@ -144,6 +144,29 @@ def test_report_aggregates_seeds_and_maximises_accuracy(tmp_path):
     transfer = result["transfer"].iloc[0]
     assert abs(transfer["shift_log2"]) < 0.2 and transfer["shift_log2_low"] < 0 < transfer["shift_log2_high"]
     assert transfer["regret"] == 0.0 and transfer["seeds"] == 3
+
+
+def test_a_scale_point_where_every_lr_lost_a_seed_has_no_optimum(tmp_path, capsys):
+    curves = {32: [parabola(-2.0)] * 2, 64: [parabola(-2.0), np.full(GRID.size, np.inf)]}
+    write_seeded_sweep(tmp_path / "sweep", curves)
+    result = write_report(tmp_path / "sweep", resamples=200)
+    assert list(result["optimal"]["scale"]) == [32] and result["transfer"].empty
+    assert "64  no LR trained without a diverged seed: 9 completed, 9 diverged" in capsys.readouterr().out
+
+
+def test_the_same_run_in_two_folders_counts_once(tmp_path):
+    write_seeded_sweep(tmp_path / "sweep", {32: [parabola(-2.0), parabola(-2.0) + 0.1]})
+    twin = tmp_path / "sweep" / f"w32_lr{GRID[0]}_s0"
+    (tmp_path / "sweep" / "w32_twin").mkdir()
+    (tmp_path / "sweep" / "w32_twin" / "summary.json").write_text((twin / "summary.json").read_text())
+    result = write_report(tmp_path / "sweep", quiet=True, resamples=200)
+    assert len(result["results"]) == 2 * GRID.size and (result["curves"]["seeds"] == 2).all()
+
+
+def test_interval_keeps_both_arms_when_the_estimate_is_off_the_draws_centre():
+    draws = np.linspace(1.0, 1.2, 101)
+    low, high = interval(draws, 0.5, seeds=1000)
+    assert low == pytest.approx(0.5 - 0.095, abs=2e-3) and high == pytest.approx(0.5 + 0.095, abs=2e-3)
 
 
 def test_report_rejects_a_metric_no_run_recorded(tmp_path):

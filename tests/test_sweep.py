@@ -194,7 +194,7 @@ def test_report_on_hand_made_sweep(tmp_path, capsys):
     curves = pd.read_csv(sweep_dir / "curves.csv")
     assert curves.loc[(curves["scale"] == 64) & (curves["lr"] == 0.5), "diverged"].item() == 1
     out = capsys.readouterr().out
-    assert "Transfer from width 32 to 128" in out and "-2.21" in out and "optimum at the low edge" in out
+    assert "width 32 → 128" in out and "-2.21" in out and "optimum at the low edge" in out
     # grid edge: width 32's optimum at the top of a grid that ends there
     make_run(sweep_dir, "w32_top", 32, 2**0, "completed", 1.0)
     optimal = write_report(sweep_dir, quiet=True)["optimal"]

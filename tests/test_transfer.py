@@ -36,7 +36,7 @@ def test_normed_adam_transfers_across_width_and_plain_adam_does_not(tmp_path):
                                  f"optim.lr={grid}"], cwd=tmp_path, env=env, capture_output=True, text=True,
                                 timeout=600)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "Transfer from width 16 to 128" in result.stdout
+    assert "width 16 → 128" in result.stdout
     transfer = pd.read_csv(sweep_dir / "transfer.csv").set_index("mode")
     assert (transfer["seeds"] == 2).all()
     normed, unnormed = transfer.loc["normed"], transfer.loc["unnormed"]
