@@ -2,7 +2,7 @@
 # CPU evidence for LR transfer (issue 14): the small GPT width sweep (widths 32 … 256) and depth sweep
 # (2, 4, 8 blocks at width 64) for normed, unnormed and dualized Adam, three seeds each, every scale point's
 # LRs × seeds packed into one run; then the reports, copied to docs/results/. The LR grids are the paper's
-# narrowed to the region holding each mode's optimum on this data (so it fits a 2-core CPU in about 1.5 h).
+# narrowed to the region holding each mode's optimum on this data (about 2 h on a 2-core CPU).
 # Rerunning resumes: finished runs are skipped, interrupted ones resume from their checkpoints.
 set -euo pipefail
 cd "$(dirname "$0")/.."
