@@ -19,14 +19,11 @@ from .optim import OptimConfig
 from .results import knobs_of
 
 
-def seeds_of(cfg: DictConfig) -> list[int]:
-    """``train.seed``: one seed, or a packed list of them."""
+def seeds_of(cfg: DictConfig) -> tuple[list[int], bool]:
+    """``train.seed``: its seeds, and whether they are a packed list."""
     seed = cfg.train.seed
-    return [int(s) for s in seed] if isinstance(seed, (list, tuple, ListConfig)) else [int(seed)]
-
-
-def packed_seeds(cfg: DictConfig) -> bool:
-    return isinstance(cfg.train.seed, (list, tuple, ListConfig))
+    packed = isinstance(seed, (list, tuple, ListConfig))
+    return ([int(s) for s in seed] if packed else [int(seed)]), packed
 
 
 @dataclass(frozen=True)
@@ -59,7 +56,7 @@ class Members:
         """A single run is its own member; ``optim.lr=[…]`` and / or ``train.seed=[…]`` pack one member per
         (LR, seed), each in the folder ``member_dir(packed values)`` (a sweep passes the folder a separate run
         would get), else ``<run_dir>/lr=<lr>,seed=<seed>``."""
-        seeds, seeds_packed = seeds_of(cfg), packed_seeds(cfg)
+        seeds, seeds_packed = seeds_of(cfg)
         if not (opt.packed or seeds_packed):
             return cls((Member(opt.base_lr, seeds[0], cfg, run_dir, fingerprint(cfg)),), packed=False)
         folder = member_dir or default_member_dir(run_dir)
