@@ -156,3 +156,57 @@ def _plot_tuned(ax, curves: pd.DataFrame, best: pd.DataFrame, key: tuple, metric
     return [{**dict(zip(SERIES, key)), "tuned_lr": tuned, "scale": row.scale, "mean": row.mean, "std": row.std,
              "seeds": row.seeds, "diverged": row.diverged, "failed": row.failed, "missing": row.missing}
             for row in points.itertuples()]
+
+
+COORD_PANELS = {"act_rms": "activation RMS", "delta_rms": "RMS of output change since step 0",
+                "own_delta_rms": "RMS of (W − W₀) x: own part of it",
+                "dir_change": "directional change ‖h̄ − h̄₀‖", "update_ratio": "update norm ÷ (LR × share)",
+                "stable_rank": "weight stable rank", "update_stable_rank": "update stable rank"}
+
+
+def plot_coord(table: pd.DataFrame, axis: str, path: Path, title: str = "") -> None:
+    """``coord.png``: a row per quantity, a column per mode; each at the last step against the scale, a line
+    per layer coloured by its role (along depth, a role's layers averaged). Grey dashes: ∝ scale¹."""
+    plt = _pyplot()
+    last = table[table["step"] == table["step"].max()]
+    modes = list(dict.fromkeys(last["mode"]))
+    key = "layer" if axis == "width" else "role"
+    roles = list(dict.fromkeys(last.sort_values(["point", "index"])["role"]))
+    colors = dict(zip(roles, plt.cm.tab10(np.arange(len(roles)) % 10) if len(roles) <= 10
+                      else plt.cm.tab20(np.arange(len(roles)) % 20)))
+    fig, axes = plt.subplots(len(COORD_PANELS), len(modes), figsize=(3.6 * len(modes) + 1.6, 2.3 * len(COORD_PANELS)),
+                             squeeze=False, sharex=True)
+    for column, mode in enumerate(modes):
+        points = last[last["mode"] == mode]
+        series = points.groupby([key, axis], sort=False)[list(COORD_PANELS)].mean().reset_index()
+        role_of = dict(zip(points[key], points["role"]))
+        for row, (quantity, label) in enumerate(COORD_PANELS.items()):
+            ax = axes[row][column]
+            for layer, curve in series.groupby(key, sort=False):
+                curve = curve.sort_values(axis)
+                role = role_of[layer]
+                ax.plot(curve[axis], curve[quantity], "o-", color=colors[role], markersize=2.5, linewidth=1,
+                        alpha=0.85, label=role)
+            values = series[quantity]
+            positive = values[values > 0]
+            if not positive.empty:
+                ax.set_yscale("log")
+                scales = np.sort(series[axis].unique())
+                start = float(np.exp(np.log(positive).median()))
+                ax.plot(scales, start * scales / scales[0], ":", color="0.5", linewidth=1)
+            ax.set_xscale("log", base=2)
+            ax.grid(alpha=0.3)
+            if row == 0:
+                ax.set_title(mode, fontsize=11)
+            if column == 0:
+                ax.set_ylabel(label, fontsize=8)
+            if row == len(COORD_PANELS) - 1:
+                ax.set_xlabel(axis)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    unique = dict(zip(labels, handles))
+    fig.legend(unique.values(), unique.keys(), loc="center right", fontsize=7, title="layer role", title_fontsize=8)
+    if title:
+        fig.suptitle(f"{title}\n(last step; dotted: ∝ {axis}¹)", fontsize=9)
+    fig.tight_layout(rect=(0, 0, 1 - 1.4 / fig.get_figwidth(), 1))
+    atomic.write_with(path, lambda tmp: fig.savefig(tmp, dpi=150))
+    plt.close(fig)

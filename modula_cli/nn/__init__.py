@@ -4,7 +4,7 @@ from .atoms import Conv2D, Embed, Linear, MatrixAtom
 from .bonds import (Abs, Add, AddHeads, AvgPool, Enumerate, Flatten, FunctionalAttention, GELU, Identity,
                     LayerNorm, MeanSubtract, Mul, ReLU, RemoveHeads, RMSDivide, ScaledGELU, ScaledReLU)
 from .compounds import GPT, Attention, ResMLP, ResNet, Residual, StandardGPT
-from .module import Atom, Bond, Composite, Module, TupleModule, named
+from .module import Atom, Bond, Composite, Module, TupleModule, layer_names, layer_roles, named, with_role
 from .orthogonalize import METHODS as ORTHOGONALIZE_METHODS
 from .orthogonalize import orthogonalize
 from .spectral import PowerIterationState
@@ -14,5 +14,5 @@ __all__ = [
     "Enumerate", "Flatten", "FunctionalAttention", "GELU", "GPT", "Identity", "LayerNorm", "Linear",
     "MatrixAtom", "MeanSubtract", "Module", "Mul", "ORTHOGONALIZE_METHODS", "PowerIterationState", "ReLU",
     "RemoveHeads", "RMSDivide", "ResMLP", "ResNet", "Residual", "ScaledGELU", "ScaledReLU", "StandardGPT",
-    "TupleModule", "named", "orthogonalize",
+    "TupleModule", "layer_names", "layer_roles", "named", "orthogonalize", "with_role",
 ]

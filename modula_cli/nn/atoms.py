@@ -117,6 +117,7 @@ class Conv2D(MatrixAtom):
         self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
         self.slice_count = kernel_size * kernel_size
         self.features_in, self.features_out = c_in, c_out
+        self.feature_axis = -3  # output (…, c_out, H, W): each pixel's channel vector is one feature
 
     def apply(self, x: Tensor, weight: Tensor) -> Tensor:
         if weight.ndim == 4:

@@ -11,7 +11,7 @@ from .atoms import Conv2D, Embed, Linear
 from .bonds import (Abs, AddHeads, AvgPool, Enumerate, Flatten, FunctionalAttention, GELU, Identity, LayerNorm,
                     MeanSubtract, RemoveHeads, RMSDivide, ScaledGELU)
 from .checks import require_positive_ints
-from .module import Module, named
+from .module import Module, named, with_role as role
 
 
 def _positive_mass(owner: str, mass: float) -> None:
@@ -33,9 +33,9 @@ def ResMLP(width: int, depth: int, block_depth: int, input_dim: int, output_dim:
     require_positive_ints("ResMLP", width=width, depth=depth, block_depth=block_depth, input_dim=input_dim,
                   output_dim=output_dim)
     _positive_mass("ResMLP", blocks_mass)
-    initial = Linear(width, input_dim) @ Flatten()
-    residue = (MeanSubtract() @ Abs() @ Linear(width, width) @ RMSDivide()) ** block_depth
-    net = Linear(output_dim, width) @ Residual(residue, depth, blocks_mass) @ initial
+    initial = role(Linear(width, input_dim), "input") @ Flatten()
+    residue = (MeanSubtract() @ Abs() @ role(Linear(width, width), "hidden") @ RMSDivide()) ** block_depth
+    net = role(Linear(output_dim, width), "output") @ Residual(residue, depth, blocks_mass) @ initial
     return named(net, f"ResMLP(width={width}, depth={depth}, block_depth={block_depth})")
 
 
@@ -48,20 +48,20 @@ def ResNet(width: int, depth: int, block_depth: int, in_channels: int, num_class
         raise ValueError(f"ResNet: kernel_size must be odd to keep the image size, got {kernel_size}")
     pad = kernel_size // 2
     chw = (-3, -2, -1)
-    initial = Conv2D(width, in_channels, kernel_size, padding=pad)
-    residue = (MeanSubtract(chw) @ Abs() @ Conv2D(width, width, kernel_size, padding=pad) @ RMSDivide(chw)) \
-        ** block_depth
-    final = Linear(num_classes, width) @ Flatten() @ AvgPool()
+    initial = role(Conv2D(width, in_channels, kernel_size, padding=pad), "input")
+    hidden = role(Conv2D(width, width, kernel_size, padding=pad), "hidden")
+    residue = (MeanSubtract(chw) @ Abs() @ hidden @ RMSDivide(chw)) ** block_depth
+    final = role(Linear(num_classes, width), "output") @ Flatten() @ AvgPool()
     net = final @ Residual(residue, depth, blocks_mass) @ initial
     return named(net, f"ResNet(width={width}, depth={depth}, block_depth={block_depth})")
 
 
 def Attention(num_heads: int, d_embed: int, d_query: int, d_value: int, causal: bool = True) -> Module:
     require_positive_ints("Attention", num_heads=num_heads, d_embed=d_embed, d_query=d_query, d_value=d_value)
-    Q = AddHeads(num_heads) @ Linear(num_heads * d_query, d_embed)
-    K = AddHeads(num_heads) @ Linear(num_heads * d_query, d_embed)
-    V = AddHeads(num_heads) @ Linear(num_heads * d_value, d_embed)
-    exit_ = Linear(d_embed, num_heads * d_value) @ RemoveHeads()
+    Q = AddHeads(num_heads) @ role(Linear(num_heads * d_query, d_embed), "attn.q")
+    K = AddHeads(num_heads) @ role(Linear(num_heads * d_query, d_embed), "attn.k")
+    V = AddHeads(num_heads) @ role(Linear(num_heads * d_value, d_embed), "attn.v")
+    exit_ = role(Linear(d_embed, num_heads * d_value), "attn.out") @ RemoveHeads()
     # The tuple (Q, K, V) has sensitivity 3; the 1/3 brings the whole block back to 1.
     return named(exit_ @ ((1 / 3) * FunctionalAttention(causal)) @ (Q, K, V), f"Attention(heads={num_heads})")
 
@@ -78,17 +78,18 @@ def GPT(vocab_size: int, context: int, num_heads: int, width: int, depth: int,
     _positive_mass("GPT", blocks_mass)
     _check_heads("GPT", width, num_heads)
     d_head = width // num_heads
-    token = (1 / 2) * Embed(width, vocab_size)
-    position = (1 / 2) * (Embed(width, context) @ Enumerate())
+    token = (1 / 2) * role(Embed(width, vocab_size), "embed.token")
+    position = (1 / 2) * (role(Embed(width, context), "embed.position") @ Enumerate())
     initial = (token + position).tare(1.0)
 
     def residual(residue: Module) -> Module:
         return ((1 - 1 / (2 * depth)) * Identity()) + ((1 / (2 * depth)) * residue)
 
     att_block = residual(Attention(num_heads, width, d_head, d_head) @ LayerNorm())
-    mlp_block = residual(Linear(width, 4 * width) @ ScaledGELU() @ Linear(4 * width, width) @ LayerNorm())
+    mlp = role(Linear(width, 4 * width), "mlp.out") @ ScaledGELU() @ role(Linear(4 * width, width), "mlp.in")
+    mlp_block = residual(mlp @ LayerNorm())
     blocks = named(((mlp_block @ att_block) ** depth).tare(blocks_mass), f"Blocks(depth={depth})")
-    net = Linear(vocab_size, width) @ LayerNorm() @ blocks @ initial
+    net = role(Linear(vocab_size, width), "output") @ LayerNorm() @ blocks @ initial
     return named(net, f"GPT(width={width}, depth={depth}, heads={num_heads}, context={context})")
 
 
@@ -103,14 +104,17 @@ def StandardGPT(vocab_size: int, context: int, num_heads: int, width: int, depth
     d_head = width // num_heads
     std, out_std = 0.02, 0.02 / math.sqrt(2 * depth)
 
-    def head(n_out: int) -> Module:
-        return AddHeads(num_heads) @ Linear(n_out, width, init_std=std)
+    def head(n_out: int, name: str) -> Module:
+        return AddHeads(num_heads) @ role(Linear(n_out, width, init_std=std), name)
 
-    attention = Linear(width, width, init_std=out_std) @ RemoveHeads() \
-        @ FunctionalAttention(causal=True, scale=1 / math.sqrt(d_head)) @ (head(width), head(width), head(width))
-    mlp = Linear(width, 4 * width, init_std=out_std) @ GELU() @ Linear(4 * width, width, init_std=std)
+    attention = role(Linear(width, width, init_std=out_std), "attn.out") @ RemoveHeads() \
+        @ FunctionalAttention(causal=True, scale=1 / math.sqrt(d_head)) \
+        @ (head(width, "attn.q"), head(width, "attn.k"), head(width, "attn.v"))
+    mlp = role(Linear(width, 4 * width, init_std=out_std), "mlp.out") @ GELU() \
+        @ role(Linear(4 * width, width, init_std=std), "mlp.in")
     block = (Identity() + (mlp @ LayerNorm())) @ (Identity() + (attention @ LayerNorm()))
-    initial = Embed(width, vocab_size, init_std=std) + (Embed(width, context, init_std=std) @ Enumerate())
-    net = Linear(vocab_size, width, init_std=std) @ LayerNorm() @ named(block ** depth, f"Blocks(depth={depth})") \
+    initial = role(Embed(width, vocab_size, init_std=std), "embed.token") \
+        + (role(Embed(width, context, init_std=std), "embed.position") @ Enumerate())
+    net = role(Linear(vocab_size, width, init_std=std), "output") @ LayerNorm() @ named(block ** depth, f"Blocks(depth={depth})") \
         @ initial
     return named(net, f"StandardGPT(width={width}, depth={depth}, heads={num_heads}, context={context})")

@@ -181,8 +181,13 @@ class Module:
             raise ValueError(f"module power must be a non-negative integer, got {power!r}")
         if power == 0:
             return Identity()
-        # Independent copies: each has its own atoms, so its own weights and its own mass under tare.
-        return Composite(*(copy.deepcopy(self) for _ in range(power)))
+        # Independent copies: each has its own atoms, so its own weights and its own mass under tare. Each
+        # atom remembers which copy it is in (outer powers first), so diagnostics can name it "attn.q[2]".
+        copies = [copy.deepcopy(self) for _ in range(power)]
+        for index, duplicate in enumerate(copies):
+            for atom in duplicate.atoms():
+                atom.repeat = (index, *atom.repeat)
+        return Composite(*copies)
 
     # --- display ----------------------------------------------------------------------------------
 
@@ -211,7 +216,14 @@ class Module:
 
 
 class Atom(Module):
-    """A module with exactly one weight tensor and hand-declared attributes."""
+    """A module with exactly one weight tensor and hand-declared attributes.
+
+    ``role`` names what the atom does in its network ("attn.q", "hidden"), the same at every width and
+    depth; ``repeat`` is its copy index under each enclosing ``**``. Both only label diagnostics."""
+
+    role: str | None = None
+    repeat: tuple[int, ...] = ()
+    feature_axis: int = -1  # the axis of the output that holds one feature vector (channels for convolutions)
 
     def __init__(self, mass: float = 1.0, sensitivity: float = 1.0):
         self._mass = float(mass)
@@ -478,6 +490,38 @@ def _chain_features(children: Sequence[Module]) -> tuple[int | None, int | None]
         seen_reshape = seen_reshape or child.features_in is None
         current = child.features_out
     return first_in, current
+
+
+def with_role(atom: Atom, role: str) -> Atom:
+    """Name an atom's job in its network (kept by every copy ``**`` makes); see ``layer_names``."""
+    atom.role = role
+    return atom
+
+
+def layer_roles(module: Module) -> list[str]:
+    """Each atom's role: the declared one, else its kind numbered among the undeclared atoms of its own
+    copy (``linear1``, ``linear2``), so that copies of one block get the same roles."""
+    counts: dict[tuple, int] = {}
+    roles = []
+    for atom in module.atoms():
+        if atom.role is not None:
+            roles.append(atom.role)
+            continue
+        kind = type(atom).__name__.lower()
+        counts[(kind, atom.repeat)] = counts.get((kind, atom.repeat), 0) + 1
+        roles.append(f"{kind}{counts[(kind, atom.repeat)]}")
+    return roles
+
+
+def layer_names(module: Module) -> list[str]:
+    """One name per atom, in weight-list order, independent of width: its role and its copy indices
+    (``attn.q[2]``: block 2; ``hidden[1.0]``: block 1, layer 0). Repeated names get ``#2``, ``#3``."""
+    names, seen = [], {}
+    for atom, role in zip(module.atoms(), layer_roles(module)):
+        name = role + (f"[{'.'.join(map(str, atom.repeat))}]" if atom.repeat else "")
+        seen[name] = seen.get(name, 0) + 1
+        names.append(name if seen[name] == 1 else f"{name}#{seen[name]}")
+    return names
 
 
 def named(module: Module, name: str) -> Module:
