@@ -287,8 +287,8 @@ def run_coord_check(cfg: DictConfig, out_dir: Path) -> tuple[pd.DataFrame, pd.Da
 def _title(cfg: Any, settings: CoordSettings) -> str:
     fixed = f"depth {cfg.arch.depth}" if settings.axis == "width" else f"width {cfg.arch.width}"
     lr = "each mode's default LR" if cfg.optim.lr is None else f"LR {cfg.optim.lr:g}"
-    return (f"{cfg.arch.name} on {cfg.data.name}, {cfg.optim.name}, {fixed}, {lr}, {settings.steps} steps on one "
-            f"batch of {settings.batch_size}, seed {cfg.train.seed}")
+    return (f"{cfg.arch.name} on {cfg.data.name}, {cfg.optim.name}, {fixed}, {lr}, {settings.steps} step{'s' if settings.steps > 1 else ''} on "
+            f"one batch of {settings.batch_size}, seed {cfg.train.seed}")
 
 
 def verdict_text(verdict: dict[str, str]) -> str:

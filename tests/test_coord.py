@@ -1,0 +1,345 @@
+"""The coordinate check: per-layer quantities against hand-computed values, layer names, slopes and
+verdicts, and the command end to end (theory: normed and dualized are width-stable, unnormed is not)."""
+
+import math
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from modula_cli import coord
+from modula_cli.coord import fitted_slope, measure, run_coord_check, slopes, verdicts
+from modula_cli.geometry import direction_change, stable_rank
+from modula_cli.nn import GPT, Embed, Linear, ResMLP, ResNet, StandardGPT, layer_names, layer_roles
+from modula_cli.optim import OptimConfig
+from modula_cli.signals import StopRequested
+
+
+def compose_coord(*overrides: str):
+    from hydra import compose, initialize_config_dir
+
+    from modula_cli.config import CONFIG_DIR
+
+    with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+        return compose("coord_check", overrides=list(overrides))
+
+
+def tiny_gpt_coord(root, *overrides: str):
+    return compose_coord("arch.depth=1", "arch.heads=2", f"data.root={root}", "data.context=16", "train.device=cpu",
+                         *overrides)
+
+
+# --- layer names ---------------------------------------------------------------------------------------
+
+def test_layer_names_follow_roles_and_copies():
+    assert layer_names(GPT(65, 16, 2, 16, 2)) == [
+        "embed.token", "embed.position",
+        "attn.q[0]", "attn.k[0]", "attn.v[0]", "attn.out[0]", "mlp.in[0]", "mlp.out[0]",
+        "attn.q[1]", "attn.k[1]", "attn.v[1]", "attn.out[1]", "mlp.in[1]", "mlp.out[1]", "output"]
+    # ResMLP: depth 2 blocks of block_depth 2 → [block.layer]
+    assert layer_names(ResMLP(16, 2, 2, 12, 10)) == ["input", "hidden[0.0]", "hidden[0.1]", "hidden[1.0]",
+                                                     "hidden[1.1]", "output"]
+    assert layer_names(ResNet(8, 2, 1, 3, 10)) == ["input", "hidden[0.0]", "hidden[1.0]", "output"]
+    assert layer_names(StandardGPT(65, 16, 2, 16, 1))[2:8] == ["attn.q[0]", "attn.k[0]", "attn.v[0]", "attn.out[0]",
+                                                              "mlp.in[0]", "mlp.out[0]"]
+    # Names do not depend on width; roles drop the copy index.
+    assert layer_names(GPT(65, 16, 2, 64, 2)) == layer_names(GPT(65, 16, 2, 16, 2))
+    assert layer_roles(GPT(65, 16, 2, 16, 2))[8] == "attn.q"
+
+
+def test_undeclared_atoms_are_numbered_within_their_copy():
+    net = Linear(3, 8) @ (Linear(8, 8) @ Linear(8, 8)) ** 2 @ Linear(8, 5)
+    assert layer_names(net) == ["linear1", "linear1[0]", "linear2[0]", "linear1[1]", "linear2[1]", "linear2"]
+
+
+# --- the quantities, by hand ------------------------------------------------------------------------------
+
+def test_direction_change_and_stable_rank_by_hand():
+    h0 = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
+    h = torch.tensor([[3.0, 0.0], [0.0, -1.0]])  # row 1 rescaled (no change), row 2 reversed (distance 2)
+    assert direction_change(h, h0) == pytest.approx(1.0)
+    # A convolution's feature vector is a pixel's channels (axis -3): rescaling channels per pixel is no change.
+    conv0 = torch.tensor([[[[1.0, 0.0]], [[0.0, 1.0]]]])  # (1, 2 channels, 1, 2 pixels)
+    assert direction_change(3 * conv0, conv0, axis=-3) == pytest.approx(0.0)
+    assert direction_change(conv0.flip(-3), conv0, axis=-3) == pytest.approx(math.sqrt(2))
+    linear = Linear(2, 2)
+    assert stable_rank(linear, torch.diag(torch.tensor([3.0, 4.0]))) == pytest.approx((9 + 16) / 16)
+    assert stable_rank(linear, torch.zeros(2, 2)) == 0.0
+
+
+def _numpy_forward(ws, x):
+    h1 = x @ ws[0].T
+    return h1, h1 @ ws[1].T
+
+
+def _numpy_grads(ws, x, y):
+    """Cross-entropy gradients of the 2-layer linear net, by the chain rule."""
+    h1, z = _numpy_forward(ws, x)
+    p = np.exp(z - z.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    dz = (p - np.eye(z.shape[1])[y]) / len(y)
+    return [(dz @ ws[1]).T @ x, dz.T @ h1]
+
+
+def _rms(a):
+    return float(np.sqrt(np.mean(np.asarray(a, dtype=np.float64) ** 2)))
+
+
+def _op_ratio(delta, lr_share):
+    d_out, d_in = delta.shape
+    return math.sqrt(d_in / d_out) * np.linalg.svd(delta, compute_uv=False)[0] / lr_share
+
+
+def test_linear_stack_quantities_match_hand_computation():
+    """Two Linear atoms, unnormed SGD with momentum, two steps: every recorded number against numpy."""
+    net = Linear(3, 4) @ Linear(4, 5)  # applied right to left: 5 → 4 → 3 classes
+    weights = net.initialize(seed=3)
+    rng = np.random.default_rng(0)
+    x_np, y_np = rng.normal(size=(6, 5)), rng.integers(0, 3, 6)
+    x, y = torch.tensor(x_np, dtype=torch.float32), torch.tensor(y_np)
+    lr, beta = 0.5, 0.9
+    opt = OptimConfig(name="sgd", mode="unnormed", lr=lr, beta1=beta, schedule="constant")
+    frame = pd.DataFrame(measure(net, weights, x, y, opt, steps=2))
+    assert list(frame["layer"]) == ["linear1", "linear2"] * 3
+    assert list(frame["share"][:2]) == [0.5, 0.5]  # masses 1 and 1, sensitivity 1: half the target each
+
+    # By hand: momentum copies g at t = 0 (c_0 = 1), then m ← m + c_1 (g − m) with c_1 = (1 − β)^{1/2}.
+    ws = [w.double().numpy() for w in weights]
+    history, m = [ws], None
+    for t in range(2):
+        g = _numpy_grads(history[-1], x_np, y_np)
+        c = (1 - beta) ** (t / (t + 1))
+        m = g if m is None else [mi + c * (gi - mi) for mi, gi in zip(m, g)]
+        history.append([w - lr * mi for w, mi in zip(history[-1], m)])
+    outputs = [_numpy_forward(w, x_np) for w in history]
+    inputs = [[x_np, out[0]] for out in outputs]
+    for t in range(3):
+        rows = frame[frame["step"] == t].reset_index()
+        for i in range(2):
+            h, h0 = outputs[t][i], outputs[0][i]
+            unit = lambda a: a / np.linalg.norm(a, axis=1, keepdims=True)  # noqa: E731
+            sigma = np.linalg.svd(history[t][i], compute_uv=False)
+            expected = {"act_rms": _rms(h), "delta_rms": _rms(h - h0),
+                        "own_delta_rms": _rms(inputs[t][i] @ (history[t][i] - history[0][i]).T),
+                        "dir_change": float(np.linalg.norm(unit(h) - unit(h0), axis=1).mean()),
+                        "stable_rank": float((sigma**2).sum() / sigma[0] ** 2)}
+            if t > 0:
+                delta = history[t - 1][i] - history[t][i]
+                expected["update_ratio"] = _op_ratio(delta, lr * 0.5)
+                s = np.linalg.svd(delta, compute_uv=False)
+                expected["update_stable_rank"] = float((s**2).sum() / s[0] ** 2)
+            for key, value in expected.items():
+                assert rows.loc[i, key] == pytest.approx(value, rel=2e-4, abs=1e-6), (t, i, key)
+    # Orthogonal initialisation: every singular value equal, so the stable rank is the smaller side.
+    assert list(frame[frame["step"] == 0]["stable_rank"]) == pytest.approx([4.0, 3.0])
+    assert frame[frame["step"] == 0][["delta_rms", "own_delta_rms", "dir_change"]].to_numpy().max() == 0
+    assert frame[frame["step"] == 0]["update_ratio"].isna().all()
+
+
+@pytest.mark.parametrize("mode, options, tolerance", [
+    ("normed", {"power_iterations": 30}, 1e-3),   # exact up to the power iteration's error
+    ("dualized", {"ortho": "svd"}, 1e-5),         # the duality map through an exact SVD
+])
+def test_normed_and_dualized_updates_have_ratio_one(mode, options, tolerance):
+    """The update of every atom has atom norm LR × share: ratio 1 (the embedding's, exactly)."""
+    net = Linear(3, 6) @ Embed(6, 7)
+    x, y = torch.randint(0, 7, (16,)), torch.randint(0, 3, (16,))
+    opt = OptimConfig(name="adam", mode=mode, lr=0.1, schedule="constant", **options)
+    frame = pd.DataFrame(measure(net, net.initialize(seed=1), x, y, opt, steps=3))
+    ratios = frame[frame["step"] > 0]
+    assert ratios["update_ratio"].to_numpy() == pytest.approx(1.0, abs=tolerance)
+    assert ratios[ratios["kind"] == "Embed"]["update_ratio"].to_numpy() == pytest.approx(1.0, abs=1e-6)
+
+
+# --- slopes and verdicts --------------------------------------------------------------------------------
+
+def test_fitted_slope():
+    scales = np.array([32, 64, 128, 256])
+    assert fitted_slope(scales, 3.0 * scales**0.7) == pytest.approx(0.7)
+    assert fitted_slope(scales, np.full(4, 2.0)) == pytest.approx(0.0)
+    assert fitted_slope(scales, np.zeros(4)) == 0.0  # nothing changed at any width
+    assert math.isnan(fitted_slope(scales, np.array([0.0, 1.0, 2.0, 3.0])))
+    assert math.isnan(fitted_slope(scales[:1], np.array([1.0])))
+
+
+def _slope_table(entries):
+    return pd.DataFrame([{"mode": m, "layer": layer, "quantity": q, "slope": s}
+                         for m, layer, q, s in entries])
+
+
+def test_verdicts_name_the_worst_layers():
+    table = _slope_table([
+        ("normed", "a", "delta_rms", 0.1), ("normed", "a", "own_delta_rms", -0.2),
+        ("normed", "b", "delta_rms", 0.05), ("normed", "b", "own_delta_rms", 0.0),
+        ("unnormed", "a", "delta_rms", 0.1), ("unnormed", "a", "own_delta_rms", 0.8),
+        ("unnormed", "b", "delta_rms", 0.95), ("unnormed", "b", "own_delta_rms", 0.9),
+        ("unnormed", "c", "delta_rms", 0.2), ("unnormed", "c", "own_delta_rms", 0.1),
+        ("unnormed", "c", "act_rms", 5.0),  # not a verdict quantity
+    ])
+    result = verdicts(table, 0.3)
+    assert result["normed"].startswith("width-stable") and "-0.20, a own_delta_rms" in result["normed"]
+    assert result["unnormed"] == "not width-stable: slope beyond ±0.3 in b delta_rms +0.95, a own_delta_rms +0.80"
+    nan_table = _slope_table([("m", "a", "delta_rms", 0.1), ("m", "z", "delta_rms", float("nan"))])
+    assert "no slope for z" in verdicts(nan_table, 0.3)["m"]
+
+
+# --- end to end ----------------------------------------------------------------------------------------
+
+def _slopes_of(slope_table, mode, quantity):
+    rows = slope_table[(slope_table["mode"] == mode) & (slope_table["quantity"] == quantity)]
+    return rows.set_index("layer")["slope"]
+
+
+def test_gpt_normed_and_dualized_are_width_stable_unnormed_is_not(tiny_text_root, tmp_path):
+    widths = [16, 32, 64, 128]
+    cfg = tiny_gpt_coord(tiny_text_root, f"coord.widths={widths}")
+    table, slope_table, verdict = run_coord_check(cfg, tmp_path)
+    layers = 9  # 2 embeddings, 6 per block, the output
+    assert len(table) == 3 * len(widths) * layers * 5  # modes × widths × layers × steps 0…4
+    assert {"mode", "width", "depth", "layer", "step", "act_rms", "delta_rms", "dir_change", "update_ratio",
+            "stable_rank"} <= set(table.columns)
+    assert len(slope_table) == 3 * layers * 7
+    for mode in ("normed", "dualized"):
+        assert verdict[mode].startswith("width-stable"), verdict[mode]
+        for quantity in ("delta_rms", "own_delta_rms"):
+            assert _slopes_of(slope_table, mode, quantity).abs().max() <= 0.3
+    assert verdict["unnormed"].startswith("not width-stable")
+    assert _slopes_of(slope_table, "unnormed", "delta_rms").max() >= 0.5
+    # Normed: the power iteration only underestimates σ, so the ratio is ≥ 1; its warm start (two iterations
+    # a step from the last vector) brings it to 1: the first step's worst is far off, the fourth's close.
+    normed = table[(table["mode"] == "normed") & (table["step"] > 0)]
+    assert normed["update_ratio"].min() >= 1 - 1e-4
+    worst = normed.groupby("step")["update_ratio"].max()
+    assert worst[4] <= 1.1 and worst[4] < worst[1]
+    dualized = table[(table["mode"] == "dualized") & (table["step"] > 0)]
+    assert dualized["update_ratio"].to_numpy() == pytest.approx(1.0, abs=0.05)
+    # Files: the tables as returned, the verdict and a PNG.
+    saved = pd.read_csv(tmp_path / "coord.csv")
+    assert len(saved) == len(table) and saved["point"].nunique() == 12
+    assert len(pd.read_csv(tmp_path / "coord_slopes.csv")) == len(slope_table)
+    assert (tmp_path / "coord.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (tmp_path / "verdict.txt").read_text().splitlines()[1].startswith("normed: width-stable")
+
+
+def test_resmlp_normed_and_dualized_are_width_stable_unnormed_is_not(cifar_root, tmp_path):
+    """On ResMLP the input layer's change (fan-in 3072, fixed) dominates every later layer's delta_rms at these
+    widths; the layers' own updates (own_delta_rms) still show unnormed Adam growing with width."""
+    cfg = compose_coord("arch=resmlp", "arch.depth=2", "data=cifar10", f"data.root={cifar_root}", "data.augment=none",
+                        "train.device=cpu", "coord.widths=[32,64,128,256]")
+    _, slope_table, verdict = run_coord_check(cfg, tmp_path)
+    for mode in ("normed", "dualized"):
+        assert verdict[mode].startswith("width-stable"), verdict[mode]
+    assert verdict["unnormed"].startswith("not width-stable")
+    hidden = _slopes_of(slope_table, "unnormed", "own_delta_rms").filter(like="hidden")
+    assert len(hidden) == 4 and hidden.min() >= 0.5
+
+
+def test_resnet_and_standard_gpt_and_depth_axis(tiny_text_root, cifar_root, tmp_path):
+    cfg = compose_coord("arch=resnet", "arch.depth=1", "arch.block_depth=1", "data=cifar10", f"data.root={cifar_root}",
+                        "data.augment=none", "train.device=cpu", "coord.widths=[4,8]", "coord.modes=[dualized]",
+                        "coord.steps=1", "coord.batch_size=2")
+    table, _, verdict = run_coord_check(cfg, tmp_path / "resnet")
+    assert list(table[table["step"] == 0]["layer"][:3]) == ["input", "hidden[0.0]", "output"]
+    assert set(verdict) == {"dualized"}
+    cfg = tiny_gpt_coord(tiny_text_root, "arch=standard_gpt", "coord.widths=[16,32]", "coord.modes=[unnormed]",
+                         "coord.steps=1")
+    table, _, _ = run_coord_check(cfg, tmp_path / "standard")
+    assert table["layer"].nunique() == 9 and sorted(table["width"].unique()) == [16, 32]
+    # Along depth the layers differ between depths: a role's blocks are averaged into one line.
+    cfg = tiny_gpt_coord(tiny_text_root, "arch.width=16", "coord.axis=depth", "coord.depths=[1,2]",
+                         "coord.modes=[normed]", "coord.steps=1")
+    table, slope_table, verdict = run_coord_check(cfg, tmp_path / "depth")
+    assert sorted(table["depth"].unique()) == [1, 2] and set(table["width"]) == {16}
+    assert list(slope_table["layer"].unique()) == ["embed.token", "embed.position", "attn.q", "attn.k", "attn.v",
+                                                   "attn.out", "mlp.in", "mlp.out", "output"]
+    assert verdict["normed"].startswith(("depth-stable", "not depth-stable"))
+
+
+# --- bad input, resume, signals ------------------------------------------------------------------------
+
+def test_bad_settings_are_all_reported_before_any_work(tiny_text_root):
+    cfg = tiny_gpt_coord(tiny_text_root, "coord.widths=[16]", "coord.modes=[normed,sideways]", "coord.steps=0",
+                         "train.seed=[0,1]", "arch.heads=3")
+    problems = coord.coord_problems(cfg)
+    assert any("coord.widths=[16]" in p and "two different values" in p for p in problems)
+    assert any("coord.modes=" in p and "sideways" in p and "unnormed" in p for p in problems)
+    assert any(p.startswith("coord.steps=0") for p in problems)
+    assert any(p.startswith("train.seed=[0, 1]") for p in problems)
+    assert coord.coord_problems(tiny_gpt_coord(tiny_text_root, "coord.axis=length")) == [
+        "coord.axis='length'; allowed: width, depth"]
+    # A point's own config is checked too: width 48 is not divisible by 5 heads.
+    problems = coord.coord_problems(tiny_gpt_coord(tiny_text_root, "arch.heads=5", "coord.widths=[20,48]"))
+    assert problems == ["arch.width=48 is not divisible by arch.heads=5"]
+
+
+def test_command_line_rejects_bad_input_and_runs(tiny_text_root, tmp_path):
+    base = [sys.executable, "-m", "modula_cli.coord", "arch.depth=1", "arch.heads=2", f"data.root={tiny_text_root}",
+            "data.context=16", "train.device=cpu"]
+    bad = subprocess.run([*base, "coord.modes=[normed,bogus]", f"hydra.run.dir={tmp_path / 'bad'}"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 1 and "coord.modes=['normed', 'bogus']" in bad.stderr
+    assert not (tmp_path / "bad" / "coord.csv").exists()
+    good = subprocess.run([*base, "coord.widths=[16,32]", "coord.steps=1", "coord.modes=[normed,unnormed]",
+                           f"hydra.run.dir={tmp_path / 'good'}"], capture_output=True, text=True, timeout=300)
+    assert good.returncode == 0, good.stderr
+    lines = good.stdout.splitlines()
+    assert any(line.startswith("  normed    ") and "width-stable" in line for line in lines)
+    assert any(line.startswith("  unnormed  not width-stable") for line in lines)
+    assert {p.name for p in (tmp_path / "good").iterdir()} >= {"coord.csv", "coord_slopes.csv", "coord.png",
+                                                               "verdict.txt"}
+
+
+def _counting(monkeypatch, after_first=None):
+    calls = []
+    real = coord.measure
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        rows = real(*args, **kwargs)
+        if after_first and len(calls) == 1:
+            after_first()
+        return rows
+    monkeypatch.setattr(coord, "measure", counted)
+    return calls
+
+
+def test_resume_measures_only_missing_points_and_distrusts_a_truncated_file(tiny_text_root, tmp_path, monkeypatch):
+    settings = ["coord.modes=[normed]", "coord.steps=1"]
+    calls = _counting(monkeypatch)
+    run_coord_check(tiny_gpt_coord(tiny_text_root, "coord.widths=[16,32]", *settings), tmp_path)
+    assert len(calls) == 2
+    first = pd.read_csv(tmp_path / "coord.csv")
+    table, _, _ = run_coord_check(tiny_gpt_coord(tiny_text_root, "coord.widths=[16,32,64]", *settings), tmp_path)
+    assert len(calls) == 3  # only width 64 is new
+    kept = table[table["width"] < 64].reset_index(drop=True)
+    pd.testing.assert_frame_equal(kept, first, check_dtype=False)
+    # A changed setting changes every point: nothing is reused.
+    run_coord_check(tiny_gpt_coord(tiny_text_root, "coord.widths=[16,32,64]", "optim.lr=0.1", *settings), tmp_path)
+    assert len(calls) == 6
+    # A file cut mid-write by another tool: recomputed, not trusted.
+    text = (tmp_path / "coord.csv").read_text()
+    (tmp_path / "coord.csv").write_text(text[: len(text) // 3].rsplit(",", 1)[0])
+    run_coord_check(tiny_gpt_coord(tiny_text_root, "coord.widths=[16,32,64]", *settings), tmp_path)
+    assert len(calls) == 9
+    assert pd.read_csv(tmp_path / "coord.csv")["point"].nunique() == 3
+
+
+def test_sigterm_keeps_finished_points_and_a_rerun_finishes(tiny_text_root, tmp_path, monkeypatch):
+    """A scheduler's SIGTERM during the first point: that point is saved, no later one starts, and the same
+    command into the same folder measures only the other two."""
+    cfg = tiny_gpt_coord(tiny_text_root, "coord.widths=[16,32,64]", "coord.modes=[dualized]", "coord.steps=1")
+    real = coord.measure
+    calls = _counting(monkeypatch, after_first=lambda: os.kill(os.getpid(), signal.SIGTERM))
+    with pytest.raises(StopRequested):
+        run_coord_check(cfg, tmp_path)
+    assert len(calls) == 1 and pd.read_csv(tmp_path / "coord.csv")["width"].unique().tolist() == [16]
+    assert not (tmp_path / "coord_slopes.csv").exists()
+    monkeypatch.setattr(coord, "measure", real)
+    calls = _counting(monkeypatch)
+    table, _, verdict = run_coord_check(cfg, tmp_path)
+    assert len(calls) == 2 and sorted(table["width"].unique()) == [16, 32, 64] and "dualized" in verdict
