@@ -232,7 +232,7 @@ def _read_previous(path: Path) -> pd.DataFrame:
 
 
 def _write_frame(path: Path, frame: pd.DataFrame) -> None:
-    atomic.write_with(path, lambda tmp: frame.to_csv(tmp, index=False))
+    atomic.write_with(path, lambda tmp: frame.to_csv(tmp, index=False, float_format="%.7g"))
 
 
 def run_coord_check(cfg: DictConfig, out_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, str]]:

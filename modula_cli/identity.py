@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 # Settings that change how a run is watched, stored or placed, not its numbers.
 NOT_NUMERIC = frozenset({
     "train.progress", "train.rerun", "train.checkpoint_every", "train.log_every", "train.keep_checkpoint",
-    "train.device", "train.compile", "data.root", "data.num_proc",
+    "train.device", "train.compile", "train.layer_stats_every", "data.root", "data.num_proc",
 })
 RUN_GROUPS = ("arch", "data", "optim", "train")
 MAX_NAME_BYTES = 120  # well inside the 255-byte limit of one path component

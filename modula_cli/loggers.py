@@ -18,6 +18,8 @@ from urllib.parse import urlparse
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
+from .layer_stats import LAYER_STATS_FILE, keep_until
+
 log = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_S = 5.0
@@ -160,6 +162,7 @@ class RunLoggers:
         self._stack = ExitStack()
         self.metrics: list[JsonlLogger | None] = [None] * len(members)
         self.wandbs: list[WandbLogger | None] = [None] * len(members)
+        self.layers: list[JsonlLogger | None] = [None] * len(members)  # layer_stats.jsonl, when measured
         self.bar = self._stack.enter_context(
             tqdm(total=cfg.train.steps, initial=state.step, desc=members.items[0].run_dir.name, dynamic_ncols=True,
                  disable=None if show_bar else True, leave=True, mininterval=1.0))  # None: only on a terminal
@@ -169,6 +172,11 @@ class RunLoggers:
         for k, member in enumerate(members):
             self.metrics[k] = JsonlLogger(member.run_dir / "metrics.jsonl", truncate_at=state.metrics_offsets[k])
             self._stack.callback(self.metrics[k].close)
+            if cfg.train.get("layer_stats_every"):
+                path = member.run_dir / LAYER_STATS_FILE
+                keep_until(path, state.step)  # a resumed run logs its later records again
+                self.layers[k] = JsonlLogger(path, truncate_at=path.stat().st_size if state.step else None)
+                self._stack.callback(self.layers[k].close)
             if mode is not None:
                 self.wandbs[k] = WandbLogger(
                     project=cfg.logger.project, entity=cfg.logger.entity,
@@ -187,6 +195,16 @@ class RunLoggers:
         for sink in (self.metrics[member], self.wandbs[member]):
             if sink is not None:
                 sink.log(record)
+
+    def emit_layers(self, member: int, step: int, records: list[dict[str, Any]]) -> None:
+        """One line per layer into layer_stats.jsonl; W&B gets ``layers/<layer>/<quantity>`` columns."""
+        if self.layers[member] is not None:
+            for record in records:
+                self.layers[member].log({"step": step, **record})
+        if self.wandbs[member] is not None:
+            flat = {f"layers/{r['layer']}/{key}": value for r in records for key, value in r.items()
+                    if key not in ("layer", "role")}
+            self.wandbs[member].log({"step": step, **flat})
 
     def offsets(self) -> list[int | None]:
         return [m.offset() if m else None for m in self.metrics]

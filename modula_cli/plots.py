@@ -208,5 +208,5 @@ def plot_coord(table: pd.DataFrame, axis: str, path: Path, title: str = "") -> N
     if title:
         fig.suptitle(f"{title}\n(last step; dotted: ∝ {axis}¹)", fontsize=9)
     fig.tight_layout(rect=(0, 0, 1 - 1.4 / fig.get_figwidth(), 1))
-    atomic.write_with(path, lambda tmp: fig.savefig(tmp, dpi=150))
+    atomic.write_with(path, lambda tmp: fig.savefig(tmp, dpi=110))
     plt.close(fig)

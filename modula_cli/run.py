@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from . import atomic, checkpoint
 from .data import Dataset, build_dataset
 from .identity import member_overrides
+from .layer_stats import LayerStats
 from .locks import RunLocks
 from .loggers import RunLoggers
 from .members import Members
@@ -317,14 +318,22 @@ def _loop(ctx: RunContext, state: RunState, out: RunLoggers, batches: Prefetcher
     train, steps = ctx.cfg.train, ctx.cfg.train.steps
     lrs = ctx.members.lrs(ctx.device)
     active = state.active() if ctx.members.packed else None
+    every = train.get("layer_stats_every", 0)
+    layers = LayerStats(ctx, every) if every and ctx.rank == 0 else None
     for t in range(state.step, steps):
         tick = time.perf_counter()
         loss, grads = ctx.compute(state.weights, *batches.get(t))
         loss, grads, stop = _all_reduce(ctx, loss, grads)
+        before = [w.detach().clone() for w in state.weights] if layers and layers.due(t) else None
         lr = optimizer_step(ctx.net, state.weights, grads, state.optim, ctx.opt, t, steps, base_lr=lrs,
                             active=active, compile=train.compile)
         state.record_loss(t, loss)
         state.step, state.elapsed = t + 1, state.elapsed + time.perf_counter() - tick
+        if before is not None:  # measured outside the timed step
+            running = [s == RUNNING for s in state.statuses]
+            for k, records in enumerate(layers.measure(state.weights, before, lr, running)):
+                if records is not None:
+                    out.emit_layers(k, t + 1, records)
         last = t == steps - 1
         if t % train.log_every == 0 or last:
             _log_train(ctx, state, out, t, loss, lr)

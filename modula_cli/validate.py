@@ -78,7 +78,7 @@ def data_problems(data: Any) -> list[str]:
 def _train_problems(train: Any) -> list[str]:
     problems: list[str] = []
     _positive_ints(problems, "train", train, ("steps", "batch_size", "eval_batches", "log_every"))
-    _positive_ints(problems, "train", train, ("eval_every", "checkpoint_every"), minimum=0)
+    _positive_ints(problems, "train", train, ("eval_every", "checkpoint_every", "layer_stats_every"), minimum=0)
     problems += _seed_problems(train.seed)
     if not train.diverge_factor > 1:
         problems.append(f"train.diverge_factor={train.diverge_factor}; must be > 1")

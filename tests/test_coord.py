@@ -1,6 +1,7 @@
 """The coordinate check: per-layer quantities against hand-computed values, layer names, slopes and
 verdicts, and the command end to end (theory: normed and dualized are width-stable, unnormed is not)."""
 
+import json
 import math
 import os
 import signal
@@ -343,3 +344,74 @@ def test_sigterm_keeps_finished_points_and_a_rerun_finishes(tiny_text_root, tmp_
     calls = _counting(monkeypatch)
     table, _, verdict = run_coord_check(cfg, tmp_path)
     assert len(calls) == 2 and sorted(table["width"].unique()) == [16, 32, 64] and "dualized" in verdict
+
+
+# --- per-layer statistics during ordinary training ---------------------------------------------------------
+
+def _layer_records(run_dir):
+    return [json.loads(line) for line in (run_dir / "layer_stats.jsonl").read_text().splitlines()]
+
+
+def test_layer_stats_during_training_packed_equals_separate(tiny_text_root, tmp_path):
+    from conftest import compose_config, tiny_gpt
+
+    from modula_cli.run import train
+
+    common = ["optim.mode=normed", "train.steps=12", "train.layer_stats_every=4", "optim.schedule=constant"]
+    train(compose_config(*tiny_gpt(tiny_text_root, *common, "optim.lr=[0.05,0.2]", "train.seed=[0,1]")),
+          tmp_path / "packed")
+    train(compose_config(*tiny_gpt(tiny_text_root, *common, "optim.lr=0.2", "train.seed=1")), tmp_path / "alone")
+    alone = _layer_records(tmp_path / "alone")
+    names = layer_names(GPT(65, 16, 2, 16, 1))
+    assert [r["step"] for r in alone] == [s for s in (4, 8, 12) for _ in names]
+    assert [r["layer"] for r in alone] == names * 3
+    # Normed: the embeddings' updates have exactly their target norm; the matrices' within the power
+    # iteration's gap; the change from the start grows.
+    assert all(abs(r["update_ratio"] - 1) < 1e-5 for r in alone if r["layer"].startswith("embed"))
+    assert all(1 - 1e-4 <= r["update_ratio"] < 2 for r in alone)
+    token = [r["delta_rms"] for r in alone if r["layer"] == "embed.token"]
+    assert 0 < token[0] < token[1] < token[2]
+    packed = _layer_records(tmp_path / "packed" / "lr=0.2,seed=1")
+    assert [(r["step"], r["layer"]) for r in packed] == [(r["step"], r["layer"]) for r in alone]
+    for mine, theirs in zip(packed, alone):
+        for key in ("act_rms", "delta_rms", "own_delta_rms", "dir_change", "update_ratio", "stable_rank"):
+            assert mine[key] == pytest.approx(theirs[key], rel=1e-3, abs=1e-6), (mine["step"], mine["layer"], key)
+
+
+def test_layer_stats_resume_drops_records_past_the_checkpoint(tmp_path):
+    from modula_cli.layer_stats import keep_until
+
+    path = tmp_path / "layer_stats.jsonl"
+    lines = [json.dumps({"step": s, "layer": "a", "act_rms": 1.0}) for s in (4, 8, 12)]
+    path.write_text("\n".join(lines) + "\n" + '{"step": 16, "lay')  # a line cut by a crash
+    keep_until(path, 8)
+    assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [4, 8]
+
+
+def test_layer_stats_of_a_resumed_run_equal_an_uninterrupted_one(tiny_text_root, tmp_path, monkeypatch):
+    """SIGTERM at step 12 of 20 (measured every 5, checkpoint every 7): the resumed file equals the reference."""
+    from conftest import compose_config, tiny_gpt
+
+    import modula_cli.run as run_module
+
+    cfg = compose_config(*tiny_gpt(tiny_text_root, "optim.mode=dualized", "train.steps=20", "train.checkpoint_every=7",
+                                   "train.layer_stats_every=5"))
+    run_module.train(cfg, tmp_path / "reference")
+    original = run_module.optimizer_step
+
+    def step_then_sigterm(*args, **kwargs):
+        if args[5] == 12:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(run_module, "optimizer_step", step_then_sigterm)
+    with pytest.raises(StopRequested):
+        run_module.train(cfg, tmp_path / "resumed")
+    assert [r["step"] for r in _layer_records(tmp_path / "resumed")][-1] == 10
+    monkeypatch.setattr(run_module, "optimizer_step", original)
+    run_module.train(cfg, tmp_path / "resumed")
+    resumed, reference = _layer_records(tmp_path / "resumed"), _layer_records(tmp_path / "reference")
+    assert [(r["step"], r["layer"]) for r in resumed] == [(r["step"], r["layer"]) for r in reference]
+    for mine, theirs in zip(resumed, reference):
+        for key in mine.keys() - {"layer", "role"}:
+            assert mine[key] == pytest.approx(theirs[key], rel=1e-5, abs=1e-7), (mine["step"], mine["layer"], key)
