@@ -3,9 +3,10 @@ width (or depth), and if not, which layer is to blame.
 
 For each mode and scale it trains a fresh network a few steps on one fixed batch and records every
 atom's geometry (``geometry.py``) at every step into ``coord.csv``; then the slope of log(value) against
-log(scale) at the last step, per layer and quantity, into ``coord_slopes.csv``; a verdict per mode (every
-layer's ``delta_rms`` and ``own_delta_rms`` slopes within ±tolerance: width-stable); and ``coord.png``. Each finished point is
-saved at once: a stopped check re-run into the same folder (``hydra.run.dir=…``) redoes only the rest.
+log(scale) at the last step, per layer and quantity, into ``coord_slopes.csv``; a verdict per mode
+(width-stable: every layer's ``delta_rms`` and ``own_delta_rms`` slopes within ±tolerance); and
+``coord.png``. Each finished point is saved at once: a stopped check re-run into the same folder
+(``hydra.run.dir=…``) redoes only the rest.
 """
 
 from __future__ import annotations
@@ -287,8 +288,9 @@ def run_coord_check(cfg: DictConfig, out_dir: Path) -> tuple[pd.DataFrame, pd.Da
 def _title(cfg: Any, settings: CoordSettings) -> str:
     fixed = f"depth {cfg.arch.depth}" if settings.axis == "width" else f"width {cfg.arch.width}"
     lr = "each mode's default LR" if cfg.optim.lr is None else f"LR {cfg.optim.lr:g}"
-    return (f"{cfg.arch.name} on {cfg.data.name}, {cfg.optim.name}, {fixed}, {lr}, {settings.steps} step{'s' if settings.steps > 1 else ''} on "
-            f"one batch of {settings.batch_size}, seed {cfg.train.seed}")
+    steps = f"{settings.steps} step{'s' if settings.steps > 1 else ''}"
+    return (f"{cfg.arch.name} on {cfg.data.name}, {cfg.optim.name}, {fixed}, {lr}, {steps} on one batch of "
+            f"{settings.batch_size}, seed {cfg.train.seed}")
 
 
 def verdict_text(verdict: dict[str, str]) -> str:

@@ -9,45 +9,21 @@ copy of the model) and each measurement runs a probe forward pass and two SVDs p
 
 from __future__ import annotations
 
-import json
-import logging
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-from . import atomic
 from .geometry import Captured, captured, layer_geometry
 from .nn import layer_names, layer_roles
 
-if TYPE_CHECKING:
-    from .run import RunContext
-
-log = logging.getLogger(__name__)
-
-LAYER_STATS_FILE = "layer_stats.jsonl"
 PROBE_SAMPLES = 4
-
-
-def keep_until(path: Path, step: int) -> None:
-    """Drop a file's records past ``step`` (a resumed run logs them again) and any line cut by a crash."""
-    if not path.exists():
-        return
-    kept = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(record, dict) and isinstance(record.get("step"), int) and record["step"] <= step:
-            kept.append(line + "\n")
-    atomic.write_text(path, "".join(kept))
 
 
 class LayerStats:
     """Measures every ``every`` steps; the loop calls ``due`` before its update and ``measure`` after it."""
 
-    def __init__(self, ctx: RunContext, every: int):
+    def __init__(self, ctx: Any, every: int):
+        """``ctx``: the run's ``RunContext`` (its network, members, evaluation batches and losses)."""
         self.ctx, self.every = ctx, every
         self.packed = ctx.members.packed
         x, y = ctx.eval_batches[0]

@@ -18,12 +18,13 @@ from urllib.parse import urlparse
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
-from .layer_stats import LAYER_STATS_FILE, keep_until
+from . import atomic
 
 log = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_S = 5.0
 INIT_TIMEOUT_S = 15
+LAYER_STATS_FILE = "layer_stats.jsonl"  # train.layer_stats_every: one line per layer and measured step
 UNREACHABLE_MARKER = ".wandb_unreachable"  # in the sweep folder: later runs (any process) go offline quietly
 _unreachable_in_process: str | None = None
 
@@ -50,6 +51,21 @@ class JsonlLogger:
     def close(self) -> None:
         if not self.handle.closed:
             self.handle.close()
+
+
+def keep_until(path: Path, step: int) -> None:
+    """Drop a file's records past ``step`` (a resumed run logs them again) and any line cut by a crash."""
+    if not path.exists():
+        return
+    kept = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict) and isinstance(record.get("step"), int) and record["step"] <= step:
+            kept.append(line + "\n")
+    atomic.write_text(path, "".join(kept))
 
 
 def sweep_group(sweep_dir: str | Path) -> str:

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from modula_cli import coord
-from modula_cli.coord import fitted_slope, measure, run_coord_check, slopes, verdicts
+from modula_cli.coord import fitted_slope, measure, run_coord_check, verdicts
 from modula_cli.geometry import direction_change, stable_rank
 from modula_cli.nn import GPT, Embed, Linear, ResMLP, ResNet, StandardGPT, layer_names, layer_roles
 from modula_cli.optim import OptimConfig
@@ -379,7 +379,7 @@ def test_layer_stats_during_training_packed_equals_separate(tiny_text_root, tmp_
 
 
 def test_layer_stats_resume_drops_records_past_the_checkpoint(tmp_path):
-    from modula_cli.layer_stats import keep_until
+    from modula_cli.loggers import keep_until
 
     path = tmp_path / "layer_stats.jsonl"
     lines = [json.dumps({"step": s, "layer": "a", "act_rms": 1.0}) for s in (4, 8, 12)]

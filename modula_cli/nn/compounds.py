@@ -115,6 +115,6 @@ def StandardGPT(vocab_size: int, context: int, num_heads: int, width: int, depth
     block = (Identity() + (mlp @ LayerNorm())) @ (Identity() + (attention @ LayerNorm()))
     initial = role(Embed(width, vocab_size, init_std=std), "embed.token") \
         + (role(Embed(width, context, init_std=std), "embed.position") @ Enumerate())
-    net = role(Linear(vocab_size, width, init_std=std), "output") @ LayerNorm() @ named(block ** depth, f"Blocks(depth={depth})") \
-        @ initial
+    blocks = named(block ** depth, f"Blocks(depth={depth})")
+    net = role(Linear(vocab_size, width, init_std=std), "output") @ LayerNorm() @ blocks @ initial
     return named(net, f"StandardGPT(width={width}, depth={depth}, heads={num_heads}, context={context})")
