@@ -32,7 +32,7 @@ from .config import CONFIG_DIR
 from .data import build_dataset
 from .geometry import QUANTITIES, captured, layer_geometry
 from .identity import fingerprint
-from .models import build_model
+from .models import ModelError, build_model
 from .nn import Module, layer_names, layer_roles
 from .optim import MODES, OptimConfig, init_state, optimizer_step
 from .plots import plot_coord
@@ -255,13 +255,16 @@ def run_coord_check(cfg: DictConfig, out_dir: Path) -> tuple[pd.DataFrame, pd.Da
                     if k not in ("name", "max_context")}
     data = build_dataset(cfg.data.name, **data_options)
     x, y = data.train_batch(0, settings.batch_size, seed=cfg.train.seed, device=device)
+    nets: dict[int, Module] = {}
+    for _, scale, point in plan:  # every network built (and a user's checked) before any point is measured
+        nets[scale] = nets.get(scale) or build_model(point.arch, data)
     with STOP.installed():
         for mode, scale, point in plan:
             pid = point_id(point, settings)
             if pid in done:
                 continue
             tick = time.perf_counter()
-            net = build_model(point.arch, data)
+            net = nets[scale]
             opt = optim_config(point)
             weights = net.initialize(seed=cfg.train.seed, device=device)
             rows = measure(net, weights, x, y, opt, settings.steps)
@@ -310,6 +313,8 @@ def main(cfg: DictConfig) -> None:
     check(cfg, list(HydraConfig.get().overrides.task))
     try:
         _, _, verdict = run_coord_check(cfg, out_dir)
+    except ModelError as error:
+        raise SystemExit(f"modula-coord-check: {error}") from None
     except StopRequested as stop:
         saved = _read_previous(out_dir / CSV_FILE)
         count = saved["point"].nunique() if not saved.empty else 0

@@ -17,6 +17,9 @@ NOT_NUMERIC = frozenset({
     "train.progress", "train.rerun", "train.checkpoint_every", "train.log_every", "train.keep_checkpoint",
     "train.device", "train.compile", "train.layer_stats_every", "data.root", "data.num_proc",
 })
+# Settings added after runs were first fingerprinted: at these values they are left out, so a run finished by
+# an earlier version keeps its fingerprint (and is not trained again).
+LATER_DEFAULTS = {"optim.warmup_fraction": None}
 RUN_GROUPS = ("arch", "data", "optim", "train")
 MAX_NAME_BYTES = 120  # well inside the 255-byte limit of one path component
 # Kept readable when a name must be shortened; everything else is folded into the hash.
@@ -33,7 +36,8 @@ def fingerprint(cfg: DictConfig) -> str:
     relevant = {}
     for group in RUN_GROUPS:
         values = OmegaConf.to_container(cfg[group], resolve=True)
-        relevant[group] = {k: v for k, v in values.items() if f"{group}.{k}" not in NOT_NUMERIC}
+        relevant[group] = {k: v for k, v in values.items() if f"{group}.{k}" not in NOT_NUMERIC
+                           and not (f"{group}.{k}" in LATER_DEFAULTS and v == LATER_DEFAULTS[f"{group}.{k}"])}
     lr = relevant["optim"].get("lr")
     if isinstance(lr, int) and not isinstance(lr, bool):  # optim.lr=1 and a packed member's 1.0 are one run
         relevant["optim"]["lr"] = float(lr)

@@ -1,15 +1,22 @@
 """Architecture registry: ``arch.name`` → a function of the arch config and the dataset, and the kind of
 dataset it reads.
 
-A new architecture is one function here plus one YAML file in ``configs/arch/``.
+A new architecture is one function here plus one YAML file in ``configs/arch/``, or, without touching the
+package, one function in the user's own file named by import path (``arch.name: my_models:my_mlp``,
+docs/extending.md).
 """
 
 from __future__ import annotations
 
+import importlib
 import math
+import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+import torch
 
 from .nn import GPT, Module, ResMLP, ResNet, StandardGPT
 
@@ -38,7 +45,7 @@ def resnet(arch: Any, data: Any) -> Module:
 @dataclass(frozen=True)
 class Architecture:
     build: Callable[[Any, Any], Module]
-    data_kind: str  # the dataset kind it reads: "language" or "image" (see data.DATASETS)
+    data_kind: str | None  # the dataset kind it reads: "language" or "image" (None: a user's, checked by shape)
 
 
 ARCHITECTURES: dict[str, Architecture] = {
@@ -47,10 +54,78 @@ ARCHITECTURES: dict[str, Architecture] = {
 }
 
 
+class ModelError(ValueError):
+    """An architecture that cannot be built for this dataset; its message is one line naming the cause."""
+
+
+def is_import_path(name: str) -> bool:
+    return ":" in name
+
+
+def import_builder(path: str) -> Callable[[Any, Any], Module]:
+    """``package.module:function`` → the function, importable from the working directory or PYTHONPATH."""
+    module_name, _, function_name = path.partition(":")
+    if not module_name or not function_name:
+        raise ModelError(f"arch.name={path!r}: an import path needs both parts, e.g. my_models:my_mlp")
+    if os.getcwd() not in sys.path and "" not in sys.path:  # console scripts do not put the working folder there
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as error:  # noqa: BLE001 - any failure while importing the user's file is reported as one line
+        raise ModelError(f"arch.name={path!r}: cannot import {module_name} ({type(error).__name__}: {error}); run "
+                         f"from the folder that holds it or add that folder to PYTHONPATH") from None
+    builder = getattr(module, function_name, None)
+    if not callable(builder):
+        found = "not callable" if builder is not None else "not defined"
+        raise ModelError(f"arch.name={path!r}: {function_name} is {found} in {module.__file__}")
+    return builder
+
+
+def architecture(name: str) -> Architecture:
+    if name in ARCHITECTURES:
+        return ARCHITECTURES[name]
+    if is_import_path(name):
+        return Architecture(import_builder(name), None)
+    raise ModelError(f"unknown arch {name!r}; allowed: {', '.join(ARCHITECTURES)}, or an import path "
+                     f"package.module:function of your own")
+
+
 def build_model(arch: Any, data: Any) -> Module:
-    if arch.name not in ARCHITECTURES:
-        raise ValueError(f"unknown arch {arch.name!r}; allowed: {', '.join(ARCHITECTURES)}")
-    entry = ARCHITECTURES[arch.name]
-    if data.kind != entry.data_kind:
-        raise ValueError(f"arch={arch.name} needs a {entry.data_kind} dataset, got {data.name} ({data.kind})")
-    return entry.build(arch, data)
+    """The network for this arch config and dataset; a user's function is checked for its type and, by a
+    two-sample forward pass on the CPU, for shapes that fit the dataset."""
+    entry = architecture(arch.name)
+    if entry.data_kind is not None and data.kind != entry.data_kind:
+        raise ModelError(f"arch={arch.name} needs a {entry.data_kind} dataset, got {data.name} ({data.kind})")
+    try:
+        net = entry.build(arch, data)
+    except ModelError:
+        raise
+    except Exception as error:  # noqa: BLE001 - a user's builder may fail in any way: one line, then stop
+        if entry.data_kind is not None:
+            raise
+        raise ModelError(f"arch.name={arch.name!r} failed to build: {type(error).__name__}: {error}") from error
+    if not isinstance(net, Module):
+        raise ModelError(f"arch.name={arch.name!r} returned {type(net).__name__}, not a modula_cli.nn.Module "
+                         f"(build it from the atoms, bonds and compounds of modula_cli.nn)")
+    if entry.data_kind is None:
+        check_fits(net, arch.name, data)
+    return net
+
+
+def check_fits(net: Module, name: str, data: Any, samples: int = 2) -> None:
+    """Run ``samples`` blank inputs of the dataset's shape through ``net``; its output must be the logits:
+    (samples, context, vocab) for language, (samples, classes) for images."""
+    if data.kind == "language":
+        x, expected = torch.zeros(samples, data.context, dtype=torch.long), (samples, data.context, data.vocab_size)
+    else:
+        x, expected = torch.zeros(samples, *data.input_shape), (samples, data.num_classes)
+    try:
+        with torch.no_grad():
+            y = net(x, net.initialize(seed=0))
+    except Exception as error:  # noqa: BLE001
+        raise ModelError(f"arch.name={name!r} does not fit data={data.name} (input {tuple(x.shape)}): "
+                         f"{type(error).__name__}: {str(error).splitlines()[0]}") from None
+    if not isinstance(y, torch.Tensor) or tuple(y.shape) != expected:
+        shape = tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
+        raise ModelError(f"arch.name={name!r} outputs {shape} for input {tuple(x.shape)} of data={data.name}; "
+                         f"the logits must have shape {expected}")

@@ -49,6 +49,7 @@ class OptimConfig:
     wd: float = 0.0
     schedule: str = "linear"
     warmup_steps: int = 0
+    warmup_fraction: float | None = None  # a fraction of the run's steps instead (stretches with its length)
     ortho: str = "polar_express"
     ortho_steps: int | None = None
     power_iterations: int = 2
@@ -166,7 +167,8 @@ def optimizer_step(net: Module, weights: list[Tensor], grads: list[Tensor], stat
     ``active`` (bool, K) freezes the networks that diverged. ``compile`` runs the update through
     ``torch.compile`` (compiled once: every per-step number reaches it as a tensor).
     """
-    factor = schedule_factor(cfg.schedule, t, total_steps, cfg.warmup_steps)
+    warmup = cfg.warmup_steps if cfg.warmup_fraction is None else round(cfg.warmup_fraction * total_steps)
+    factor = schedule_factor(cfg.schedule, t, total_steps, warmup)
     for slot, value in enumerate((factor, ema_weight(cfg.beta1, t), ema_weight(cfg.beta2, t))):
         state.scalars[slot].fill_(value)
     base = cfg.base_lr if base_lr is None else base_lr
@@ -226,6 +228,12 @@ def validate_optim(cfg: OptimConfig) -> list[str]:
         problems.append(f"optim.schedule={cfg.schedule!r}; allowed: {', '.join(SCHEDULES)}")
     if cfg.warmup_steps < 0:
         problems.append(f"optim.warmup_steps={cfg.warmup_steps}; must be >= 0")
+    if cfg.warmup_fraction is not None:
+        if not isinstance(cfg.warmup_fraction, (int, float)) or not 0 <= cfg.warmup_fraction < 1:
+            problems.append(f"optim.warmup_fraction={cfg.warmup_fraction}; must be in [0, 1) or null")
+        elif cfg.warmup_steps:
+            problems.append(f"optim.warmup_fraction={cfg.warmup_fraction} and optim.warmup_steps={cfg.warmup_steps}; "
+                            f"set one of them (the other to null / 0)")
     if cfg.ortho not in ORTHO_METHODS:
         problems.append(f"optim.ortho={cfg.ortho!r}; allowed: {', '.join(ORTHO_METHODS)}")
     if cfg.ortho_steps is not None and cfg.ortho_steps < 1:

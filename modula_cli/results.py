@@ -17,6 +17,7 @@ from typing import Any
 
 import pandas as pd
 from filelock import FileLock
+from omegaconf import OmegaConf
 
 from . import atomic
 
@@ -37,8 +38,13 @@ SUMMARY_FILE = "summary.json"
 MANIFEST_FILE = "sweep.json"
 SCHEMA_VERSION = 2
 SERIES = ("arch", "data", "optimizer", "mode")
-KNOBS = ("width", "depth", "block_depth", "blocks_mass", "heads", "context")
-SCALE_KNOBS = ("width", "depth", "blocks_mass", "context")  # the axes a transfer plot can scale along
+# Each knob of a sweep table and where a run's config holds it.
+KNOB_KEYS = {"width": "arch.width", "depth": "arch.depth", "block_depth": "arch.block_depth",
+             "blocks_mass": "arch.blocks_mass", "heads": "arch.heads", "context": "data.context",
+             "batch_size": "train.batch_size", "steps": "train.steps", "wd": "optim.wd"}
+KNOBS = tuple(KNOB_KEYS)
+# The axes a transfer plot can scale along, in the order the report looks for one that varies.
+SCALE_KNOBS = ("width", "depth", "blocks_mass", "context", "batch_size", "steps", "wd")
 COLUMNS = ("run", *SERIES, *KNOBS, "lr", "seed", "status", "train_loss", "test_loss", "test_acc", "steps_done",
            "wall_time_s", "error")
 NUMERIC = ("lr", "seed", "train_loss", "test_loss", "test_acc", "steps_done", "wall_time_s", *KNOBS)
@@ -48,8 +54,8 @@ def knobs_of(cfg: Any, lr: float, seed: int) -> dict[str, Any]:
     """The values a sweep table is indexed by, read from one run's composed config."""
     record: dict[str, Any] = {"arch": cfg.arch.name, "data": cfg.data.name, "optimizer": cfg.optim.name,
                               "mode": cfg.optim.mode}
-    for knob in KNOBS:
-        value = cfg.data.get(knob) if knob == "context" else cfg.arch.get(knob)
+    for knob, key in KNOB_KEYS.items():
+        value = OmegaConf.select(cfg, key)
         if value is not None:
             record[knob] = value
     return {**record, "lr": float(lr), "seed": int(seed)}

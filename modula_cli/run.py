@@ -30,7 +30,7 @@ from .layer_stats import LayerStats
 from .locks import RunLocks
 from .loggers import RunLoggers
 from .members import Members
-from .models import build_model
+from .models import ModelError, build_model
 from .nn import Module
 from .optim import OptimConfig, init_state, optimizer_step
 from .prefetch import Prefetcher
@@ -428,6 +428,8 @@ def run_or_exit(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = No
     """For the command line: a run stopped by a signal exits with 128 + signal after checkpointing."""
     try:
         return train(cfg, run_dir, overrides=overrides)
+    except ModelError as error:  # one line: the architecture cannot be built for this dataset
+        raise SystemExit(f"modula-sweep: {error}") from None
     except StopRequested as stop:
         log.warning("%s: checkpointed (%s); re-run the same command with hydra.run.dir=%s to resume", run_dir,
                     stop, run_dir)

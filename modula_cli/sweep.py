@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import logging
 import os
+import re
 import time
 import uuid
 from contextlib import ExitStack
@@ -51,6 +52,8 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("lr_grid", lr_grid_string)
     if not OmegaConf.has_resolver("run_dirname"):
         OmegaConf.register_new_resolver("run_dirname", lambda overrides: run_name(list(overrides)))
+    if not OmegaConf.has_resolver("folder_name"):  # my_models:my_mlp → my_models-my_mlp in folder names
+        OmegaConf.register_new_resolver("folder_name", lambda name: re.sub(r"[^\w.=+-]", "-", str(name)))
 
 
 # --- before launch: every job composed and checked, its runs planned --------------------------------------

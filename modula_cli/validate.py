@@ -9,7 +9,7 @@ import torch
 from omegaconf import ListConfig, OmegaConf
 
 from .data import CONFIG_ONLY_KEYS, DATASETS
-from .models import ARCHITECTURES
+from .models import ARCHITECTURES, ModelError, import_builder, is_import_path
 from .nn.checks import positive_int_problem
 from .optim import OptimConfig, validate_optim
 from .stats import METRICS
@@ -37,8 +37,14 @@ def _positive_ints(problems: list[str], group: str, node: Any, keys: tuple[str, 
 
 def _arch_problems(arch: Any, data: Any) -> list[str]:
     problems: list[str] = []
-    if arch.name not in ARCHITECTURES:
-        problems.append(f"arch.name={arch.name!r}; allowed: {', '.join(ARCHITECTURES)}")
+    if is_import_path(str(arch.name)):
+        try:
+            import_builder(arch.name)  # importable and callable; its type and shapes are checked when built
+        except ModelError as error:
+            problems.append(str(error))
+    elif arch.name not in ARCHITECTURES:
+        problems.append(f"arch.name={arch.name!r}; allowed: {', '.join(ARCHITECTURES)}, or an import path "
+                        f"package.module:function of your own (docs/extending.md)")
     elif data.name in DATASETS and ARCHITECTURES[arch.name].data_kind != DATASETS[data.name].kind:
         wanted = ARCHITECTURES[arch.name].data_kind
         fitting = ", ".join(n for n, d in DATASETS.items() if d.kind == wanted)

@@ -117,7 +117,10 @@ def test_sweep_presets_compose_with_paper_grids():
 
     for preset, knob, values in [("width", "arch.width", "32,64,128,256,512,1024"),
                                  ("depth", "arch.depth", "2,4,8,16,32,64"), ("context", "data.context", None),
-                                 ("mass", "arch.blocks_mass", None), ("quick", "arch.width", "32,64,128")]:
+                                 ("mass", "arch.blocks_mass", None), ("quick", "arch.width", "32,64,128"),
+                                 ("batch", "train.batch_size", "8,16,32,64,128"),
+                                 ("horizon", "train.steps", "250,500,1000,2000,4000"),
+                                 ("weight_decay", "optim.wd", "0.015625,0.0625,0.25,1.0")]:
         cfg = compose_config(f"sweep={preset}")
         params = cfg.hydra.sweeper.params if "hydra" in cfg else None
         assert cfg.sweep.name == preset
@@ -129,7 +132,8 @@ def test_sweep_presets_compose_with_paper_grids():
 
 
 @pytest.mark.parametrize("preset, scale_points", [("width", 6), ("depth", 6), ("context", 6), ("mass", 7),
-                                                  ("lr", 1), ("quick", 3)])
+                                                  ("lr", 1), ("quick", 3), ("batch", 5), ("horizon", 5),
+                                                  ("weight_decay", 4)])
 def test_seeds_are_an_axis_of_every_preset_and_pack_with_the_lrs(preset, scale_points):
     from hydra import compose, initialize_config_dir
     from omegaconf import open_dict

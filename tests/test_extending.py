@@ -1,0 +1,158 @@
+"""A user's own architecture by import path (the worked example of docs/extending.md, run from a folder
+outside the package), its one-line errors, and the batch / horizon / weight-decay axes."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from conftest import compose_config, tiny_gpt, write_cifar_batches
+from modula_cli.models import ModelError, build_model
+from modula_cli.nn import Linear
+from modula_cli.optim import OptimConfig, init_state, optimizer_step
+from modula_cli.results import knobs_of
+from modula_cli.validate import config_problems
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "my_mlp"
+BIN = Path(sys.executable).parent  # the console scripts a user runs, installed beside this Python
+
+
+def _run(tool: str, folder: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / tool), *args], cwd=folder, capture_output=True, text=True, timeout=300)
+
+
+def test_worked_example_sweeps_and_coordinate_checks_from_its_own_folder(tmp_path):
+    """The commands of docs/extending.md, from a copy of examples/my_mlp (not importable from anywhere else)."""
+    folder = tmp_path / "my_mlp"
+    shutil.copytree(EXAMPLE, folder, ignore=shutil.ignore_patterns("__pycache__"))
+    write_cifar_batches(tmp_path / "data")
+    data = ["data=cifar10", f"data.root={tmp_path / 'data'}", "data.augment=none", "train.device=cpu"]
+    sweep = _run("modula-sweep", folder, "--config-dir", "configs", "arch=my_mlp", *data, "sweep=width",
+                 "arch.width=16,32", "optim.lr=0.0625,0.25", "train.steps=10", "train.eval_every=0",
+                 "train.eval_batches=1", "train.batch_size=8")
+    assert sweep.returncode == 0, sweep.stderr
+    sweep_dir = folder / "outputs" / "sweeps" / "width" / "my_models-my_mlp_cifar10"  # ':' kept out of folder names
+    transfer = pd.read_csv(sweep_dir / "transfer.csv")
+    assert transfer[["arch", "scale_knob", "smallest", "largest"]].values.tolist() == [
+        ["my_models:my_mlp", "width", 16, 32]]
+    assert len(pd.read_csv(sweep_dir / "results.csv")) == 4
+    check = _run("modula-coord-check", folder, "--config-dir", "configs", "arch=my_mlp", *data,
+                 "coord.widths=[16,32,64]", "coord.modes=[normed,unnormed]", "hydra.run.dir=coord")
+    assert check.returncode == 0, check.stderr
+    assert "  normed    width-stable" in check.stdout and "  unnormed  not width-stable" in check.stdout
+    layers = pd.read_csv(folder / "coord" / "coord.csv")["layer"].unique().tolist()
+    assert layers == ["input", "hidden[0]", "hidden[1]", "output"]
+
+
+BAD_MODELS = '''
+from modula_cli.nn import Flatten, Linear
+
+def not_a_module(arch, data):
+    return 3
+
+def wrong_output(arch, data):
+    return Linear(7, arch.width) @ Linear(arch.width, 3072) @ Flatten()
+
+def wrong_input(arch, data):
+    return Linear(10, arch.width) @ Linear(arch.width, 100) @ Flatten()
+
+def raises(arch, data):
+    raise RuntimeError("no such layer")
+
+def fits(arch, data):
+    return Linear(data.num_classes, arch.width) @ Linear(arch.width, 3072) @ Flatten()
+
+NOT_CALLABLE = 5
+'''
+
+
+@pytest.fixture
+def bad_models(tmp_path, monkeypatch):
+    (tmp_path / "bad_models.py").write_text(BAD_MODELS)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    yield tmp_path
+    sys.modules.pop("bad_models", None)
+
+
+IMAGES = SimpleNamespace(name="cifar10", kind="image", input_shape=(3, 32, 32), num_classes=10)
+
+
+@pytest.mark.parametrize("function, message", [
+    ("not_a_module", "arch.name='bad_models:not_a_module' returned int, not a modula_cli.nn.Module"),
+    ("wrong_output", "arch.name='bad_models:wrong_output' outputs (2, 7) for input (2, 3, 32, 32) of data=cifar10; "
+                     "the logits must have shape (2, 10)"),
+    ("wrong_input", "arch.name='bad_models:wrong_input' does not fit data=cifar10 (input (2, 3, 32, 32)): "
+                    "RuntimeError: "),
+    ("raises", "arch.name='bad_models:raises' failed to build: RuntimeError: no such layer"),
+    ("missing", "arch.name='bad_models:missing': missing is not defined in "),
+    ("NOT_CALLABLE", "arch.name='bad_models:NOT_CALLABLE': NOT_CALLABLE is not callable in "),
+])
+def test_user_architecture_errors_are_one_line_each(bad_models, function, message):
+    arch = OmegaConf.create({"name": f"bad_models:{function}", "width": 8})
+    with pytest.raises(ModelError) as error:
+        build_model(arch, IMAGES)
+    assert str(error.value).startswith(message) and "\n" not in str(error.value)
+
+
+def test_user_architecture_imports_from_the_working_folder_and_is_validated_before_launch(bad_models):
+    arch = OmegaConf.create({"name": "bad_models:fits", "width": 8})
+    net = build_model(arch, IMAGES)  # found in the working folder, which is not on sys.path
+    assert net(torch.zeros(4, 3, 32, 32), net.initialize()).shape == (4, 10)
+    cfg = compose_config("data=cifar10", "arch.name=nowhere_module:fn", "train.device=cpu")
+    assert [p for p in config_problems(cfg) if p.startswith("arch.name=")] == [
+        "arch.name='nowhere_module:fn': cannot import nowhere_module (ModuleNotFoundError: No module named "
+        "'nowhere_module'); run from the folder that holds it or add that folder to PYTHONPATH"]
+    # A user's architecture reads any dataset kind: the data-kind rule of the built-in ones does not apply.
+    cfg = compose_config("data=shakespeare", "arch.name=bad_models:fits", "train.device=cpu")
+    assert not [p for p in config_problems(cfg) if p.startswith("arch")]
+
+
+def test_a_run_of_an_unfit_architecture_stops_with_one_line(bad_models, cifar_root):
+    result = subprocess.run([str(BIN / "modula-sweep"), "arch.name=bad_models:wrong_output", "data=cifar10",
+                             f"data.root={cifar_root}", "train.device=cpu", "hydra.run.dir=run"], cwd=bad_models,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        "modula-sweep: arch.name='bad_models:wrong_output' outputs (2, 7) for input (2, 3, 32, 32) of data=cifar10; "
+        "the logits must have shape (2, 10)")
+
+
+# --- batch size, horizon and weight decay as scale axes ------------------------------------------------------
+
+def test_knobs_include_batch_size_steps_and_weight_decay():
+    cfg = compose_config("train.batch_size=16", "train.steps=300", "optim.wd=0.25")
+    knobs = knobs_of(cfg, 0.1, 0)
+    assert (knobs["batch_size"], knobs["steps"], knobs["wd"]) == (16, 300, 0.25)
+
+
+def test_warmup_fraction_stretches_with_the_run():
+    """``optim.warmup_fraction=0.1``: the first step's LR is 1/10 of the base over 100 steps, 1/20 over 200."""
+    for total, first in ((100, 0.1), (200, 0.05)):
+        w = [torch.zeros(2, 2, requires_grad=True)]
+        opt = OptimConfig(name="sgd", mode="unnormed", lr=1.0, warmup_fraction=0.1, schedule="constant")
+        lr = optimizer_step(Linear(2, 2), w, [torch.ones(2, 2)], init_state(w, opt), opt, 0, total)
+        assert float(lr) == pytest.approx(first)
+    cfg = compose_config("optim.warmup_fraction=0.1", "optim.warmup_steps=5")
+    assert any("set one of them" in p for p in config_problems(cfg))
+    assert any("optim.warmup_fraction=1.5" in p for p in config_problems(compose_config("optim.warmup_fraction=1.5")))
+
+
+def test_weight_decay_sweep_reports_along_wd(tiny_text_root, tmp_path):
+    """``sweep=weight_decay``: wd is the scale axis of every table, and the decay changes the runs."""
+    overrides = tiny_gpt(tiny_text_root, "sweep=weight_decay", "optim.wd=0.25,4.0", "optim.lr=0.1,0.3",
+                         "train.steps=6", f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    result = subprocess.run([sys.executable, "-m", "modula_cli.train", *overrides], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    transfer = pd.read_csv(tmp_path / "sweep" / "transfer.csv")
+    assert transfer[["scale_knob", "smallest", "largest"]].values.tolist() == [["wd", 0.25, 4.0]]
+    runs = pd.read_csv(tmp_path / "sweep" / "results.csv")
+    losses = runs.pivot_table(index="lr", columns="wd", values="train_loss")
+    assert (losses[0.25] != losses[4.0]).all()
