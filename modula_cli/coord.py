@@ -79,9 +79,11 @@ def _int_list_problem(key: str, value: Any) -> str | None:
 def coord_problems(cfg: Any) -> list[str]:
     """Everything wrong with a coordinate check's settings and with each of its points, before any work."""
     coord = cfg.coord
+    problems = []
     if coord.axis not in AXES:
-        return [f"coord.axis={coord.axis!r}; allowed: {', '.join(AXES)}"]
-    problems = [p for p in [_int_list_problem(f"coord.{coord.axis}s", coord[f"{coord.axis}s"])] if p]
+        problems.append(f"coord.axis={coord.axis!r}; allowed: {', '.join(AXES)}")
+    elif problem := _int_list_problem(f"coord.{coord.axis}s", coord[f"{coord.axis}s"]):
+        problems.append(problem)
     modes = list(coord.modes) if isinstance(coord.modes, (list, tuple, ListConfig)) else []
     if not modes or any(m not in MODES for m in modes) or len(set(modes)) < len(modes):
         problems.append(f"coord.modes={coord.modes}; a list of distinct modes from: {', '.join(MODES)}")
@@ -89,7 +91,7 @@ def coord_problems(cfg: Any) -> list[str]:
         value = coord[key]
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             problems.append(f"coord.{key}={value}; must be an integer >= 1")
-    if not isinstance(coord.tolerance, (int, float)) or not coord.tolerance > 0:
+    if not isinstance(coord.tolerance, (int, float)) or isinstance(coord.tolerance, bool) or not coord.tolerance > 0:
         problems.append(f"coord.tolerance={coord.tolerance}; must be a number > 0")
     if isinstance(cfg.train.seed, (list, ListConfig)):
         problems.append(f"train.seed={cfg.train.seed}; the coordinate check uses one fixed seed")
@@ -202,8 +204,11 @@ def verdicts(slope_table: pd.DataFrame, tolerance: float, axis: str = "width", s
         worst = measured.reindex(measured["slope"].abs().sort_values(ascending=False).index)
         worst = worst.drop_duplicates("layer")  # a layer's worst quantity only
         bad = worst[worst["slope"].abs() > tolerance]
-        note = (f"; no slope for {', '.join(unmeasured)} (zero change at some {axis}s)" if unmeasured else "")
-        if bad.empty and not measured.empty:
+        note = (f"; no slope for {', '.join(unmeasured)} (a zero or non-finite value at some {axis}s: a frozen "
+                f"layer or a diverged point)" if unmeasured else "")
+        if bad.empty and unmeasured:  # a layer that could not be measured may be the one that fails
+            result[mode] = f"no verdict: every measured layer is within ±{tolerance:g}{note}"
+        elif bad.empty and not measured.empty:
             top = worst.iloc[0]
             result[mode] = (f"{axis}-stable: every layer's delta_rms and own_delta_rms slopes are within "
                             f"±{tolerance:g} (largest {top['slope']:+.2f}, {top['layer']} {top['quantity']}){note}")
@@ -223,7 +228,7 @@ def _read_previous(path: Path) -> pd.DataFrame:
     if not path.exists():
         return pd.DataFrame()
     try:
-        frame = pd.read_csv(path)
+        frame = pd.read_csv(path, dtype={"point": str})  # an id of digits must stay the same string
         if not {"point", "layer", "step", *QUANTITIES} <= set(frame.columns):
             raise ValueError(f"missing columns in {path.name}")
         return frame
@@ -276,6 +281,10 @@ def run_coord_check(cfg: DictConfig, out_dir: Path) -> tuple[pd.DataFrame, pd.Da
             frames.append(frame)
             _write_frame(out_dir / CSV_FILE, pd.concat(frames, ignore_index=True))
             losses = frame.groupby("step")["loss"].first()
+            if not np.isfinite(losses.iloc[-1]):
+                log.warning("%s %s %d: the loss is not finite after %d steps (diverged): its layers get no slope "
+                            "and the mode no verdict; try a smaller optim.lr", mode, settings.axis, scale,
+                            settings.steps)
             log.info("%-9s %s %-5d loss %.4f → %.4f  (%d layers, %.1f s)", mode, settings.axis, scale, losses.iloc[0],
                      losses.iloc[-1], frame["layer"].nunique(), time.perf_counter() - tick)
             STOP.raise_if_requested()

@@ -114,7 +114,9 @@ def layer_geometry(net: Module, weights: Sequence[Tensor], now: Captured, initia
     for index, (atom, weight, share) in enumerate(zip(net.atoms(), weights, shares, strict=True)):
         h = now.outputs[index]
         h0 = initial.outputs[index] if initial is not None else h
-        own = (atom.apply(now.inputs[index], weight.detach() - initial_weights[index])
+        x = now.inputs[index]
+        x = x.float() if x.is_floating_point() else x  # inputs captured under bfloat16 autocast; ids stay ids
+        own = (atom.apply(x, weight.detach().float() - initial_weights[index].float())
                if initial_weights is not None else torch.zeros_like(h))
         record = {"act_rms": rms(h), "delta_rms": rms(h.float() - h0.float()), "own_delta_rms": rms(own),
                   "dir_change": direction_change(h, h0, atom.feature_axis),

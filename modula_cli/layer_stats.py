@@ -30,7 +30,7 @@ class LayerStats:
         self.probe = (x[:, :PROBE_SAMPLES], y[:, :PROBE_SAMPLES]) if self.packed else (x[:PROBE_SAMPLES],
                                                                                       y[:PROBE_SAMPLES])
         self.names, self.roles = layer_names(ctx.net), layer_roles(ctx.net)
-        self.initial_weights = [w.detach() for w in ctx.fresh_state().weights]
+        self.initial_weights = ctx.initial_weights()
         self.initial = self._capture(self.initial_weights)
 
     def due(self, t: int) -> bool:

@@ -191,7 +191,8 @@ class RunLoggers:
             if cfg.train.get("layer_stats_every"):
                 path = member.run_dir / LAYER_STATS_FILE
                 keep_until(path, state.step)  # a resumed run logs its later records again
-                self.layers[k] = JsonlLogger(path, truncate_at=path.stat().st_size if state.step else None)
+                resumed = state.step and path.exists()  # (the setting may be new to a resumed run)
+                self.layers[k] = JsonlLogger(path, truncate_at=path.stat().st_size if resumed else None)
                 self._stack.callback(self.layers[k].close)
             if mode is not None:
                 self.wandbs[k] = WandbLogger(
@@ -223,6 +224,11 @@ class RunLoggers:
             self.wandbs[member].log({"step": step, **flat})
 
     def offsets(self) -> list[int | None]:
+        """Where metrics.jsonl stands (the resume point saved with a checkpoint); flushes layer_stats.jsonl
+        too, so that what a checkpoint covers is on disk if the process is killed after it."""
+        for layers in self.layers:
+            if layers is not None:
+                layers.offset()
         return [m.offset() if m else None for m in self.metrics]
 
     def wandb_ids(self) -> list[str | None]:

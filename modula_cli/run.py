@@ -246,15 +246,16 @@ class RunContext:
         k = len(self.members)
         return x.expand(k, *x.shape), y.expand(k, *y.shape)
 
-    def fresh_state(self) -> RunState:
+    def initial_weights(self) -> list[torch.Tensor]:
         """Each member's initial weights from its own seed, stacked on the member axis when packed."""
         by_seed = {seed: self.net.initialize(seed=seed, device=self.device) for seed in self.members.seeds}
-        k = len(self.members)
         if self.members.packed:
-            weights = [torch.stack(per_member) for per_member in zip(*(by_seed[m.seed] for m in self.members))]
-        else:
-            weights = by_seed[self.members.items[0].seed]
-        weights = [w.requires_grad_() for w in weights]
+            return [torch.stack(per_member) for per_member in zip(*(by_seed[m.seed] for m in self.members))]
+        return by_seed[self.members.items[0].seed]
+
+    def fresh_state(self) -> RunState:
+        k = len(self.members)
+        weights = [w.requires_grad_() for w in self.initial_weights()]
         window = max(1, int(self.cfg.arch.get("loss_window", 1)))
         return RunState(weights, init_state(weights, self.opt), torch.zeros(window, k, device=self.device), k)
 
@@ -329,11 +330,6 @@ def _loop(ctx: RunContext, state: RunState, out: RunLoggers, batches: Prefetcher
                             active=active, compile=train.compile)
         state.record_loss(t, loss)
         state.step, state.elapsed = t + 1, state.elapsed + time.perf_counter() - tick
-        if before is not None:  # measured outside the timed step
-            running = [s == RUNNING for s in state.statuses]
-            for k, records in enumerate(layers.measure(state.weights, before, lr, running)):
-                if records is not None:
-                    out.emit_layers(k, t + 1, records)
         last = t == steps - 1
         if t % train.log_every == 0 or last:
             _log_train(ctx, state, out, t, loss, lr)
@@ -342,6 +338,11 @@ def _loop(ctx: RunContext, state: RunState, out: RunLoggers, batches: Prefetcher
                 break
         if (train.eval_every and (t + 1) % train.eval_every == 0) or last:
             _log_eval(ctx, state, out, t + 1)
+        if before is not None:  # after this step's logs: W&B drops a step lower than one it has seen
+            running = [s == RUNNING for s in state.statuses]
+            for k, records in enumerate(layers.measure(state.weights, before, lr, running)):
+                if records is not None:
+                    out.emit_layers(k, t + 1, records)
         if stop if ctx.world > 1 else STOP.requested:  # after every step: a signal costs at most one step
             raise StopRequested(STOP.signum or signal.SIGTERM)
         if train.checkpoint_every and (t + 1) % train.checkpoint_every == 0 and not last:

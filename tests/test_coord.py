@@ -55,7 +55,13 @@ def test_layer_names_follow_roles_and_copies():
 
 def test_undeclared_atoms_are_numbered_within_their_copy():
     net = Linear(3, 8) @ (Linear(8, 8) @ Linear(8, 8)) ** 2 @ Linear(8, 5)
-    assert layer_names(net) == ["linear1", "linear1[0]", "linear2[0]", "linear1[1]", "linear2[1]", "linear2"]
+    assert layer_names(net) == ["linear1", "block.linear1[0]", "block.linear2[0]", "block.linear1[1]",
+                                "block.linear2[1]", "linear2"]
+    assert layer_roles(net) == ["linear1", "block.linear1", "block.linear2", "block.linear1", "block.linear2",
+                                "linear2"]
+    # An atom used twice inside a powered block is stamped once per copy.
+    shared = Linear(8, 8)
+    assert [atom.repeat for atom in ((shared @ shared) ** 2).atoms()] == [(0,), (0,), (1,), (1,)]
 
 
 # --- the quantities, by hand ------------------------------------------------------------------------------
@@ -185,8 +191,12 @@ def test_verdicts_name_the_worst_layers():
     result = verdicts(table, 0.3)
     assert result["normed"].startswith("width-stable") and "-0.20, a own_delta_rms" in result["normed"]
     assert result["unnormed"] == "not width-stable: slope beyond ±0.3 in b delta_rms +0.95, a own_delta_rms +0.80"
+    # A layer without a slope (a diverged point, or zero change at some widths) may be the one that fails:
+    # no verdict then, unless another layer already fails.
     nan_table = _slope_table([("m", "a", "delta_rms", 0.1), ("m", "z", "delta_rms", float("nan"))])
-    assert "no slope for z" in verdicts(nan_table, 0.3)["m"]
+    assert verdicts(nan_table, 0.3)["m"].startswith("no verdict: every measured layer is within ±0.3; no slope for z")
+    nan_table = _slope_table([("m", "a", "delta_rms", 0.9), ("m", "z", "delta_rms", float("nan"))])
+    assert verdicts(nan_table, 0.3)["m"].startswith("not width-stable: slope beyond ±0.3 in a delta_rms +0.90")
 
 
 # --- end to end ----------------------------------------------------------------------------------------
@@ -415,3 +425,73 @@ def test_layer_stats_of_a_resumed_run_equal_an_uninterrupted_one(tiny_text_root,
     for mine, theirs in zip(resumed, reference):
         for key in mine.keys() - {"layer", "role"}:
             assert mine[key] == pytest.approx(theirs[key], rel=1e-5, abs=1e-7), (mine["step"], mine["layer"], key)
+
+
+def test_layer_stats_in_bfloat16_and_when_turned_on_for_a_resumed_run(tiny_text_root, tmp_path, monkeypatch):
+    """Inputs captured under bfloat16 autocast are measured in float32; a run resumed from a checkpoint made
+    without layer stats starts its file at the resumed step."""
+    from conftest import compose_config, tiny_gpt
+
+    import modula_cli.run as run_module
+
+    bf16 = compose_config(*tiny_gpt(tiny_text_root, "train.steps=4", "train.layer_stats_every=2",
+                                    "train.dtype=bfloat16"))
+    assert run_module.train(bf16, tmp_path / "bf16")["status"] == "completed"
+    assert [r["step"] for r in _layer_records(tmp_path / "bf16")][::9] == [2, 4]
+
+    plain = tiny_gpt(tiny_text_root, "train.steps=20", "train.checkpoint_every=7")
+    original = run_module.optimizer_step
+
+    def step_then_sigterm(*args, **kwargs):
+        if args[5] == 12:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(run_module, "optimizer_step", step_then_sigterm)
+    with pytest.raises(StopRequested):
+        run_module.train(compose_config(*plain), tmp_path / "late")
+    monkeypatch.setattr(run_module, "optimizer_step", original)
+    summary = run_module.train(compose_config(*plain, "train.layer_stats_every=5"), tmp_path / "late")
+    assert summary["status"] == "completed"
+    assert sorted({r["step"] for r in _layer_records(tmp_path / "late")}) == [15, 20]
+
+
+def test_layer_stats_reach_disk_at_each_checkpoint(tiny_text_root, tmp_path, monkeypatch):
+    """A process killed after a checkpoint (no chance to close its files) keeps the records it covers."""
+    from conftest import compose_config, tiny_gpt
+
+    import modula_cli.loggers as loggers
+    import modula_cli.run as run_module
+
+    cfg = compose_config(*tiny_gpt(tiny_text_root, "train.steps=20", "train.checkpoint_every=7",
+                                   "train.layer_stats_every=5"))
+    saved = []
+    original = run_module.checkpoint.save
+
+    def save_and_read(path, state, fingerprint):
+        original(path, state, fingerprint)
+        saved.append((state["step"], (path.parent / loggers.LAYER_STATS_FILE).read_text().count("\n")))
+
+    monkeypatch.setattr(run_module.checkpoint, "save", save_and_read)
+    run_module.train(cfg, tmp_path / "run")
+    layers = 9
+    assert saved == [(7, 1 * layers), (14, 2 * layers)]  # on disk when the checkpoint is written
+
+
+def test_layer_stats_never_log_a_step_before_the_train_loss_of_an_earlier_one(tiny_text_root, tmp_path, monkeypatch):
+    """W&B drops a step lower than one it has seen: every record of one member goes out in step order."""
+    from conftest import compose_config, tiny_gpt
+
+    import modula_cli.loggers as loggers
+    import modula_cli.run as run_module
+
+    steps = []
+    emit, emit_layers = loggers.RunLoggers.emit, loggers.RunLoggers.emit_layers
+    monkeypatch.setattr(loggers.RunLoggers, "emit",
+                        lambda self, k, record: (steps.append(record["step"]), emit(self, k, record)))
+    monkeypatch.setattr(loggers.RunLoggers, "emit_layers",
+                        lambda self, k, step, records: (steps.append(step), emit_layers(self, k, step, records)))
+    run_module.train(compose_config(*tiny_gpt(tiny_text_root, "train.steps=10", "train.log_every=3",
+                                              "train.eval_every=5", "train.layer_stats_every=5")), tmp_path / "run")
+    # train losses at 0, 3, 6, 9 (the last step); evaluations and layer records at 5 and 10
+    assert steps == [0, 3, 5, 5, 6, 9, 10, 10]

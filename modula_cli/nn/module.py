@@ -185,7 +185,7 @@ class Module:
         # atom remembers which copy it is in (outer powers first), so diagnostics can name it "attn.q[2]".
         copies = [copy.deepcopy(self) for _ in range(power)]
         for index, duplicate in enumerate(copies):
-            for atom in duplicate.atoms():
+            for atom in {id(atom): atom for atom in duplicate.atoms()}.values():  # an atom used twice: once
                 atom.repeat = (index, *atom.repeat)
         return Composite(*copies)
 
@@ -500,7 +500,8 @@ def with_role(atom: Atom, role: str) -> Atom:
 
 def layer_roles(module: Module) -> list[str]:
     """Each atom's role: the declared one, else its kind numbered among the undeclared atoms of its own
-    copy (``linear1``, ``linear2``), so that copies of one block get the same roles."""
+    copy, with one ``block.`` per enclosing ``**`` (``linear1``, ``block.linear1``, ``linear2``): copies of
+    one block share their roles, and no layer outside the blocks shares one with a layer inside."""
     counts: dict[tuple, int] = {}
     roles = []
     for atom in module.atoms():
@@ -509,7 +510,7 @@ def layer_roles(module: Module) -> list[str]:
             continue
         kind = type(atom).__name__.lower()
         counts[(kind, atom.repeat)] = counts.get((kind, atom.repeat), 0) + 1
-        roles.append(f"{kind}{counts[(kind, atom.repeat)]}")
+        roles.append("block." * len(atom.repeat) + f"{kind}{counts[(kind, atom.repeat)]}")
     return roles
 
 
