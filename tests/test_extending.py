@@ -115,13 +115,17 @@ def test_user_architecture_imports_from_the_working_folder_and_is_validated_befo
 
 
 def test_a_run_of_an_unfit_architecture_stops_with_one_line(bad_models, cifar_root):
-    result = subprocess.run([str(BIN / "modula-sweep"), "arch.name=bad_models:wrong_output", "data=cifar10",
-                             f"data.root={cifar_root}", "train.device=cpu", "hydra.run.dir=run"], cwd=bad_models,
-                            capture_output=True, text=True, timeout=300)
-    assert result.returncode == 1
-    assert result.stderr.strip().splitlines()[-1] == (
+    from modula_cli.run import run_or_exit
+
+    cfg = compose_config("arch.name=bad_models:wrong_output", "arch.width=8", "data=cifar10",
+                         f"data.root={cifar_root}", "train.device=cpu", "train.progress=false")
+    with pytest.raises(SystemExit) as stop:
+        run_or_exit(cfg, bad_models / "run")
+    assert str(stop.value.code) == (
         "modula-sweep: arch.name='bad_models:wrong_output' outputs (2, 7) for input (2, 3, 32, 32) of data=cifar10; "
         "the logits must have shape (2, 10)")
+    summary = (bad_models / "run" / "summary.json").read_text()
+    assert '"status": "failed"' in summary and "the logits must have shape (2, 10)" in summary
 
 
 # --- batch size, horizon and weight decay as scale axes ------------------------------------------------------

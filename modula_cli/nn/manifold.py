@@ -1,0 +1,168 @@
+"""Manifold mode (SPEC §10): every matrix stays on its scaled Stiefel manifold and moves along its tangent
+space (manifold Muon); every embedding vector stays on its sphere (hyperspherical descent).
+
+All maths is at unit scale: a matrix atom's slices divided by their initial scale (``polar_scale``) have
+orthonormal columns (wide ones are transposed), and an embedding's rows divided by √d are unit vectors.
+Same-shape matrices of all atoms, slices and packed members go through one batched solve, each with its
+own step size, convergence and multiplier, so a packed run equals its separate runs.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from .module import per_member
+from .orthogonalize import orthogonalize
+
+REFINE_STEPS = 2  # Newton–Schulz steps after Polar Express: σ ≈ 1 ± 1e-3 → float precision (quadratic)
+
+
+@dataclass(frozen=True)
+class DualAscent:
+    """How the tangent direction's dual problem is solved (SPEC §10)."""
+
+    iterations: int = 8           # K: most multiplier updates per step
+    step: float = 0.1             # α₀: the multiplier's first step, decaying linearly to 0 over K
+    tolerance: float = 1e-3       # stop a matrix once RMS(WᵀA + AᵀW) < tolerance
+    warm_start: bool = True       # start from the previous step's multiplier (else −¼(WᵀG + GᵀW))
+
+
+@dataclass
+class ManifoldState:
+    """Per matrix atom: the last multiplier (warm start); per member: the last step's mean tangency violation
+    and mean iterations over its matrices (what the training log reports)."""
+
+    multipliers: dict[int, Tensor] = field(default_factory=dict)
+    violation: Tensor | None = None
+    iterations: Tensor | None = None
+
+    def state_dict(self) -> dict:
+        return {"multipliers": {k: v.cpu() for k, v in self.multipliers.items()}}
+
+    def load_state_dict(self, state: dict, device: torch.device | str | None = None) -> None:
+        self.multipliers = {int(k): v.to(device) for k, v in state["multipliers"].items()}
+
+
+def msign(X: Tensor) -> Tensor:
+    """Orthogonal polar factor to float precision: Polar Express, then Newton–Schulz refinement."""
+    X = orthogonalize(X)
+    for _ in range(REFINE_STEPS):
+        X = 1.5 * X - 0.5 * X @ (X.mT @ X)
+    return X
+
+
+def tangent_direction(W: Tensor, G: Tensor, settings: DualAscent, multiplier: Tensor | None = None
+                      ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """argmax ⟨G, A⟩ over ‖A‖_op ≤ 1 with WᵀA + AᵀW = 0, for a batch (B, m, n) of W with orthonormal columns.
+
+    Dual ascent on a symmetric Λ: A = msign(G + 2WΛ), Λ ← Λ − α_k (WᵀA + AᵀW). Each matrix stops on its own
+    once its violation is below the tolerance. G is scaled to unit RMS first (msign ignores its scale; the
+    step α then means the same for every layer). Returns (A, Λ, violation, iterations), the last two (B,).
+    A matrix with G = 0 gets A = 0."""
+    rms = G.pow(2).mean(dim=(-2, -1), keepdim=True).sqrt()
+    zero = rms.reshape(-1) == 0
+    G = G / torch.where(rms > 0, rms, torch.ones_like(rms))
+    WtG = W.mT @ G
+    fresh = -0.25 * (WtG + WtG.mT)
+    lam = fresh if multiplier is None else multiplier
+    active = torch.ones(W.shape[0], dtype=torch.bool, device=W.device)
+    iterations = torch.zeros(W.shape[0], device=W.device)
+    for k in range(settings.iterations + 1):
+        A = msign(G + 2 * W @ lam)
+        H = W.mT @ A
+        H = H + H.mT
+        violation = H.pow(2).mean(dim=(-2, -1)).sqrt()
+        active = active & (violation >= settings.tolerance)
+        if k == settings.iterations or not bool(active.any()):
+            break
+        alpha = settings.step * (1 - k / settings.iterations)
+        lam = lam - (alpha * active.to(H.dtype)).reshape(-1, 1, 1) * H
+        iterations += active.to(iterations.dtype)
+    A = torch.where(zero.reshape(-1, 1, 1), torch.zeros_like(A), A)
+    return A, lam, torch.where(zero, torch.zeros_like(violation), violation), iterations
+
+
+def retract(X: Tensor) -> Tensor:
+    """Back onto the Stiefel manifold: the polar factor."""
+    return msign(X)
+
+
+def sphere_step(w: Tensor, g: Tensor, step: Tensor | float) -> Tensor:
+    """Hyperspherical descent of unit rows w along g: a = g − w⟨w, g⟩, a/‖a‖, w ← (w − step·a)/‖·‖.
+    Rows whose tangent part is zero stay."""
+    a = g - w * (w * g).sum(dim=-1, keepdim=True)
+    norm = a.norm(dim=-1, keepdim=True)
+    a = torch.where(norm > 0, a / norm.clamp_min(1e-30), torch.zeros_like(a))
+    moved = w - step * a
+    return moved / moved.norm(dim=-1, keepdim=True).clamp_min(1e-30)
+
+
+def _unit_matrices(atom, piece: Tensor) -> tuple[Tensor, bool]:
+    """The atom's slices at unit scale, tall (m ≥ n); whether they were transposed."""
+    stack = atom.matrices(piece).float() / atom.polar_scale
+    wide = stack.shape[-2] < stack.shape[-1]
+    return (stack.mT if wide else stack), wide
+
+
+def manifold_update(atoms: Sequence, weights: Sequence[Tensor], directions: Sequence[Tensor],
+                    shares: Sequence[float], target_norm: float | Tensor, settings: DualAscent,
+                    state: ManifoldState) -> list[Tensor]:
+    """The change Δ = W − W_new of every atom (so the caller's ``w ← w − Δ`` lands on the manifold), with
+    each atom's step = target × its share (a tensor (K,) of targets for packed members)."""
+    out: list[Tensor | None] = [None] * len(atoms)
+    groups: dict[tuple, list[int]] = defaultdict(list)
+    for i, (atom, weight, share) in enumerate(zip(atoms, weights, shares, strict=True)):
+        if share == 0:
+            out[i] = torch.zeros_like(weight)
+        elif atom.matrices(weight) is not None:
+            unit, _ = _unit_matrices(atom, weight)
+            groups[(tuple(unit.shape[-2:]), unit.device)].append(i)
+        else:  # an embedding: one sphere per row, radius √d at unit RMS
+            d = weight.shape[-1]
+            w = weight.float() / d**0.5
+            step = per_member(target_norm * share, w) if isinstance(target_norm, Tensor) else target_norm * share
+            out[i] = ((w - sphere_step(w, directions[i].float(), step)) * d**0.5).to(weight.dtype)
+    stats_v, stats_k = [], []
+    for indices in groups.values():
+        Ws, Gs, etas, lams, shapes = [], [], [], [], []
+        for i in indices:
+            W, wide = _unit_matrices(atoms[i], weights[i])
+            G, _ = _unit_matrices(atoms[i], directions[i])
+            step = target_norm * shares[i]
+            if isinstance(step, Tensor) and step.ndim:  # (K,) → one per matrix of each member
+                step = step.to(W.device).reshape(-1, *([1] * (W.ndim - 3))).expand(W.shape[:-2])
+            eta = torch.as_tensor(step, dtype=W.dtype, device=W.device).expand(W.shape[:-2]).reshape(-1)
+            lam = state.multipliers.get(i) if settings.warm_start else None
+            Ws.append(W.reshape(-1, *W.shape[-2:]))
+            Gs.append(G.reshape(-1, *G.shape[-2:]))
+            etas.append(eta)
+            lams.append(lam.reshape(-1, *lam.shape[-2:]) if lam is not None and lam.shape[:-2] == W.shape[:-2]
+                        else None)
+            shapes.append((W.shape, wide))
+        W, G, eta = torch.cat(Ws), torch.cat(Gs), torch.cat(etas)
+        if any(lam is None for lam in lams):  # a fresh start for every matrix of the group
+            start = None
+        else:
+            start = torch.cat(lams)
+        A, lam, violation, iterations = tangent_direction(W, G, settings, start)
+        new = retract(W - eta.reshape(-1, 1, 1) * A)
+        sizes = [w.shape[0] for w in Ws]
+        for i, (shape, wide), piece, multiplier, v, k in zip(indices, shapes, new.split(sizes), lam.split(sizes),
+                                                            violation.split(sizes), iterations.split(sizes)):
+            piece = piece.reshape(shape)
+            piece = piece.mT if wide else piece
+            new_weight = atoms[i].from_matrices(piece * atoms[i].polar_scale).to(weights[i].dtype)
+            out[i] = weights[i] - new_weight
+            state.multipliers[i] = multiplier.reshape(*shape[:-2], *multiplier.shape[-2:])
+            members = shape[:-3]  # (K,) for a packed run, () otherwise; then the atom's slices
+            stats_v.append(v.reshape(*members, -1).mean(dim=-1))
+            stats_k.append(k.reshape(*members, -1).mean(dim=-1))
+    if stats_v:
+        state.violation = torch.stack(stats_v).mean(dim=0)
+        state.iterations = torch.stack(stats_k).mean(dim=0)
+    return out  # type: ignore[return-value]
