@@ -272,6 +272,8 @@ def run_coord_check(cfg: DictConfig, out_dir: Path) -> tuple[pd.DataFrame, pd.Da
             net = nets[scale]
             opt = optim_config(point)
             weights = net.initialize(seed=cfg.train.seed, device=device)
+            if opt.mode == "manifold":
+                weights = net.onto_manifold(weights)
             rows = measure(net, weights, x, y, opt, settings.steps)
             frame = pd.DataFrame(rows)
             frame.insert(0, "index", frame.groupby("step").cumcount())

@@ -38,6 +38,8 @@ def fingerprint(cfg: DictConfig) -> str:
         values = OmegaConf.to_container(cfg[group], resolve=True)
         relevant[group] = {k: v for k, v in values.items() if f"{group}.{k}" not in NOT_NUMERIC
                            and not (f"{group}.{k}" in LATER_DEFAULTS and v == LATER_DEFAULTS[f"{group}.{k}"])}
+    if relevant["optim"].get("mode") != "manifold":  # its dual-ascent settings change no other mode's numbers
+        relevant["optim"] = {k: v for k, v in relevant["optim"].items() if not k.startswith("manifold_")}
     lr = relevant["optim"].get("lr")
     if isinstance(lr, int) and not isinstance(lr, bool):  # optim.lr=1 and a packed member's 1.0 are one run
         relevant["optim"]["lr"] = float(lr)

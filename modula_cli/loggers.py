@@ -45,6 +45,8 @@ class JsonlLogger:
         self.handle.write(json.dumps(record) + "\n")
 
     def offset(self) -> int:
+        if self.handle.closed:  # after the run (train.keep_checkpoint saves once more): the whole file
+            return self.path.stat().st_size
         self.handle.flush()
         return self.handle.tell()
 

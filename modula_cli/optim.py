@@ -15,11 +15,12 @@ import torch
 from torch import Tensor
 
 from .nn import Module, PowerIterationState
+from .nn.manifold import DualAscent, ManifoldState
 from .nn.module import per_member
 from .nn.orthogonalize import METHODS as ORTHO_METHODS
 
 OPTIMIZERS = ("sgd", "adam")
-MODES = ("unnormed", "normed", "dualized")
+MODES = ("unnormed", "normed", "dualized", "manifold")
 SCHEDULES = ("linear", "cosine", "constant")
 
 # The paper's LR grids (SPEC §9), powers of two: 2^-6 … 2^2, and 2^-13 … 2^-3 for unnormed Adam.
@@ -35,6 +36,7 @@ def lr_grid(optimizer: str, mode: str) -> list[float]:
 DEFAULT_LR = {
     ("sgd", "unnormed"): 2.0**-3, ("sgd", "normed"): 2.0**-2, ("sgd", "dualized"): 2.0**-2,
     ("adam", "unnormed"): 2.0**-8, ("adam", "normed"): 2.0**-2, ("adam", "dualized"): 2.0**-2,
+    ("sgd", "manifold"): 2.0**-2, ("adam", "manifold"): 2.0**-2,
 }
 
 
@@ -53,6 +55,11 @@ class OptimConfig:
     ortho: str = "polar_express"
     ortho_steps: int | None = None
     power_iterations: int = 2
+    # manifold mode: the dual ascent of the tangent direction (SPEC §10; defaults measured, docs/manifold.md)
+    manifold_iterations: int = 0
+    manifold_step: float = 1.0
+    manifold_tolerance: float = 1e-3
+    manifold_warm_start: bool = True
 
     @property
     def lrs(self) -> list[float]:
@@ -75,25 +82,30 @@ class OptimState:
     momentum: list[Tensor]
     second_moment: list[Tensor] = field(default_factory=list)
     power: PowerIterationState | None = None
+    manifold: ManifoldState | None = None
     # This step's schedule factor and EMA weights c_t(β1), c_t(β2), as device scalars: set by a fill (no
     # host sync), read as tensors so a compiled update never sees a changing Python number.
     scalars: Tensor | None = None
 
     def state_dict(self) -> dict:
         return {"momentum": self.momentum, "second_moment": self.second_moment,
-                "power": self.power.state_dict() if self.power else None}
+                "power": self.power.state_dict() if self.power else None,
+                "manifold": self.manifold.state_dict() if self.manifold else None}
 
     def load_state_dict(self, state: dict, device: torch.device | str) -> None:
         self.momentum = [t.to(device) for t in state["momentum"]]
         self.second_moment = [t.to(device) for t in state["second_moment"]]
         if state["power"] is not None and self.power is not None:
             self.power.load_state_dict(state["power"], device)
+        if state.get("manifold") is not None and self.manifold is not None:
+            self.manifold.load_state_dict(state["manifold"], device)
 
 
 def init_state(weights: list[Tensor], cfg: OptimConfig) -> OptimState:
     zeros = lambda: [torch.zeros_like(w) for w in weights]  # noqa: E731
     return OptimState(momentum=zeros(), second_moment=zeros() if cfg.name == "adam" else [],
                       power=PowerIterationState(cfg.power_iterations) if cfg.mode == "normed" else None,
+                      manifold=ManifoldState() if cfg.mode == "manifold" else None,
                       scalars=torch.zeros(3, device=weights[0].device))
 
 
@@ -125,21 +137,32 @@ BASE_DIRECTIONS: dict[str, Callable[..., list[Tensor]]] = {"sgd": sgd_direction,
 
 # --- modes --------------------------------------------------------------------------------------------
 
-def unnormed(net: Module, u: list[Tensor], lr: Tensor, state: OptimState, cfg: OptimConfig) -> list[Tensor]:
+def unnormed(net: Module, w: list[Tensor], u: list[Tensor], lr: Tensor, state: OptimState,
+             cfg: OptimConfig) -> list[Tensor]:
     if lr.ndim:  # one LR per stacked network
         return [piece * per_member(lr, piece) for piece in u]
     return torch._foreach_mul(u, lr)
 
 
-def normed(net: Module, u: list[Tensor], lr: Tensor, state: OptimState, cfg: OptimConfig) -> list[Tensor]:
+def normed(net: Module, w: list[Tensor], u: list[Tensor], lr: Tensor, state: OptimState,
+           cfg: OptimConfig) -> list[Tensor]:
     return net.normalize(u, lr, state=state.power)
 
 
-def dualized(net: Module, u: list[Tensor], lr: Tensor, state: OptimState, cfg: OptimConfig) -> list[Tensor]:
+def dualized(net: Module, w: list[Tensor], u: list[Tensor], lr: Tensor, state: OptimState,
+             cfg: OptimConfig) -> list[Tensor]:
     return net.dualize(u, lr, method=cfg.ortho, steps=cfg.ortho_steps)
 
 
-MODE_MAPS: dict[str, Callable[..., list[Tensor]]] = {"unnormed": unnormed, "normed": normed, "dualized": dualized}
+def manifold(net: Module, w: list[Tensor], u: list[Tensor], lr: Tensor, state: OptimState,
+             cfg: OptimConfig) -> list[Tensor]:
+    settings = DualAscent(cfg.manifold_iterations, cfg.manifold_step, cfg.manifold_tolerance, cfg.manifold_warm_start)
+    return net.manifold_update(w, u, lr, settings, state.manifold)
+
+
+# Each maps the base direction u to the change Δ of the weights w (w ← w − Δ).
+MODE_MAPS: dict[str, Callable[..., list[Tensor]]] = {"unnormed": unnormed, "normed": normed, "dualized": dualized,
+                                                     "manifold": manifold}
 
 
 # --- schedules ------------------------------------------------------------------------------------------
@@ -191,7 +214,7 @@ def apply_update(net: Module, weights: list[Tensor], grads: list[Tensor], state:
         # Compiled, without this split Inductor recomputes the direction inside every power-iteration
         # kernel: the normed update took 2x longer (ResMLP, CPU). A no-op in eager mode.
         torch._dynamo.graph_break()
-    delta = MODE_MAPS[cfg.mode](net, u, lr, state, cfg)
+    delta = MODE_MAPS[cfg.mode](net, weights, u, lr, state, cfg)
     if active is not None:
         delta = [torch.where(per_member(active, d).bool(), d, torch.zeros_like(d)) for d in delta]
     torch._foreach_sub_(weights, delta)
@@ -240,4 +263,13 @@ def validate_optim(cfg: OptimConfig) -> list[str]:
         problems.append(f"optim.ortho_steps={cfg.ortho_steps}; must be >= 1 or null")
     if cfg.power_iterations < 1:
         problems.append(f"optim.power_iterations={cfg.power_iterations}; must be >= 1")
+    if cfg.mode == "manifold" and cfg.wd:
+        problems.append(f"optim.wd={cfg.wd} with optim.mode=manifold; the weights keep a fixed norm there, so "
+                        f"weight decay must be 0")
+    if isinstance(cfg.manifold_iterations, bool) or not isinstance(cfg.manifold_iterations, int) \
+            or cfg.manifold_iterations < 0:
+        problems.append(f"optim.manifold_iterations={cfg.manifold_iterations}; must be an integer >= 0")
+    if not cfg.manifold_step > 0 or not cfg.manifold_tolerance > 0:
+        problems.append(f"optim.manifold_step={cfg.manifold_step}, optim.manifold_tolerance="
+                        f"{cfg.manifold_tolerance}; both must be > 0")
     return problems

@@ -249,6 +249,8 @@ class RunContext:
     def initial_weights(self) -> list[torch.Tensor]:
         """Each member's initial weights from its own seed, stacked on the member axis when packed."""
         by_seed = {seed: self.net.initialize(seed=seed, device=self.device) for seed in self.members.seeds}
+        if self.opt.mode == "manifold":  # start on the manifold (a Gaussian initialisation is not)
+            by_seed = {seed: self.net.onto_manifold(weights) for seed, weights in by_seed.items()}
         if self.members.packed:
             return [torch.stack(per_member) for per_member in zip(*(by_seed[m.seed] for m in self.members))]
         return by_seed[self.members.items[0].seed]
@@ -367,13 +369,17 @@ def _all_reduce(ctx: RunContext, loss: torch.Tensor, grads: list[torch.Tensor]):
 def _log_train(ctx: RunContext, state: RunState, out: RunLoggers, t: int, loss: torch.Tensor,
                lr: torch.Tensor) -> None:
     losses, lrs = loss.tolist(), lr.reshape(-1).tolist()
+    manifold = state.optim.manifold.means() if state.optim.manifold is not None else None
     for k, status in enumerate(state.statuses):
         if status != RUNNING:
             continue
         state.last_loss[k] = losses[k]
         initial = state.initial_loss[k] = losses[k] if state.initial_loss[k] is None else state.initial_loss[k]
-        out.emit(k, {"step": t, "train_loss": losses[k], "lr": lrs[k % len(lrs)], "elapsed": round(state.elapsed, 4),
-                     ctx.units: (t + 1) * ctx.units_per_step})
+        record = {"step": t, "train_loss": losses[k], "lr": lrs[k % len(lrs)], "elapsed": round(state.elapsed, 4),
+                  ctx.units: (t + 1) * ctx.units_per_step}
+        if manifold is not None:  # the dual ascent, averaged over the steps since the last log
+            record["tangency"], record["dual_iterations"] = manifold[0][k], manifold[1][k]
+        out.emit(k, record)
         if not math.isfinite(losses[k]) or losses[k] > ctx.cfg.train.diverge_factor * initial:
             state.diverge(k, t + 1)  # packed: frozen, the other members go on
     running = [v for v, s in zip(losses, state.statuses) if s == RUNNING]

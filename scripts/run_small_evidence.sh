@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # CPU evidence for LR transfer (issue 14): the small GPT width sweep (widths 32 … 256) and depth sweep
-# (2, 4, 8 blocks at width 64) for normed, unnormed and dualized Adam, three seeds each, every scale point's
+# (2, 4, 8 blocks at width 64) for normed, unnormed and dualized Adam (and manifold Adam, issue 18, with
+# MODES=manifold EXPERIMENTS=small/gpt_width), three seeds each, every scale point's
 # LRs × seeds packed into one run; then the reports, copied to docs/results/. The LR grids are the paper's
 # narrowed to the region holding each mode's optimum on this data (about 2 h on a 2-core CPU).
 # Rerunning resumes: finished runs are skipped, interrupted ones resume from their checkpoints.
@@ -10,14 +11,18 @@ declare -A GRID=(
   [normed]="0.03125,0.0625,0.125,0.25,0.5,1.0"                      # 2^-5 … 2^0
   [unnormed]="0.0009765625,0.001953125,0.00390625,0.0078125,0.015625,0.03125,0.0625,0.125"  # 2^-10 … 2^-3
   [dualized]="0.03125,0.0625,0.125,0.25,0.5,1.0"                    # 2^-5 … 2^0
+  [manifold]="0.03125,0.0625,0.125,0.25,0.5,1.0"                    # 2^-5 … 2^0
 )
-for experiment in small/gpt_width small/gpt_depth; do
-  for mode in normed unnormed dualized; do
+EXPERIMENTS=${EXPERIMENTS:-small/gpt_width small/gpt_depth}
+MODES=${MODES:-normed unnormed dualized}
+for experiment in $EXPERIMENTS; do
+  for mode in $MODES; do
     # a failed run must not stop the rest
     modula-sweep experiment="$experiment" optim.mode="$mode" optim.lr="${GRID[$mode]}" "$@" || true
   done
 done
-for name in small_gpt_width small_gpt_depth; do
+for experiment in $EXPERIMENTS; do
+  name=$(echo "$experiment" | tr / _)
   sweep_dir=outputs/sweeps/$name/gpt_shakespeare
   modula-sweep-report "$sweep_dir"
   mkdir -p docs/results/$name

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from .module import per_member
 from .orthogonalize import orthogonalize
 
 REFINE_STEPS = 2  # Newton–Schulz steps after Polar Express: σ ≈ 1 ± 1e-3 → float precision (quadratic)
@@ -26,20 +25,38 @@ REFINE_STEPS = 2  # Newton–Schulz steps after Polar Express: σ ≈ 1 ± 1e-3 
 class DualAscent:
     """How the tangent direction's dual problem is solved (SPEC §10)."""
 
-    iterations: int = 8           # K: most multiplier updates per step
-    step: float = 0.1             # α₀: the multiplier's first step, decaying linearly to 0 over K
+    iterations: int = 0           # K: most multiplier updates per step (0: the projected start Λ₀ only)
+    step: float = 1.0             # α₀: the multiplier's first step, decaying linearly to 0 over K
     tolerance: float = 1e-3       # stop a matrix once RMS(WᵀA + AᵀW) < tolerance
     warm_start: bool = True       # start from the previous step's multiplier (else −¼(WᵀG + GᵀW))
 
 
 @dataclass
 class ManifoldState:
-    """Per matrix atom: the last multiplier (warm start); per member: the last step's mean tangency violation
+    """Per matrix atom: the last multiplier's correction to its start (warm start); per member: the last step's mean tangency violation
     and mean iterations over its matrices (what the training log reports)."""
 
     multipliers: dict[int, Tensor] = field(default_factory=dict)
-    violation: Tensor | None = None
+    violation: Tensor | None = None    # the last step's, per member (a 0-d tensor for one network)
     iterations: Tensor | None = None
+    _sums: list[Tensor] | None = None  # violation, iterations and steps since ``means`` was last read
+
+    def record(self, violation: Tensor, iterations: Tensor) -> None:
+        self.violation, self.iterations = violation, iterations
+        if self._sums is None:
+            self._sums = [torch.zeros_like(violation), torch.zeros_like(iterations), torch.zeros(())]
+        self._sums[0] += violation
+        self._sums[1] += iterations
+        self._sums[2] += 1
+
+    def means(self) -> tuple[list[float], list[float]] | None:
+        """Mean violation and iterations per member over the steps since the last call (host sync)."""
+        if self._sums is None:
+            return None
+        steps = float(self._sums[2])
+        result = ((self._sums[0] / steps).reshape(-1).tolist(), (self._sums[1] / steps).reshape(-1).tolist())
+        self._sums = None
+        return result
 
     def state_dict(self) -> dict:
         return {"multipliers": {k: v.cpu() for k, v in self.multipliers.items()}}
@@ -69,7 +86,8 @@ def tangent_direction(W: Tensor, G: Tensor, settings: DualAscent, multiplier: Te
     G = G / torch.where(rms > 0, rms, torch.ones_like(rms))
     WtG = W.mT @ G
     fresh = -0.25 * (WtG + WtG.mT)
-    lam = fresh if multiplier is None else multiplier
+    # Warm start: the previous step's correction to the projection's multiplier (W and G have moved since).
+    lam = fresh if multiplier is None else fresh + multiplier
     active = torch.ones(W.shape[0], dtype=torch.bool, device=W.device)
     iterations = torch.zeros(W.shape[0], device=W.device)
     for k in range(settings.iterations + 1):
@@ -84,7 +102,7 @@ def tangent_direction(W: Tensor, G: Tensor, settings: DualAscent, multiplier: Te
         lam = lam - (alpha * active.to(H.dtype)).reshape(-1, 1, 1) * H
         iterations += active.to(iterations.dtype)
     A = torch.where(zero.reshape(-1, 1, 1), torch.zeros_like(A), A)
-    return A, lam, torch.where(zero, torch.zeros_like(violation), violation), iterations
+    return A, lam - fresh, torch.where(zero, torch.zeros_like(violation), violation), iterations
 
 
 def retract(X: Tensor) -> Tensor:
@@ -97,7 +115,9 @@ def sphere_step(w: Tensor, g: Tensor, step: Tensor | float) -> Tensor:
     Rows whose tangent part is zero stay."""
     a = g - w * (w * g).sum(dim=-1, keepdim=True)
     norm = a.norm(dim=-1, keepdim=True)
-    a = torch.where(norm > 0, a / norm.clamp_min(1e-30), torch.zeros_like(a))
+    # A tangent part at rounding level (g along w) is no direction: normalising it would move the row at random.
+    moving = norm > 1e-5 * g.norm(dim=-1, keepdim=True)
+    a = torch.where(moving, a / norm.clamp_min(1e-30), torch.zeros_like(a))
     moved = w - step * a
     return moved / moved.norm(dim=-1, keepdim=True).clamp_min(1e-30)
 
@@ -125,7 +145,9 @@ def manifold_update(atoms: Sequence, weights: Sequence[Tensor], directions: Sequ
         else:  # an embedding: one sphere per row, radius √d at unit RMS
             d = weight.shape[-1]
             w = weight.float() / d**0.5
-            step = per_member(target_norm * share, w) if isinstance(target_norm, Tensor) else target_norm * share
+            step = target_norm * share
+            if isinstance(step, Tensor) and step.ndim:  # (K,) targets of packed members
+                step = step.to(w.device, w.dtype).reshape(-1, *([1] * (w.ndim - 1)))
             out[i] = ((w - sphere_step(w, directions[i].float(), step)) * d**0.5).to(weight.dtype)
     stats_v, stats_k = [], []
     for indices in groups.values():
@@ -163,6 +185,19 @@ def manifold_update(atoms: Sequence, weights: Sequence[Tensor], directions: Sequ
             stats_v.append(v.reshape(*members, -1).mean(dim=-1))
             stats_k.append(k.reshape(*members, -1).mean(dim=-1))
     if stats_v:
-        state.violation = torch.stack(stats_v).mean(dim=0)
-        state.iterations = torch.stack(stats_k).mean(dim=0)
+        state.record(torch.stack(stats_v).mean(dim=0), torch.stack(stats_k).mean(dim=0))
     return out  # type: ignore[return-value]
+
+
+def onto_manifold(atoms: Sequence, weights: Sequence[Tensor]) -> list[Tensor]:
+    """Every matrix slice to its scaled Stiefel manifold (its polar factor), every embedding row to RMS 1:
+    the initial weights of manifold training (the modular initialisation is there already)."""
+    result = []
+    for atom, weight in zip(atoms, weights, strict=True):
+        if atom.matrices(weight) is not None:
+            unit = atom.matrices(weight).float() / atom.polar_scale
+            result.append(atom.from_matrices(msign(unit) * atom.polar_scale).to(weight.dtype))
+        else:
+            rms = weight.float().pow(2).mean(dim=-1, keepdim=True).sqrt()
+            result.append((weight / torch.where(rms > 0, rms, torch.ones_like(rms))).to(weight.dtype))
+    return result

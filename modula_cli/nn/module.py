@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from .duality import dualize_atoms
+from .manifold import DualAscent, ManifoldState, manifold_update, onto_manifold
 
 if TYPE_CHECKING:
     from .spectral import PowerIterationState
@@ -118,6 +119,16 @@ class Module:
         return [atom.normalize_piece(piece, target_norm * share, norms.get(index)) if share > 0
                 else torch.zeros_like(piece)
                 for index, (atom, piece, share) in enumerate(zip(atoms, u, shares))]
+
+    def manifold_update(self, w: Sequence[Tensor], u: Sequence[Tensor], target_norm: float | Tensor,
+                        settings: DualAscent, state: ManifoldState) -> Weights:
+        """Manifold mode (SPEC §10): the change Δ that moves each atom along its manifold by its share of τ
+        (matrices: manifold Muon then retraction; embedding rows: hyperspherical descent)."""
+        return manifold_update(list(self.atoms()), w, u, self.target_shares(), target_norm, settings, state)
+
+    def onto_manifold(self, w: Sequence[Tensor]) -> Weights:
+        """Each matrix on its scaled Stiefel manifold, each embedding row at RMS 1 (to float precision)."""
+        return onto_manifold(list(self.atoms()), w)
 
     def regularize(self, w: Sequence[Tensor], strength: float | Tensor) -> Weights:
         """Weight decay split like a target norm: each atom's weights shrink by (1 − its share)."""

@@ -1,0 +1,202 @@
+"""Manifold mode (SPEC §10): the tangent direction, the retraction, hyperspherical descent, and training that
+keeps every weight on its manifold, packed as its separate runs, resumable, in every architecture."""
+
+import json
+import math
+
+import pytest
+import torch
+
+from conftest import compose_config, tiny_gpt, tiny_image
+from modula_cli.nn import GPT, Conv2D, Embed, Linear, ResMLP, ResNet
+from modula_cli.nn.manifold import DualAscent, msign, sphere_step, tangent_direction
+from modula_cli.optim import OptimConfig, init_state, optimizer_step
+from modula_cli.run import train
+from modula_cli.validate import config_problems
+from test_train import assert_same_losses
+
+
+def _stiefel(m, n, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return torch.linalg.qr(torch.randn(m, n, generator=generator))[0]
+
+
+def _violation(W, A):
+    H = W.mT @ A + A.mT @ W
+    return float(H.pow(2).mean().sqrt())
+
+
+def test_square_orthogonal_matrix_has_the_closed_form():
+    """On a square orthogonal W the tangent direction is W · msign(skew(WᵀG)) (Modula docs): exact at once."""
+    W, G = _stiefel(32, 32)[None], torch.randn(1, 32, 32, generator=torch.Generator().manual_seed(1))
+    S = W.mT @ G
+    expected = W @ torch.linalg.svd((S - S.mT) / 2)[0] @ torch.linalg.svd((S - S.mT) / 2)[2]
+    A, _, violation, iterations = tangent_direction(W, G, DualAscent(iterations=10))
+    assert torch.allclose(A, expected, atol=1e-4)
+    assert float(violation) < 1e-5 and float(iterations) == 0  # tangent already: no ascent needed
+
+
+def test_dual_ascent_makes_a_tall_direction_tangent_and_stays_in_the_unit_ball():
+    W = _stiefel(96, 32)[None]
+    generator = torch.Generator().manual_seed(2)
+    G = torch.randn(1, 96, 32, generator=generator) + 3 * torch.randn(1, 96, 1, generator=generator) \
+        @ torch.randn(1, 1, 32, generator=generator)
+    results = {k: tangent_direction(W, G, DualAscent(iterations=k, step=1.0, tolerance=1e-9)) for k in (0, 8, 200)}
+    violations = {k: _violation(W, r[0]) for k, r in results.items()}
+    assert violations[200] < violations[8] < violations[0]
+    assert violations[200] < 2e-3 and float(results[200][2]) == pytest.approx(violations[200], rel=1e-3)
+    for A, *_ in results.values():
+        assert torch.linalg.matrix_norm(A, ord=2).max() <= 1 + 1e-4  # ‖A‖_op ≤ 1
+        assert float((G * A).sum()) > 0  # a descent direction for −A
+    # A zero gradient gives a zero direction (never NaN), whatever the warm start.
+    A, *_ = tangent_direction(W, torch.zeros_like(G), DualAscent(), multiplier=torch.ones(1, 32, 32))
+    assert torch.equal(A, torch.zeros_like(A))
+
+
+def test_retraction_and_msign_reach_float_precision():
+    W = _stiefel(64, 16)
+    A = torch.randn(64, 16)
+    A = A - W @ ((W.mT @ A) + (W.mT @ A).mT) / 2  # tangent
+    A = A / torch.linalg.matrix_norm(A, ord=2)
+    for eta in (0.01, 0.5, 2.0):
+        new = msign(W - eta * A)
+        assert (new.mT @ new - torch.eye(16)).abs().max() < 2e-6
+
+
+def test_hyperspherical_step():
+    generator = torch.Generator().manual_seed(3)
+    w = torch.nn.functional.normalize(torch.randn(5, 8, generator=generator), dim=-1)
+    g = torch.randn(5, 8, generator=generator)
+    g[2] = 3 * w[2]  # no tangent part: the row stays
+    new = sphere_step(w, g, 0.01)
+    assert torch.allclose(new.norm(dim=-1), torch.ones(5))
+    assert torch.allclose(new[2], w[2])
+    tangent = g - w * (w * g).sum(-1, keepdim=True)
+    expected = torch.nn.functional.normalize(w - 0.01 * tangent / tangent.norm(dim=-1, keepdim=True), dim=-1)
+    assert torch.allclose(new[[0, 1, 3, 4]], expected[[0, 1, 3, 4]], atol=1e-6)
+    assert ((new - w).norm(dim=-1)[[0, 1, 3, 4]] - 0.01).abs().max() < 1e-4  # moved by the step along the sphere
+
+
+def _on_manifold_error(net, weights):
+    """Largest |WᵀW − I| over the unit-scale matrices, and |row RMS − 1| over embedding rows."""
+    worst = 0.0
+    for atom, w in zip(net.atoms(), weights):
+        stack = atom.matrices(w.detach())
+        if stack is None:
+            worst = max(worst, float((w.detach().pow(2).mean(-1).sqrt() - 1).abs().max()))
+            continue
+        unit = stack / atom.polar_scale
+        unit = unit.mT if unit.shape[-2] < unit.shape[-1] else unit
+        worst = max(worst, float((unit.mT @ unit - torch.eye(unit.shape[-1])).abs().max()))
+    return worst
+
+
+@pytest.mark.parametrize("make_net, batch", [
+    (lambda: GPT(17, 8, 2, 16, 2), lambda g: (torch.randint(0, 17, (4, 8), generator=g),) * 2),
+    (lambda: ResMLP(16, 2, 2, 12, 5),
+     lambda g: (torch.randn(6, 3, 2, 2, generator=g), torch.randint(0, 5, (6,), generator=g))),
+    (lambda: ResNet(4, 1, 1, 3, 5),
+     lambda g: (torch.randn(2, 3, 6, 6, generator=g), torch.randint(0, 5, (2,), generator=g))),
+])
+def test_weights_stay_on_their_manifolds_for_many_steps(make_net, batch):
+    net = make_net()
+    weights = [w.requires_grad_() for w in net.onto_manifold(net.initialize(0))]
+    assert _on_manifold_error(net, weights) < 2e-6
+    opt = OptimConfig(name="adam", mode="manifold", lr=0.5, schedule="constant")
+    state = init_state(weights, opt)
+    generator = torch.Generator().manual_seed(0)
+    for t in range(40):
+        x, y = batch(generator)
+        logits = net(x, weights)
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        optimizer_step(net, weights, list(torch.autograd.grad(loss, weights)), state, opt, t, 40)
+    assert _on_manifold_error(net, weights) < 1e-5
+    violation, iterations = state.manifold.means()
+    # ‖WᵀA + AᵀW‖_op ≤ 2; by default no ascent (the projected start), so no iterations
+    assert 0 <= violation[0] <= 2 and iterations[0] == 0 == opt.manifold_iterations
+
+
+def test_a_zero_gradient_leaves_every_weight_in_place():
+    net = Linear(6, 10) @ Embed(10, 7)
+    weights = net.onto_manifold(net.initialize(0))
+    opt = OptimConfig(name="sgd", mode="manifold", lr=0.3)
+    state = init_state(weights, opt)
+    before = [w.clone() for w in weights]
+    optimizer_step(net, weights, [torch.zeros_like(w) for w in weights], state, opt, 0, 10)
+    for old, new in zip(before, weights):
+        assert torch.allclose(old, new, atol=1e-6)
+
+
+def test_gaussian_initial_weights_are_put_on_the_manifold(tmp_path, tiny_text_root):
+    """The standard GPT starts from Gaussian weights: manifold training starts from their polar factors."""
+    cfg = compose_config(*tiny_gpt(tiny_text_root, "arch=standard_gpt", "optim.mode=manifold", "train.steps=3",
+                                   "train.keep_checkpoint=true"))
+    assert train(cfg, tmp_path / "run")["status"] == "completed"
+    saved = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)["state"]["weights"]
+    from modula_cli.nn import StandardGPT
+
+    assert _on_manifold_error(StandardGPT(vocab_size=len(set((tiny_text_root / "shakespeare" / "input.txt")
+                                                              .read_text())), context=16, num_heads=2, width=16,
+                                          depth=1), saved) < 1e-5
+
+
+@pytest.mark.parametrize("arch", ["gpt", "resmlp", "resnet"])
+def test_packed_manifold_run_matches_separate_runs(arch, tmp_path, tiny_text_root, cifar_root):
+    def config(*extra):
+        common = ["optim.mode=manifold", "train.steps=8", *extra]
+        return compose_config(*(tiny_gpt(tiny_text_root, *common) if arch == "gpt"
+                                else tiny_image(arch, cifar_root, *common)))
+
+    result = train(config("optim.lr=[0.1,0.4]", "train.seed=[0,1]"), tmp_path / "pack")
+    for member in result["members"]:
+        name = f"lr={member['lr']!r},seed={member['seed']}"
+        separate = train(config(f"optim.lr={member['lr']}", f"train.seed={member['seed']}"), tmp_path / name)
+        assert_same_losses(tmp_path / "pack" / name, tmp_path / name)
+        assert member["fingerprint"] == separate["fingerprint"]
+        logged = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+        packed = [json.loads(line) for line in (tmp_path / "pack" / name / "metrics.jsonl").read_text().splitlines()]
+        tangency = [(r["step"], r["tangency"], r["dual_iterations"]) for r in logged if "tangency" in r]
+        assert len(tangency) == 8 and all(0 <= v <= 2 and k == 0 for _, v, k in tangency)
+        assert [r["step"] for r in packed if "tangency" in r] == [s for s, *_ in tangency]
+        # the violation is a small difference of nearly equal matrices: equal to rounding at its scale
+        assert [r["tangency"] for r in packed if "tangency" in r] == pytest.approx([v for _, v, _ in tangency],
+                                                                                   abs=1e-3)
+
+
+def test_manifold_settings_and_weight_decay_are_checked(tiny_text_root):
+    problems = config_problems(compose_config(*tiny_gpt(tiny_text_root, "optim.mode=manifold", "optim.wd=0.1",
+                                                        "optim.manifold_iterations=-1", "optim.manifold_step=0")))
+    assert any(p.startswith("optim.wd=0.1 with optim.mode=manifold") for p in problems)
+    assert any(p.startswith("optim.manifold_iterations=-1") for p in problems)
+    assert any(p.startswith("optim.manifold_step=0") for p in problems)
+    # Its settings belong to manifold runs only: another mode's fingerprint ignores them.
+    from modula_cli.identity import fingerprint
+
+    normed = [compose_config(*tiny_gpt(tiny_text_root, f"optim.manifold_iterations={k}")) for k in (2, 8)]
+    assert fingerprint(normed[0]) == fingerprint(normed[1])
+    manifold = [compose_config(*tiny_gpt(tiny_text_root, "optim.mode=manifold", f"optim.manifold_iterations={k}"))
+                for k in (2, 8)]
+    assert fingerprint(manifold[0]) != fingerprint(manifold[1])
+
+
+def test_manifold_checkpoint_resume_keeps_the_multipliers(tmp_path):
+    """The warm-start multipliers are optimiser state: saved and restored with a checkpoint."""
+    net = Linear(4, 12) @ Linear(12, 6)
+    weights = net.onto_manifold(net.initialize(0))
+    opt = OptimConfig(name="adam", mode="manifold", lr=0.2)
+    state = init_state(weights, opt)
+    grads = [torch.randn_like(w) for w in weights]
+    optimizer_step(net, weights, grads, state, opt, 0, 5)
+    assert set(state.manifold.multipliers) == {0, 1}
+    restored = init_state(weights, opt)
+    restored.load_state_dict(state.state_dict(), "cpu")
+    for key, value in state.manifold.multipliers.items():
+        assert torch.equal(restored.manifold.multipliers[key], value)
+    assert math.isfinite(float(state.manifold.violation))
+
+
+def test_conv_slices_are_each_on_their_manifold():
+    net = Conv2D(6, 4, kernel_size=3) @ Conv2D(4, 4, kernel_size=1, padding=0)
+    weights = [1.3 * w for w in net.initialize(0)]  # off the manifold
+    assert _on_manifold_error(net, weights) > 0.5
+    assert _on_manifold_error(net, net.onto_manifold(weights)) < 2e-6
