@@ -17,8 +17,8 @@ def test_bench_prints_mode_ratios_and_packed_speed_up():
         capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    mode_rows = [line.split() for line in lines if line.startswith(("resmlp", "gpt")) and len(line.split()) == 9]
-    assert [row[:2] for row in mode_rows] == [["resmlp", "64"], ["gpt", "128"]]
+    mode_rows = [line.split() for line in lines if line.startswith(("resmlp", "gpt")) and len(line.split()) == 11]
+    assert [row[:2] for row in mode_rows] == [["resmlp", "64"], ["gpt", "128"]]  # 4 modes' ms and 3 ratios
     assert all(float(value) > 0 for row in mode_rows for value in row[4:])
     packed_rows = [line.split() for line in lines if line.rstrip().endswith("x")]
     assert [row[:2] for row in packed_rows] == [["resmlp", "64"], ["gpt", "32"]]
