@@ -200,3 +200,20 @@ def test_conv_slices_are_each_on_their_manifold():
     weights = [1.3 * w for w in net.initialize(0)]  # off the manifold
     assert _on_manifold_error(net, weights) > 0.5
     assert _on_manifold_error(net, net.onto_manifold(weights)) < 2e-6
+
+
+def test_coordinate_check_of_manifold_adam_is_width_stable(tiny_text_root, tmp_path):
+    from test_coord import tiny_gpt_coord
+
+    from modula_cli.coord import run_coord_check
+
+    cfg = tiny_gpt_coord(tiny_text_root, "coord.widths=[16,32,64]", "coord.modes=[manifold]")
+    table, _, verdict = run_coord_check(cfg, tmp_path)
+    assert verdict["manifold"].startswith("width-stable"), verdict["manifold"]
+    moved = table[table["step"] == 4]
+    assert (moved["dir_change"] > 0).all() and (moved["dir_change"] <= 2).all()
+    # Its updates: the step along the manifold has atom norm ≈ LR × share: embedding rows just under 1 (a chord
+    # of the sphere), matrices within 15 % (the retraction's second-order term and the projected start's
+    # normal residue, measured 0.98–1.15).
+    assert moved[moved["kind"] == "Embed"]["update_ratio"].between(0.99, 1.0).all()
+    assert moved["update_ratio"].between(0.9, 1.2).all()
