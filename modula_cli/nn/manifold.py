@@ -33,8 +33,8 @@ class DualAscent:
 
 @dataclass
 class ManifoldState:
-    """Per matrix atom: the last multiplier's correction to its start (warm start); per member: the last step's mean tangency violation
-    and mean iterations over its matrices (what the training log reports)."""
+    """Per matrix atom: the last multiplier's correction to its start (warm start); per member: the last
+    step's mean tangency violation and mean iterations over its matrices (what the training log reports)."""
 
     multipliers: dict[int, Tensor] = field(default_factory=dict)
     violation: Tensor | None = None    # the last step's, per member (a 0-d tensor for one network)
