@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from .orthogonalize import orthogonalize
+from .packed import per_member
 
 REFINE_STEPS = 2  # Newton–Schulz steps after Polar Express: σ ≈ 1 ± 1e-3 → float precision (quadratic)
 
@@ -33,16 +34,14 @@ class DualAscent:
 
 @dataclass
 class ManifoldState:
-    """Per matrix atom: the last multiplier's correction to its start (warm start); per member: the last
-    step's mean tangency violation and mean iterations over its matrices (what the training log reports)."""
+    """Per matrix atom: the last multiplier's correction to its start (warm start); per member: the sums of
+    each step's mean tangency violation and iterations over its matrices (what the training log reports)."""
 
     multipliers: dict[int, Tensor] = field(default_factory=dict)
-    violation: Tensor | None = None    # the last step's, per member (a 0-d tensor for one network)
-    iterations: Tensor | None = None
     _sums: list[Tensor] | None = None  # violation, iterations and steps since ``means`` was last read
 
     def record(self, violation: Tensor, iterations: Tensor) -> None:
-        self.violation, self.iterations = violation, iterations
+        """One step's mean violation and iterations per member (0-d tensors for one network)."""
         if self._sums is None:
             self._sums = [torch.zeros_like(violation), torch.zeros_like(iterations), torch.zeros(())]
         self._sums[0] += violation
@@ -139,15 +138,12 @@ def manifold_update(atoms: Sequence, weights: Sequence[Tensor], directions: Sequ
     for i, (atom, weight, share) in enumerate(zip(atoms, weights, shares, strict=True)):
         if share == 0:
             out[i] = torch.zeros_like(weight)
-        elif atom.matrices(weight) is not None:
-            unit, _ = _unit_matrices(atom, weight)
-            groups[(tuple(unit.shape[-2:]), unit.device)].append(i)
+        elif (stack := atom.matrices(weight)) is not None:  # grouped by their tall (unit-scale) shape
+            groups[(tuple(sorted(stack.shape[-2:], reverse=True)), stack.device)].append(i)
         else:  # an embedding: one sphere per row, radius √d at unit RMS
             d = weight.shape[-1]
             w = weight.float() / d**0.5
-            step = target_norm * share
-            if isinstance(step, Tensor) and step.ndim:  # (K,) targets of packed members
-                step = step.to(w.device, w.dtype).reshape(-1, *([1] * (w.ndim - 1)))
+            step = per_member(target_norm * share, w)
             out[i] = ((w - sphere_step(w, directions[i].float(), step)) * d**0.5).to(weight.dtype)
     stats_v, stats_k = [], []
     for indices in groups.values():
@@ -155,10 +151,8 @@ def manifold_update(atoms: Sequence, weights: Sequence[Tensor], directions: Sequ
         for i in indices:
             W, wide = _unit_matrices(atoms[i], weights[i])
             G, _ = _unit_matrices(atoms[i], directions[i])
-            step = target_norm * shares[i]
-            if isinstance(step, Tensor) and step.ndim:  # (K,) → one per matrix of each member
-                step = step.to(W.device).reshape(-1, *([1] * (W.ndim - 3))).expand(W.shape[:-2])
-            eta = torch.as_tensor(step, dtype=W.dtype, device=W.device).expand(W.shape[:-2]).reshape(-1)
+            step = torch.as_tensor(per_member(target_norm * shares[i], W), dtype=W.dtype, device=W.device)
+            eta = step.expand(*W.shape[:-2], 1, 1).reshape(-1)  # one step per matrix (member × slice)
             lam = state.multipliers.get(i) if settings.warm_start else None
             Ws.append(W.reshape(-1, *W.shape[-2:]))
             Gs.append(G.reshape(-1, *G.shape[-2:]))
@@ -194,10 +188,9 @@ def onto_manifold(atoms: Sequence, weights: Sequence[Tensor]) -> list[Tensor]:
     the initial weights of manifold training (the modular initialisation is there already)."""
     result = []
     for atom, weight in zip(atoms, weights, strict=True):
-        if atom.matrices(weight) is not None:
-            unit = atom.matrices(weight).float() / atom.polar_scale
+        if (stack := atom.matrices(weight)) is not None:
+            unit = stack.float() / atom.polar_scale
             result.append(atom.from_matrices(msign(unit) * atom.polar_scale).to(weight.dtype))
-        else:
-            rms = weight.float().pow(2).mean(dim=-1, keepdim=True).sqrt()
-            result.append((weight / torch.where(rms > 0, rms, torch.ones_like(rms))).to(weight.dtype))
+        else:  # embedding rows: the atom's own projection (each row to RMS 1)
+            result.append(atom.project_piece(weight))
     return result

@@ -16,19 +16,12 @@ from torch import Tensor
 
 from .duality import dualize_atoms
 from .manifold import DualAscent, ManifoldState, manifold_update, onto_manifold
+from .packed import per_member  # noqa: F401 - re-exported: atoms and the optimiser use it from here
 
 if TYPE_CHECKING:
     from .spectral import PowerIterationState
 
 Weights = list[Tensor]
-
-
-def per_member(value: float | Tensor, like: Tensor) -> float | Tensor:
-    """A per-network value of shape (K,) reshaped to broadcast over ``like`` (K, …); floats pass through."""
-    if isinstance(value, Tensor) and value.ndim == 1:
-        value = value.reshape(value.shape + (1,) * (like.ndim - 1)).to(like.device)
-        return value if value.dtype == torch.bool else value.to(like.dtype)
-    return value
 
 
 class Module:
