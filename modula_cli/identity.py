@@ -19,7 +19,7 @@ NOT_NUMERIC = frozenset({
 })
 # Settings added after runs were first fingerprinted: at these values they are left out, so a run finished by
 # an earlier version keeps its fingerprint (and is not trained again).
-LATER_DEFAULTS = {"optim.warmup_fraction": None}
+LATER_DEFAULTS = {"optim.warmup_fraction": None, "optim.ortho_dtype": "auto"}
 RUN_GROUPS = ("arch", "data", "optim", "train")
 MAX_NAME_BYTES = 120  # well inside the 255-byte limit of one path component
 # Kept readable when a name must be shortened; everything else is folded into the hash.

@@ -17,7 +17,9 @@ from torch import Tensor
 from .nn import Module, PowerIterationState
 from .nn.manifold import DualAscent, ManifoldState
 from .nn.module import per_member
+from .nn.orthogonalize import ITER_DTYPES as ORTHO_DTYPES
 from .nn.orthogonalize import METHODS as ORTHO_METHODS
+from .nn.orthogonalize import iteration_dtype
 
 OPTIMIZERS = ("sgd", "adam")
 MODES = ("unnormed", "normed", "dualized", "manifold")
@@ -54,6 +56,7 @@ class OptimConfig:
     warmup_fraction: float | None = None  # a fraction of the run's steps instead (stretches with its length)
     ortho: str = "polar_express"
     ortho_steps: int | None = None
+    ortho_dtype: str = "auto"  # the iteration's dtype: auto = bfloat16 on CUDA, float32 elsewhere
     power_iterations: int = 2
     # manifold mode: the dual ascent of the tangent direction (SPEC §10; defaults measured, docs/manifold.md)
     manifold_iterations: int = 0
@@ -151,7 +154,8 @@ def normed(net: Module, w: list[Tensor], u: list[Tensor], lr: Tensor, state: Opt
 
 def dualized(net: Module, w: list[Tensor], u: list[Tensor], lr: Tensor, state: OptimState,
              cfg: OptimConfig) -> list[Tensor]:
-    return net.dualize(u, lr, method=cfg.ortho, steps=cfg.ortho_steps)
+    return net.dualize(u, lr, method=cfg.ortho, steps=cfg.ortho_steps,
+                       iter_dtype=iteration_dtype(cfg.ortho_dtype, w[0].device))
 
 
 def manifold(net: Module, w: list[Tensor], u: list[Tensor], lr: Tensor, state: OptimState,
@@ -259,6 +263,8 @@ def validate_optim(cfg: OptimConfig) -> list[str]:
                             f"set one of them (the other to null / 0)")
     if cfg.ortho not in ORTHO_METHODS:
         problems.append(f"optim.ortho={cfg.ortho!r}; allowed: {', '.join(ORTHO_METHODS)}")
+    if cfg.ortho_dtype not in ORTHO_DTYPES:
+        problems.append(f"optim.ortho_dtype={cfg.ortho_dtype!r}; allowed: {', '.join(ORTHO_DTYPES)}")
     if cfg.ortho_steps is not None and cfg.ortho_steps < 1:
         problems.append(f"optim.ortho_steps={cfg.ortho_steps}; must be >= 1 or null")
     if cfg.power_iterations < 1:

@@ -1,16 +1,24 @@
 """Performance benchmark, every number measured side by side in one process.
 
-1. Mode overhead: whole training step (loss and gradient → base optimiser → mode map → update) on the
-   real model and optimiser code with synthetic batches, ms/step and the ratios normed ÷ unnormed and
-   dualized ÷ unnormed, for ResMLP (width 64, 8 blocks) and GPT (widths 128 and 768).
-2. torch.compile of the model step and the optimiser update vs eager, per mode.
-3. Packed sweeps: K LRs trained as one stacked ensemble vs K separate runs, in runs per hour.
-4. GPT tokens/s, float32 and bfloat16, eager and compiled; on CUDA also the model FLOPs utilisation
-   (6 · parameters · tokens / time / peak).
+1. modes: whole training step (loss and gradient → base optimiser → mode map → update) on the real
+   model and optimiser code with synthetic batches, ms/step and the ratios normed ÷ unnormed and
+   dualized ÷ unnormed, for ResMLP (width 64, 8 blocks) and GPT (--gpt-widths).
+2. compile: torch.compile of the model step and the optimiser update vs eager, per mode, with the
+   dualize overhead predicted from FLOPs (orthogonalisation FLOPs ÷ the model step's 6 · parameters ·
+   tokens; for a square d × d matrix that is Newton–Schulz steps × d ÷ tokens per step).
+3. ortho: each GPT's orthogonalisation (one batched call per matrix shape, as dualized training makes
+   it) against its FLOP lower bound: 3 matmuls per polynomial step at the measured matmul rate; the
+   iteration in bfloat16 on CUDA (optim.ortho_dtype=auto), with its float32 time beside it.
+4. pack: K LRs trained as one stacked ensemble vs K separate runs, in runs per hour.
+5. throughput: GPT tokens/s, float32 and bfloat16, eager and compiled, and the model FLOPs utilisation
+   (6 · parameters · tokens/s ÷ peak) where a peak is known (CUDA: --peak-tflops and the measured rate).
 
     python scripts/bench.py                  # CPU, or CUDA when present
+    python scripts/bench.py --gpu --out bench_gpu.txt   # issue 17's GPU tables (64k tokens per step, bf16)
     python scripts/bench.py --defaults       # issue 4's table: every architecture at its config defaults
-    python scripts/bench.py --tables pack    # one section only (modes, compile, pack, throughput)
+    python scripts/bench.py --tables pack    # one section only (modes, compile, ortho, pack, throughput)
+
+Every line printed is also appended to --out at once, so a run cut short keeps what it measured.
 """
 
 from __future__ import annotations
@@ -18,6 +26,8 @@ from __future__ import annotations
 import argparse
 import math
 import time
+from collections import Counter
+from pathlib import Path
 from types import SimpleNamespace
 
 import torch
@@ -25,17 +35,50 @@ from omegaconf import OmegaConf
 
 from modula_cli.config import CONFIG_DIR
 from modula_cli.models import build_model
+from modula_cli.nn import orthogonalize
+from modula_cli.nn.orthogonalize import DEFAULT_STEPS, iteration_dtype
 from modula_cli.optim import OptimConfig, init_state, optimizer_step
 from modula_cli.run import grads_of, losses_and_hits
 
 MODES = ("unnormed", "normed", "dualized", "manifold")
 COMPILED_MODES = ("unnormed", "normed", "dualized")  # manifold's dual ascent stops on a host-side test
+TABLES = ("modes", "compile", "ortho", "pack", "throughput")
+ORTHO_STEPS = DEFAULT_STEPS["polar_express"]
+OUT: Path | None = None  # --out: every emitted line is appended here as well
+
+
+def emit(line: str = "") -> None:
+    print(line, flush=True)
+    if OUT is not None:
+        with OUT.open("a") as f:
+            f.write(line + "\n")
 
 
 def fake_data(arch_name: str, context: int) -> SimpleNamespace:
     if arch_name in ("gpt", "standard_gpt"):
         return SimpleNamespace(kind="language", name="shakespeare", vocab_size=65, context=context)
     return SimpleNamespace(kind="image", name="cifar10", input_shape=(3, 32, 32), num_classes=10)
+
+
+_STEP_FUNCTIONS: dict[tuple, tuple] = {}
+
+
+def step_function(arch: dict, data: SimpleNamespace, device: str, pack: int, bf16: bool, compile: bool) -> tuple:
+    """The network and its loss-and-gradient function, shared by every bench of the same configuration: the
+    modes of one comparison differ only in the update, so the model step is compiled once, not per mode."""
+    key = (repr(sorted(arch.items())), repr(sorted(vars(data).items())), device, pack, bf16, compile)
+    if key not in _STEP_FUNCTIONS:
+        net = build_model(OmegaConf.create(arch), data)
+
+        def loss_and_grads(w, x, y):
+            if pack:  # one shared batch for the K stacked networks (a view)
+                x, y = x.expand(pack, *x.shape), y.expand(pack, *y.shape)
+            with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16):
+                losses = losses_and_hits(net, w, x, y, pack or None)[0]
+            return grads_of(losses, w)
+
+        _STEP_FUNCTIONS[key] = (net, torch.compile(loss_and_grads) if compile else loss_and_grads)
+    return _STEP_FUNCTIONS[key]
 
 
 class StepBench:
@@ -46,11 +89,13 @@ class StepBench:
     bfloat16 autocast, as ``train.dtype=bfloat16`` does."""
 
     def __init__(self, arch: dict, optimizer: str, mode: str, args, pack: int = 0, compile: bool = False,
-                 bf16: bool = False):
-        device, batch_size, context = args.device, args.batch_size, args.context
+                 bf16: bool | None = None, batch_size: int | None = None):
+        device, context = args.device, args.context
+        batch_size = batch_size or args.batch_size
+        bf16 = args.bf16 if bf16 is None else bf16
         data = fake_data(arch["name"], context)
-        self.net = net = build_model(OmegaConf.create(arch), data)
-        weights = net.initialize(0, device=device)
+        self.net, self.compute = step_function(arch, data, device, pack, bf16, compile)
+        weights = self.net.initialize(0, device=device)
         lrs = [1e-3 * 2**k for k in range(pack)] if pack else None
         if pack:
             weights = [w.unsqueeze(0).repeat(pack, *([1] * w.ndim)) for w in weights]
@@ -64,16 +109,8 @@ class StepBench:
         else:
             self.x = torch.randn(batch_size, *data.input_shape, device=device)
             self.y = torch.randint(0, data.num_classes, (batch_size,), device=device)
-
-        def loss_and_grads(w, x, y):
-            if pack:  # one shared batch for the K stacked networks (a view)
-                x, y = x.expand(pack, *x.shape), y.expand(pack, *y.shape)
-            with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16):
-                losses = losses_and_hits(net, w, x, y, pack or None)[0]
-            return grads_of(losses, w)
-
-        self.compute = torch.compile(loss_and_grads) if compile else loss_and_grads
         self.compile, self.device, self.t = compile, device, 0
+        self.tokens = batch_size * context if data.kind == "language" else batch_size
         self.run(3)  # warm-up (and compilation)
 
     def run(self, steps: int) -> float:
@@ -101,9 +138,64 @@ def best_times(benches: dict[str, StepBench], args) -> dict[str, float]:
     return best
 
 
-def timing_line(args) -> str:
-    return (f"{args.device} ({torch.get_num_threads()} threads), batch {args.batch_size}, context {args.context}, "
-            f"best of {args.repeats} interleaved blocks of {args.steps} steps after 3 warm-up steps")
+def timing_line(args, batch_size: int | None = None) -> str:
+    return (f"{device_name(args)}, batch {batch_size or args.batch_size}, context {args.context}"
+            f"{', bfloat16 autocast' if args.bf16 else ''}, best of {args.repeats} interleaved blocks of "
+            f"{args.steps} steps after 3 warm-up steps")
+
+
+def device_name(args) -> str:
+    if args.device == "cuda":
+        return torch.cuda.get_device_name()
+    return f"{args.device} ({torch.get_num_threads()} threads)"
+
+
+def synchronize(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def best_seconds(fn, device: str, repeats: int = 5) -> float:
+    """Best of ``repeats`` timed calls of ``fn`` after one warm-up call."""
+    fn()
+    best = math.inf
+    for _ in range(repeats):
+        synchronize(device)
+        start = time.perf_counter()
+        fn()
+        synchronize(device)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def matmul_rate(device: str, dtype: torch.dtype, size: int) -> float:
+    """Measured FLOP/s of one square matmul of side ``size`` in ``dtype`` (the best of several)."""
+    a = torch.randn(size, size, device=device).to(dtype)
+    b = torch.randn(size, size, device=device).to(dtype)
+    return 2 * size**3 / best_seconds(lambda: a @ b, device, repeats=10)
+
+
+def ortho_groups(net, weights: list[torch.Tensor]) -> Counter:
+    """The matrices the duality map orthogonalises, {(rows, cols): count}, batched by shape as in training."""
+    groups: Counter = Counter()
+    for atom, weight in zip(net.atoms(), weights):
+        stack = atom.matrices(weight.detach())
+        if stack is not None:
+            groups[tuple(stack.shape[-2:])] += stack.reshape(-1, *stack.shape[-2:]).shape[0]
+    return groups
+
+
+def ortho_flops(shape: tuple[int, int], count: int, steps: int = ORTHO_STEPS) -> float:
+    """FLOPs of ``steps`` polynomial steps on ``count`` matrices: X Xᵀ, (X Xᵀ)², B X on the smaller side m."""
+    m, n = sorted(shape)
+    return count * steps * (2 * m * m * n + 2 * m**3 + 2 * m * m * n)
+
+
+def dualize_estimate(bench: StepBench) -> float:
+    """Predicted dualized ÷ unnormed − 1: orthogonalisation FLOPs over the model step's 6 · parameters · tokens."""
+    flops = sum(ortho_flops(shape, count) for shape, count in ortho_groups(bench.net, bench.weights).items())
+    params = sum(w.numel() for w in bench.weights)
+    return flops / (6 * params * bench.tokens)
 
 
 def load_arch(name: str, **changes) -> dict:
@@ -113,55 +205,90 @@ def load_arch(name: str, **changes) -> dict:
 
 
 def mode_table(cases: list[tuple[str, dict]], optimizers: list[str], args) -> None:
-    print(f"\nmode overhead on {timing_line(args)}")
-    print(f"{'arch':<14}{'width':>6}{'depth':>6}{'optim':>6}" + "".join(f"{m + ' ms':>14}" for m in MODES)
+    emit(f"\nmode overhead on {timing_line(args)}")
+    emit(f"{'arch':<14}{'width':>6}{'depth':>6}{'optim':>6}" + "".join(f"{m + ' ms':>14}" for m in MODES)
           + f"{'normed/un':>11}{'dualized/un':>13}{'manifold/dual':>15}")
     for name, arch in cases:
         for optimizer in optimizers:
             times = best_times({m: StepBench(arch, optimizer, m, args) for m in MODES}, args)
-            print(f"{name:<14}{arch['width']:>6}{arch['depth']:>6}{optimizer:>6}"
-                  + "".join(f"{1e3 * times[m]:>14.1f}" for m in MODES)
-                  + f"{times['normed'] / times['unnormed']:>11.2f}{times['dualized'] / times['unnormed']:>13.2f}"
-                  + f"{times['manifold'] / times['dualized']:>15.2f}", flush=True)
+            emit(f"{name:<14}{arch['width']:>6}{arch['depth']:>6}{optimizer:>6}"
+                 + "".join(f"{1e3 * times[m]:>14.1f}" for m in MODES)
+                 + f"{times['normed'] / times['unnormed']:>11.2f}{times['dualized'] / times['unnormed']:>13.2f}"
+                 + f"{times['manifold'] / times['dualized']:>15.2f}")
 
 
 def compile_table(cases: list[tuple[str, dict]], args) -> None:
-    print(f"\ntorch.compile (model step and optimiser update) vs eager, Adam, ms/step; {timing_line(args)}")
-    print(f"{'arch':<14}{'width':>6}{'mode':>10}{'eager':>10}{'compiled':>10}{'speed-up':>10}"
-          f"{'compiled mode/un':>18}")
+    emit(f"\ntorch.compile (model step and optimiser update) vs eager, Adam, ms/step; {timing_line(args)}")
+    emit(f"{'arch':<14}{'width':>6}{'mode':>10}{'eager':>10}{'compiled':>10}{'speed-up':>10}"
+         f"{'eager mode/un':>15}{'compiled mode/un':>18}{'dualize est.':>14}")
     for name, arch in cases:
         torch._dynamo.reset()  # a fresh recompile budget for this architecture's three modes
         benches = {(m, c): StepBench(arch, "adam", m, args, compile=c) for m in COMPILED_MODES
                    for c in (False, True)}
         times = best_times(benches, args)
+        estimate = dualize_estimate(benches[("dualized", False)])
         for mode in COMPILED_MODES:
             eager, compiled = times[(mode, False)], times[(mode, True)]
-            print(f"{name:<14}{arch['width']:>6}{mode:>10}{1e3 * eager:>10.1f}{1e3 * compiled:>10.1f}"
-                  f"{eager / compiled:>9.2f}x{compiled / times[('unnormed', True)]:>18.2f}", flush=True)
+            emit(f"{name:<14}{arch['width']:>6}{mode:>10}{1e3 * eager:>10.1f}{1e3 * compiled:>10.1f}"
+                 f"{eager / compiled:>9.2f}x{eager / times[('unnormed', False)]:>15.2f}"
+                 f"{compiled / times[('unnormed', True)]:>18.2f}"
+                 + (f"{1 + estimate:>14.3f}" if mode == "dualized" else f"{'':>14}"))
+
+
+def ortho_table(widths: list[int], args) -> None:
+    """Each GPT's orthogonalisation, shape by shape, against 3 matmuls per step at the measured matmul rate."""
+    dtype = iteration_dtype("auto", args.device) or torch.float32
+    rate, name = matmul_rate(args.device, dtype, args.matmul_size), str(dtype).removeprefix("torch.")
+    emit(f"\northogonalisation on {device_name(args)}: Polar Express, {ORTHO_STEPS} steps, {name} iteration "
+         f"(optim.ortho_dtype=auto) vs its lower bound: 3 matmuls per step at the measured {name} matmul rate, "
+         f"{rate / 1e12:.2f} TFLOP/s ({args.matmul_size}-square); float32 iteration beside it")
+    emit(f"{'width':>6}{'shape':>14}{'count':>7}{'GFLOP':>9}{'bound ms':>10}{'ms':>9}{'÷ bound':>9}"
+         f"{'fp32 ms':>10}{'fp32 ÷ it':>11}")
+    iter_dtype = None if dtype == torch.float32 else dtype
+    for width in widths:
+        arch = load_arch("gpt", width=width, heads=8 if width >= 768 else None)
+        net = build_model(OmegaConf.create(arch), fake_data("gpt", args.context))
+        weights = net.initialize(0, device=args.device)
+        totals = [0.0, 0.0, 0.0]
+        for shape, count in sorted(ortho_groups(net, weights).items()):
+            G = torch.randn(count, *shape, device=args.device)
+            seconds = best_seconds(lambda: orthogonalize(G, iter_dtype=iter_dtype), args.device)
+            float32 = best_seconds(lambda: orthogonalize(G), args.device)
+            flops = ortho_flops(shape, count)
+            for i, value in enumerate((flops / rate, seconds, float32)):
+                totals[i] += value
+            emit(f"{width:>6}{'x'.join(map(str, shape)):>14}{count:>7}{flops / 1e9:>9.3g}{1e3 * flops / rate:>10.3f}"
+                 f"{1e3 * seconds:>9.3f}{seconds * rate / flops:>9.2f}{1e3 * float32:>10.3f}{float32 / seconds:>11.2f}")
+        bound, seconds, float32 = totals
+        emit(f"{width:>6}{'all':>14}{'':>7}{bound * rate / 1e9:>9.3g}{1e3 * bound:>10.3f}{1e3 * seconds:>9.3f}"
+             f"{seconds / bound:>9.2f}{1e3 * float32:>10.3f}{float32 / seconds:>11.2f}")
 
 
 def packing_table(cases: list[tuple[str, dict]], args) -> None:
-    k = args.pack
-    print(f"\npacked sweep of K = {k} LRs vs {k} separate runs, normed Adam, runs per hour at {args.run_steps} "
-          f"steps per run; {timing_line(args)}")
-    print(f"{'arch':<14}{'width':>6}{'separate ms/step':>18}{'packed ms/step':>16}{'separate runs/h':>17}"
-          f"{'packed runs/h':>15}{'speed-up':>10}")
+    k, batch = args.pack, args.pack_batch_size or args.batch_size
+    emit(f"\npacked sweep of K = {k} LRs vs {k} separate runs, normed Adam{', compiled' if args.pack_compile else ''}, "
+         f"runs per hour at {args.run_steps} steps per run; {timing_line(args, batch)}")
+    emit(f"{'arch':<14}{'width':>6}{'separate ms/step':>18}{'packed ms/step':>16}{'separate runs/h':>17}"
+         f"{'packed runs/h':>15}{'speed-up':>10}")
     for name, arch in cases:
-        times = best_times({"single": StepBench(arch, "adam", "normed", args),
-                            "packed": StepBench(arch, "adam", "normed", args, pack=k)}, args)
+        torch._dynamo.reset()
+        single = StepBench(arch, "adam", "normed", args, compile=args.pack_compile, batch_size=batch)
+        packed = StepBench(arch, "adam", "normed", args, pack=k, compile=args.pack_compile, batch_size=batch)
+        times = best_times({"single": single, "packed": packed}, args)
         separate_rate = 3600 / (times["single"] * args.run_steps)
         packed_rate = 3600 * k / (times["packed"] * args.run_steps)
-        print(f"{name:<14}{arch['width']:>6}{1e3 * times['single']:>18.1f}{1e3 * times['packed']:>16.1f}"
-              f"{separate_rate:>17.0f}{packed_rate:>15.0f}{packed_rate / separate_rate:>9.2f}x", flush=True)
+        emit(f"{name:<14}{arch['width']:>6}{1e3 * times['single']:>18.1f}{1e3 * times['packed']:>16.1f}"
+             f"{separate_rate:>17.0f}{packed_rate:>15.0f}{packed_rate / separate_rate:>9.2f}x")
 
 
 def throughput_table(widths: list[int], args) -> None:
-    """GPT tokens/s for float32 and bfloat16 autocast, eager and compiled; MFU against the peak on CUDA."""
-    peak = args.peak_tflops * 1e12 if args.device == "cuda" else None
-    device_name = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
-    print(f"\nGPT throughput on {device_name}, normed Adam; {timing_line(args)}"
-          + (f"; MFU = 6 · parameters · tokens/s ÷ {args.peak_tflops} TFLOP/s" if peak else ""))
-    print(f"{'width':>6}{'dtype':>10}{'compiled':>10}{'tokens/s':>14}" + (f"{'MFU':>8}" if peak else ""))
+    """GPT tokens/s for float32 and bfloat16 autocast, eager and compiled; MFU where a peak is known."""
+    peaks = {f"MFU@{args.peak_tflops:g}": args.peak_tflops * 1e12} if args.peak_tflops else {}
+    if args.device == "cuda":
+        peaks["MFU@measured"] = matmul_rate(args.device, torch.bfloat16, args.matmul_size)
+    emit(f"\nGPT throughput, normed Adam; {timing_line(args)}"
+         + "".join(f"; {key} = 6 · parameters · tokens/s ÷ {peak / 1e12:.0f} TFLOP/s" for key, peak in peaks.items()))
+    emit(f"{'width':>6}{'dtype':>10}{'compiled':>10}{'tokens/s':>14}" + "".join(f"{key:>16}" for key in peaks))
     for width in widths:
         arch = load_arch("gpt", width=width, heads=8 if width >= 768 else None)
         torch._dynamo.reset()
@@ -170,45 +297,79 @@ def throughput_table(widths: list[int], args) -> None:
         params = sum(w.numel() for w in benches[(False, False)].weights)
         for (bf16, compile), seconds in best_times(benches, args).items():
             tokens = args.batch_size * args.context / seconds
-            print(f"{width:>6}{'bfloat16' if bf16 else 'float32':>10}{'yes' if compile else 'no':>10}"
-                  f"{tokens:>14,.0f}" + (f"{6 * params * tokens / peak:>8.1%}" if peak else ""), flush=True)
+            emit(f"{width:>6}{'bfloat16' if bf16 else 'float32':>10}{'yes' if compile else 'no':>10}{tokens:>14,.0f}"
+                 + "".join(f"{6 * params * tokens / peak:>16.1%}" for peak in peaks.values()))
+
+
+GPU_PRESET = dict(tables="compile,ortho,pack,throughput", gpt_widths=[128, 768, 2048], tokens_per_step=65536,
+                  context=256, bf16=True, pack_widths=[64, 256], pack_batch_size=64, pack_compile=True)
 
 
 def main() -> None:
+    global OUT
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--gpu", action="store_true",
+                        help="issue 17's tables: GPT widths 128, 768, 2048 at 65 536 tokens per step (context 256), "
+                             "bfloat16 autocast, packed GPT widths 64 and 256 compiled (batch 64); flags after "
+                             "it still apply")
     parser.add_argument("--defaults", action="store_true", help="every architecture at its config defaults")
     parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--tokens-per-step", type=int, help="GPT batch size = this ÷ context (overrides --batch-size)")
     parser.add_argument("--context", type=int, default=128)
+    parser.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=False,
+                        help="bfloat16 autocast in every table (throughput has both)")
     parser.add_argument("--steps", type=int, default=10, help="steps per timed block")
     parser.add_argument("--repeats", type=int, default=3, help="timed blocks per configuration (best kept)")
+    parser.add_argument("--gpt-widths", type=int, nargs="+", help="GPT widths of modes, compile, ortho, throughput "
+                        "(default 128 768)")
+    parser.add_argument("--skip-gpt768", action="store_true", help="GPT width 128 only (768 is slow on CPU)")
     parser.add_argument("--pack", type=int, default=8)
+    parser.add_argument("--pack-widths", type=int, nargs="+", default=[32], help="GPT widths of the pack table")
+    parser.add_argument("--pack-batch-size", type=int, help="batch of one run in the pack table (default --batch-size)")
+    parser.add_argument("--pack-compile", action=argparse.BooleanOptionalAction, default=False,
+                        help="compile both sides of the pack table")
     parser.add_argument("--run-steps", type=int, default=10000, help="steps of one run, for runs per hour")
-    parser.add_argument("--peak-tflops", type=float, default=989.0, help="GPU peak (H100 dense bf16: 989)")
-    parser.add_argument("--skip-gpt768", action="store_true", help="leave out the width-768 GPT (slow on CPU)")
+    parser.add_argument("--peak-tflops", type=float, help="peak for MFU (default on CUDA 989, H100 dense bf16)")
+    parser.add_argument("--matmul-size", type=int, help="side of the matmul whose rate is measured "
+                        "(default 8192 on CUDA, 1024 on CPU)")
     parser.add_argument("--tables", default="modes,compile,pack,throughput",
-                        help="comma-separated subset of: modes, compile, pack, throughput")
+                        help=f"comma-separated subset of: {', '.join(TABLES)}")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--out", type=Path, help="append every printed line to this file as it is measured")
+    argv = parser.parse_known_args()[0]
+    if argv.gpu:  # the preset's values are defaults: flags given on the command line still win
+        parser.set_defaults(**GPU_PRESET)
     args = parser.parse_args()
+    tables = set(args.tables.split(","))
+    if unknown := tables - set(TABLES):
+        parser.error(f"--tables: unknown {sorted(unknown)}; allowed: {', '.join(TABLES)}")
+    if args.tokens_per_step:
+        if args.tokens_per_step % args.context:
+            parser.error(f"--tokens-per-step {args.tokens_per_step} is not a multiple of --context {args.context}")
+        args.batch_size = args.tokens_per_step // args.context
+    if args.peak_tflops is None and args.device == "cuda":
+        args.peak_tflops = 989.0
+    args.matmul_size = args.matmul_size or (8192 if args.device == "cuda" else 1024)
+    OUT = args.out
+    emit(f"# scripts/bench.py {time.strftime('%Y-%m-%d %H:%M')}, torch {torch.__version__}, {device_name(args)}")
     if args.defaults:
         cases = [(name, load_arch(name)) for name in ("gpt", "standard_gpt", "resmlp", "resnet")]
         mode_table(cases, ["adam", "sgd"], args)
         return
-    tables = set(args.tables.split(","))
-    unknown = tables - {"modes", "compile", "pack", "throughput"}
-    if unknown:
-        parser.error(f"--tables: unknown {sorted(unknown)}; allowed: modes, compile, pack, throughput")
-    cases = [("resmlp", load_arch("resmlp", width=64, depth=8)), ("gpt", load_arch("gpt", width=128))]
-    if not args.skip_gpt768:
-        cases.append(("gpt", load_arch("gpt", width=768, heads=8)))
+    widths = args.gpt_widths or ([128] if args.skip_gpt768 else [128, 768])
+    gpts = [("gpt", load_arch("gpt", width=w, heads=8 if w >= 768 else None)) for w in widths]
+    resmlp = ("resmlp", load_arch("resmlp", width=64, depth=8))
     if "modes" in tables:
-        mode_table(cases, ["adam"], args)
+        mode_table([resmlp, *gpts], ["adam"], args)
     if "compile" in tables:
-        compile_table(cases[:2], args)
+        compile_table(gpts if args.gpt_widths else [resmlp, *gpts[:1]], args)
+    if "ortho" in tables:
+        ortho_table(widths, args)
     if "pack" in tables:
-        packing_table([("resmlp", load_arch("resmlp", width=64, depth=8)), ("gpt", load_arch("gpt", width=32))],
-                      args)
+        pack_cases = [("gpt", load_arch("gpt", width=w)) for w in args.pack_widths]
+        packing_table(pack_cases if args.gpu else [resmlp, *pack_cases], args)
     if "throughput" in tables:
-        throughput_table([128] if args.skip_gpt768 else [128, 768], args)
+        throughput_table(widths, args)
 
 
 if __name__ == "__main__":

@@ -58,3 +58,70 @@ def test_coord_summary_over_seeds(tmp_path):
     missing = subprocess.run([sys.executable, str(SCRIPTS / "coord_summary.py"), str(tmp_path / "nope")],
                              capture_output=True, text=True, timeout=120)
     assert missing.returncode == 1 and "no coord_slopes.csv" in missing.stderr
+
+
+def _script(name: str):
+    """A script under scripts/ imported as a module (they are not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_orthogonalisation_flops_of_a_gpt_by_hand():
+    """Width-16 GPT, 3 blocks, 65 symbols: per block q, k, v, o (16×16), mlp in (64×16) and out (16×64), one
+    65×16 output head; a polynomial step on an m×n matrix (m ≤ n) costs 2m²n + 2m³ + 2m²n FLOPs."""
+    from omegaconf import OmegaConf
+
+    from modula_cli.models import build_model
+
+    bench = _script("bench")
+    net = build_model(OmegaConf.create(bench.load_arch("gpt", width=16, heads=2)), bench.fake_data("gpt", 8))
+    groups = bench.ortho_groups(net, net.initialize(0))
+    assert groups == {(16, 16): 12, (64, 16): 3, (16, 64): 3, (65, 16): 1}
+    per_step = 12 * 6 * 16**3 + 6 * (4 * 16 * 16 * 64 + 2 * 16**3) + (4 * 16 * 16 * 65 + 2 * 16**3)
+    assert sum(bench.ortho_flops(s, c) for s, c in groups.items()) == 8 * per_step
+    # a square d × d matrix alone: the dualize overhead is steps · d / tokens
+    assert bench.ortho_flops((16, 16), 1) / (6 * 16 * 16 * 512) == pytest.approx(8 * 16 / 512)
+
+
+def test_bench_gpu_preset_runs_its_ortho_table_into_a_file(tmp_path):
+    out = tmp_path / "bench.txt"
+    result = subprocess.run(
+        [sys.executable, str(SCRIPTS / "bench.py"), "--gpu", "--tables", "ortho", "--gpt-widths", "16",
+         "--context", "8", "--tokens-per-step", "32", "--matmul-size", "64", "--device", "cpu", "--out", str(out)],
+        capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    rows = [line.split() for line in out.read_text().splitlines() if line.startswith("    16")]
+    assert [row[1] for row in rows] == ["16x16", "16x64", "64x16", "65x16", "all"]
+    gflop = [float(row[3]) for row in rows[:-1]]
+    assert sum(gflop) == pytest.approx(float(rows[-1][2]), rel=1e-2) == pytest.approx(6.496256e-3, rel=1e-2)
+    assert all(float(value) > 0 for row in rows for value in row[-5:])
+    bad = subprocess.run([sys.executable, str(SCRIPTS / "bench.py"), "--tokens-per-step", "100", "--context", "64"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "--tokens-per-step 100 is not a multiple of --context 64" in bad.stderr
+
+
+def test_ortho_precision_emulates_bfloat16_like_the_cpu_kernel(tmp_path):
+    import pandas as pd
+
+    out = tmp_path / "precision.csv"
+    result = subprocess.run([sys.executable, str(SCRIPTS / "ortho_precision.py"), "--widths", "32", "--device", "cpu",
+                             "--check-emulation", "32", "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    table = pd.read_csv(out).set_index("kind")
+    assert list(table.index) == ["gaussian_square", "gaussian_1x4", "power_law"]
+    assert (table.fp32_sigma_error.loc[["gaussian_1x4", "power_law"]] < 1e-4).all()
+    assert table.bf16_sigma_error.between(1e-3, 2e-2).all()
+    assert ((table.bf16_distance / table.cpu_bf16_distance).between(0.5, 2.0)).all()
+
+
+def test_offline_wheels_cover_the_dependencies_but_not_the_cuda_stack():
+    wheels = _script("offline_wheels")
+    found = wheels.closure("modula-sweep", {"dev"}, skip={"wandb"})
+    assert {"hydra-core", "omegaconf", "antlr4-python3-runtime", "datasets", "pytest"} <= set(found)
+    assert not {"torch", "torchvision", "triton", "wandb"} & set(found)
+    assert not any(name.startswith("nvidia-") for name in found)
+    assert found["hydra-core"] == __import__("importlib.metadata").metadata.version("hydra-core")

@@ -186,6 +186,7 @@ def test_preemption_checkpoints_and_resume_is_exact(mode, tmp_path, tiny_text_ro
     ("optim.schedule=step", "allowed: linear, cosine, constant"),
     ("train.dtype=float16", "allowed: float32, bfloat16"),
     ("optim.ortho=qr", "allowed: polar_express, muon, cubic, svd"),
+    ("optim.ortho_dtype=fp16", "optim.ortho_dtype=.fp16.; allowed: auto, float32, bfloat16"),
     ("optim.lr=[0.1,0.2,1e-1]", "must not repeat a learning rate"),
 ])
 def test_config_errors_before_training(override, message, tmp_path, tiny_text_root):

@@ -23,12 +23,13 @@ class DualizableAtom(Protocol):
 
 
 def dualize_atoms(atoms: Sequence[DualizableAtom], grads: Sequence[Tensor], shares: Sequence[float],
-                  target_norm: float | Tensor, method: str, steps: int | None) -> list[Tensor]:
+                  target_norm: float | Tensor, method: str, steps: int | None,
+                  iter_dtype: torch.dtype | None = None) -> list[Tensor]:
     """Dualize each atom's gradient to ``target_norm × its share``.
 
     Same-shape matrices of different layers (and the k² slices of each conv kernel, and the stacked
     networks of a packed sweep) share one batched call, each matrix normalised on its own; layers are
-    never flattened into one matrix.
+    never flattened into one matrix. ``iter_dtype`` is the polynomial iteration's dtype (None: float32).
     """
     if not len(atoms) == len(grads) == len(shares):
         raise ValueError(f"dualize: expected {len(atoms)} gradient tensors, got {len(grads)}")
@@ -43,7 +44,7 @@ def dualize_atoms(atoms: Sequence[DualizableAtom], grads: Sequence[Tensor], shar
             out[i] = atom.dualize_piece(grad, target_norm * share)
     for members in groups.values():
         flat = [stack.reshape(-1, *stack.shape[-2:]) for _, stack in members]
-        polar = orthogonalize(torch.cat(flat), method=method, steps=steps)
+        polar = orthogonalize(torch.cat(flat), method=method, steps=steps, iter_dtype=iter_dtype)
         for (i, stack), piece in zip(members, polar.split([f.shape[0] for f in flat])):
             out[i] = atoms[i].from_polar(piece.reshape(stack.shape), target_norm * shares[i])
     return out  # type: ignore[return-value]

@@ -94,9 +94,9 @@ class Module:
     # stacked networks (a packed LR sweep): each network then gets its own target.
 
     def dualize(self, g: Sequence[Tensor], target_norm: float | Tensor = 1.0, method: str = "polar_express",
-                steps: int | None = None) -> Weights:
+                steps: int | None = None, iter_dtype: torch.dtype | None = None) -> Weights:
         """Duality map of the modular norm: one tensor per atom, whole update of modular norm τ."""
-        return dualize_atoms(list(self.atoms()), g, self.target_shares(), target_norm, method, steps)
+        return dualize_atoms(list(self.atoms()), g, self.target_shares(), target_norm, method, steps, iter_dtype)
 
     def normalize(self, u: Sequence[Tensor], target_norm: float | Tensor = 1.0,
                   state: PowerIterationState | None = None) -> Weights:

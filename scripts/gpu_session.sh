@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Issue 17's GPU measurements, in stages that fit the device tool's 10-minute calls; every result is written
+# under $OUT (default outputs/gpu) as soon as it is measured, so a stage cut off by its time limit keeps what
+# it finished. Run from the repository root on the GPU machine with .whl (scripts/offline_wheels.py) and
+# data/shakespeare carried along; several stages may share one call:
+#   bash scripts/gpu_session.sh tests bench      # full suite + bf16 accuracy, then scripts/bench.py --gpu
+#   bash scripts/gpu_session.sh sweep-normed     # the width sweep, configs/experiment/gpu/gpt_width.yaml
+#   bash scripts/gpu_session.sh sweep-unnormed   #   (its run folders come back as a tarball)
+# Time limits per stage (seconds): TESTS_SECONDS (240), BENCH_SECONDS (330), SWEEP_SECONDS (480).
+# Locally: untar the sweep tarballs into outputs/sweeps/ and run modula-sweep-report on the sweep folder.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-outputs/gpu}
+mkdir -p "$OUT"
+PY=${PYTHON:-python3}
+[ $# -gt 0 ] || { echo "usage: gpu_session.sh tests|bench|sweep-normed|sweep-unnormed ..." >&2; exit 2; }
+declare -A GRID=(
+  [normed]="0.03125,0.0625,0.125,0.25,0.5,1.0"                                               # 2^-5 … 2^0
+  [unnormed]="0.00048828125,0.0009765625,0.001953125,0.00390625,0.0078125,0.015625,0.03125"  # 2^-11 … 2^-5
+)
+for stage in "$@"; do
+  case "$stage" in tests|bench|sweep-normed|sweep-unnormed) ;;
+    *) echo "unknown stage $stage; allowed: tests, bench, sweep-normed, sweep-unnormed" >&2; exit 2 ;;
+  esac
+done
+
+{
+  # Resolve against what the machine has; if that fails (an old package there), install the folder as is.
+  if ! $PY -m pip install -q --no-index --find-links .whl -e . --no-build-isolation; then
+    $PY -m pip install -q --no-index --no-deps .whl/*.whl && $PY -m pip install -q --no-deps --no-build-isolation -e .
+  fi
+  $PY -m pip check
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
+  $PY -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())"
+} > "$OUT/setup.txt" 2>&1
+
+for stage in "$@"; do
+  start=$(date +%s)
+  case "$stage" in
+    tests)
+      # one worker per core; what fails in parallel is rerun alone, so a clash of workers is told apart
+      timeout "${TESTS_SECONDS:-240}" $PY -m pytest -q -n 8 -o cache_dir=/tmp/pytest_cache > "$OUT/pytest.txt" 2>&1
+      timeout 90 $PY -m pytest -q --lf --lfnf=none -o cache_dir=/tmp/pytest_cache >> "$OUT/pytest.txt" 2>&1
+      timeout 60 $PY scripts/ortho_precision.py --out "$OUT/ortho_precision_gpu.csv" > "$OUT/ortho_precision_gpu.txt" 2>&1
+      ;;
+    bench)
+      # tables in order of what issue 17 needs most: mode ratios, orthogonalisation, MFU, packing
+      timeout "${BENCH_SECONDS:-330}" $PY scripts/bench.py --gpu --tables compile,ortho,throughput,pack \
+        --out "$OUT/bench_gpu.txt" > /dev/null 2> "$OUT/bench_stderr.txt"
+      ;;
+    sweep-*)
+      mode=${stage#sweep-}
+      # SIGTERM before the call's limit: finished widths stay finished, the one in flight checkpoints
+      timeout --signal=TERM "${SWEEP_SECONDS:-480}" modula-sweep experiment=gpu/gpt_width optim.mode="$mode" \
+        optim.lr="${GRID[$mode]}" > "$OUT/sweep_$mode.txt" 2>&1
+      tar czf "$OUT/sweep_$mode.tar.gz" --exclude='*.pt' -C outputs/sweeps gpu_gpt_width
+      ;;
+  esac
+  echo "$stage: $(( $(date +%s) - start )) s" >> "$OUT/setup.txt"
+done
+ls -la "$OUT"

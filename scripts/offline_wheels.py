@@ -1,0 +1,97 @@
+"""Wheels of modula-sweep's dependencies for a machine without internet (a locked-down GPU node).
+
+Walks the dependency tree of the installed modula-sweep (with --extras) in this environment and fetches a
+wheel of each package at the version installed here, for the target Python and platform, into one folder.
+PyTorch and its CUDA stack (torch, torchvision, triton, nvidia-*, cuda-*) are left out: GPU machines bring
+their own. Packages published only as source (antlr4-python3-runtime) are built into pure-Python wheels.
+
+    python scripts/offline_wheels.py --python-version 3.12 --out .whl --skip-present present.txt
+    # on the offline machine (its python3 holding torch):
+    python3 -m pip install --no-index --no-deps .whl/*.whl && python3 -m pip install --no-deps --no-build-isolation -e .
+
+``--skip-present FILE`` leaves out the packages named in FILE (one per line or space-separated, e.g. the
+offline machine's ``pip list``), keeping the folder small.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata as metadata
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+CUDA_STACK = re.compile(r"^(torch|torchvision|torchaudio|triton|nvidia-.*|cuda-.*)$")
+
+
+def normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def requirement_names(package: str, extras: set[str]) -> list[str]:
+    """Names of what ``package`` needs in this environment (its own markers evaluated by pip's rules)."""
+    from packaging.requirements import Requirement
+
+    names = []
+    for line in metadata.requires(package) or []:
+        requirement = Requirement(line)
+        marker = requirement.marker
+        if marker is None or any(marker.evaluate({"extra": extra}) for extra in extras | {""}):
+            names.append(normalize(requirement.name))
+    return names
+
+
+def closure(root: str, extras: set[str], skip: set[str]) -> dict[str, str]:
+    """{name: installed version} of every dependency below ``root``, minus the CUDA stack and ``skip``."""
+    found: dict[str, str] = {}
+    todo = requirement_names(root, extras)
+    while todo:
+        name = todo.pop()
+        if name in found or name in skip or CUDA_STACK.match(name):
+            continue
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:  # a marker-guarded backport this Python does not need
+            continue
+        todo += requirement_names(name, set())
+    return found
+
+
+def fetch(name: str, version: str, out: Path, python_version: str, platforms: list[str]) -> str:
+    binary = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "-d", str(out),
+              "--python-version", python_version, "--implementation", "cp",
+              *[arg for platform in platforms for arg in ("--platform", platform)], f"{name}=={version}"]
+    if subprocess.run(binary, capture_output=True).returncode == 0:
+        return "wheel"
+    built = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), f"{name}=={version}"]
+    result = subprocess.run(built, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"{name}=={version}: no wheel for Python {python_version} and no buildable source:\n"
+                         f"{result.stderr[-2000:]}")
+    return "built"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--python-version", default="3.12", help="the offline machine's Python (major.minor)")
+    parser.add_argument("--platform", nargs="+", default=["manylinux2014_x86_64", "manylinux_2_28_x86_64"])
+    parser.add_argument("--extras", nargs="*", default=["dev"], help="modula-sweep extras to include")
+    parser.add_argument("--skip-present", type=Path, help="a file naming packages the offline machine already has")
+    parser.add_argument("--out", type=Path, default=Path(".whl"))
+    args = parser.parse_args()
+    skip = set()
+    if args.skip_present:  # names separated by spaces, commas or lines; '#' starts a comment
+        text = re.sub(r"#.*", "", args.skip_present.read_text())
+        skip = {normalize(name) for name in re.split(r"[\s,]+", text) if name}
+    packages = closure("modula-sweep", set(args.extras), skip)
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name, version in sorted(packages.items()):
+        how = fetch(name, version, args.out, args.python_version, args.platform)
+        print(f"{name}=={version}: {how}", flush=True)
+    size = sum(f.stat().st_size for f in args.out.glob("*.whl"))
+    print(f"{len(packages)} packages, {size / 2**20:.1f} MiB in {args.out}")
+
+
+if __name__ == "__main__":
+    main()
