@@ -32,6 +32,7 @@ from .loggers import RunLoggers
 from .members import Members
 from .models import ModelError, build_model
 from .nn import Module
+from .nn.orthogonalize import iteration_dtype
 from .optim import OptimConfig, init_state, optimizer_step
 from .prefetch import Prefetcher
 from .results import (COMPLETED, DIVERGED, FAILED, INTERRUPTED, RUNNING, is_finished, read_summary, summary_record,
@@ -425,6 +426,9 @@ def _write_summaries(ctx: RunContext, state: RunState, record: _Record, final: s
                   "packed_with": len(ctx.members) if ctx.members.packed else 1, **record.fields(ctx.members, k)}
         if ctx.data.kind == "image":
             fields["test_acc"] = state.last_eval[k].get("test_acc") if done else None
+        if ctx.opt.mode == "dualized":  # optim.ortho_dtype=auto depends on the device, like its kernels
+            dtype = iteration_dtype(ctx.opt.ortho_dtype, ctx.device) or torch.float32
+            fields["ortho_dtype"] = str(dtype).removeprefix("torch.")
         summaries.append(summary_record(status, member.run_dir, member.knobs, member.fingerprint, **fields))
         if write:
             write_summary(member.run_dir, summaries[-1])

@@ -115,16 +115,14 @@ class StepBench:
 
     def run(self, steps: int) -> float:
         """Seconds per step over ``steps`` consecutive steps."""
-        if self.device == "cuda":
-            torch.cuda.synchronize()
+        synchronize(self.device)
         start = time.perf_counter()
         for _ in range(steps):
             grads = self.compute(self.weights, self.x, self.y)
             optimizer_step(self.net, self.weights, grads, self.state, self.cfg, self.t, 10**9,
                            base_lr=self.base_lr, compile=self.compile)
             self.t += 1
-        if self.device == "cuda":
-            torch.cuda.synchronize()
+        synchronize(self.device)
         return (time.perf_counter() - start) / steps
 
 
@@ -144,14 +142,18 @@ def timing_line(args, batch_size: int | None = None) -> str:
             f"{args.steps} steps after 3 warm-up steps")
 
 
+def is_cuda(device: str) -> bool:
+    return torch.device(device).type == "cuda"
+
+
 def device_name(args) -> str:
-    if args.device == "cuda":
+    if is_cuda(args.device):
         return torch.cuda.get_device_name()
     return f"{args.device} ({torch.get_num_threads()} threads)"
 
 
 def synchronize(device: str) -> None:
-    if device == "cuda":
+    if is_cuda(device):
         torch.cuda.synchronize()
 
 
@@ -284,7 +286,7 @@ def packing_table(cases: list[tuple[str, dict]], args) -> None:
 def throughput_table(widths: list[int], args) -> None:
     """GPT tokens/s for float32 and bfloat16 autocast, eager and compiled; MFU where a peak is known."""
     peaks = {f"MFU@{args.peak_tflops:g}": args.peak_tflops * 1e12} if args.peak_tflops else {}
-    if args.device == "cuda":
+    if is_cuda(args.device):
         peaks["MFU@measured"] = matmul_rate(args.device, torch.bfloat16, args.matmul_size)
     emit(f"\nGPT throughput, normed Adam; {timing_line(args)}"
          + "".join(f"; {key} = 6 · parameters · tokens/s ÷ {peak / 1e12:.0f} TFLOP/s" for key, peak in peaks.items()))
@@ -347,9 +349,9 @@ def main() -> None:
         if args.tokens_per_step % args.context:
             parser.error(f"--tokens-per-step {args.tokens_per_step} is not a multiple of --context {args.context}")
         args.batch_size = args.tokens_per_step // args.context
-    if args.peak_tflops is None and args.device == "cuda":
+    if args.peak_tflops is None and is_cuda(args.device):
         args.peak_tflops = 989.0
-    args.matmul_size = args.matmul_size or (8192 if args.device == "cuda" else 1024)
+    args.matmul_size = args.matmul_size or (8192 if is_cuda(args.device) else 1024)
     OUT = args.out
     emit(f"# scripts/bench.py {time.strftime('%Y-%m-%d %H:%M')}, torch {torch.__version__}, {device_name(args)}")
     if args.defaults:
@@ -359,18 +361,16 @@ def main() -> None:
     widths = args.gpt_widths or ([128] if args.skip_gpt768 else [128, 768])
     gpts = [("gpt", load_arch("gpt", width=w, heads=8 if w >= 768 else None)) for w in widths]
     resmlp = ("resmlp", load_arch("resmlp", width=64, depth=8))
-    if "modes" in tables:
-        mode_table([resmlp, *gpts], ["adam"], args)
-    if "compile" in tables:
-        compile_table(gpts if args.gpt_widths else [resmlp, *gpts[:1]], args)
-    if "ortho" in tables:
-        ortho_table(widths, args)
-    if "pack" in tables:
-        pack_cases = [("gpt", load_arch("gpt", width=w)) for w in args.pack_widths]
-        packing_table(pack_cases if args.gpu else [resmlp, *pack_cases], args)
-    if "throughput" in tables:
-        throughput_table(widths, args)
-
+    pack_cases = [("gpt", load_arch("gpt", width=w)) for w in args.pack_widths]
+    run_table = {  # in the order given: a run cut short by a time limit loses the last ones
+        "modes": lambda: mode_table([resmlp, *gpts], ["adam"], args),
+        "compile": lambda: compile_table(gpts if args.gpt_widths else [resmlp, *gpts[:1]], args),
+        "ortho": lambda: ortho_table(widths, args),
+        "pack": lambda: packing_table(pack_cases if args.gpu else [resmlp, *pack_cases], args),
+        "throughput": lambda: throughput_table(widths, args),
+    }
+    for table in dict.fromkeys(args.tables.split(",")):
+        run_table[table]()
 
 if __name__ == "__main__":
     main()

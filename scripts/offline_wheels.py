@@ -1,6 +1,7 @@
 """Wheels of modula-sweep's dependencies for a machine without internet (a locked-down GPU node).
 
-Walks the dependency tree of the installed modula-sweep (with --extras) in this environment and fetches a
+Reads modula-sweep's requirements (with --extras) from pyproject.toml, walks their dependency tree as
+installed in this environment (install the project here first: pip install -e ".[dev]") and fetches a
 wheel of each package at the version installed here, for the target Python and platform, into one folder.
 PyTorch and its CUDA stack (torch, torchvision, triton, nvidia-*, cuda-*) are left out: GPU machines bring
 their own. Packages published only as source (antlr4-python3-runtime) are built into pure-Python wheels.
@@ -20,7 +21,12 @@ import importlib.metadata as metadata
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
+
+from packaging.requirements import Requirement
+
+PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 
 CUDA_STACK = re.compile(r"^(torch|torchvision|torchaudio|triton|nvidia-.*|cuda-.*)$")
 
@@ -29,32 +35,52 @@ def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def requirement_names(package: str, extras: set[str]) -> list[str]:
-    """Names of what ``package`` needs in this environment (its own markers evaluated by pip's rules)."""
-    from packaging.requirements import Requirement
-
+def requirement_names(lines: list[str], extras: set[str]) -> list[str]:
+    """Names of the requirements in ``lines`` that apply here (markers evaluated as pip does), with the
+    packages that the requested extras of each (``pkg[extra]``) pull in."""
     names = []
-    for line in metadata.requires(package) or []:
+    for line in lines:
         requirement = Requirement(line)
         marker = requirement.marker
         if marker is None or any(marker.evaluate({"extra": extra}) for extra in extras | {""}):
-            names.append(normalize(requirement.name))
+            name = normalize(requirement.name)
+            names.append(name)
+            if requirement.extras and name in installed():
+                names += requirement_names(metadata.requires(name) or [], set(requirement.extras))
     return names
 
 
-def closure(root: str, extras: set[str], skip: set[str]) -> dict[str, str]:
-    """{name: installed version} of every dependency below ``root``, minus the CUDA stack and ``skip``."""
+def installed() -> set[str]:
+    return {normalize(d.metadata["Name"]) for d in metadata.distributions()}
+
+
+def project_requirements(extras: set[str]) -> list[str]:
+    project = tomllib.loads(PYPROJECT.read_text())["project"]
+    optional = project.get("optional-dependencies", {})
+    if unknown := extras - set(optional):
+        raise SystemExit(f"--extras {sorted(unknown)}: not in pyproject.toml; allowed: {', '.join(optional)}")
+    return list(project["dependencies"]) + [line for extra in sorted(extras) for line in optional[extra]]
+
+
+def closure(extras: set[str], skip: set[str]) -> dict[str, str]:
+    """{name: installed version} of every dependency of the project, minus the CUDA stack and ``skip``."""
     found: dict[str, str] = {}
-    todo = requirement_names(root, extras)
+    todo = requirement_names(project_requirements(extras), set())
+    missing = []
     while todo:
         name = todo.pop()
         if name in found or name in skip or CUDA_STACK.match(name):
             continue
         try:
             found[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:  # a marker-guarded backport this Python does not need
+        except metadata.PackageNotFoundError:
+            missing.append(name)
             continue
-        todo += requirement_names(name, set())
+        todo += requirement_names(metadata.requires(name) or [], set())
+    # a requirement this environment lacks: install the project here first, or the wheel folder is incomplete
+    direct = {normalize(Requirement(line).name) for line in project_requirements(extras)}
+    if absent := sorted(set(missing) & direct):
+        raise SystemExit(f"not installed in this environment: {', '.join(absent)}; run pip install -e \".[dev]\" first")
     return found
 
 
@@ -84,7 +110,7 @@ def main() -> None:
     if args.skip_present:  # names separated by spaces, commas or lines; '#' starts a comment
         text = re.sub(r"#.*", "", args.skip_present.read_text())
         skip = {normalize(name) for name in re.split(r"[\s,]+", text) if name}
-    packages = closure("modula-sweep", set(args.extras), skip)
+    packages = closure(set(args.extras), skip)
     args.out.mkdir(parents=True, exist_ok=True)
     for name, version in sorted(packages.items()):
         how = fetch(name, version, args.out, args.python_version, args.platform)

@@ -8,7 +8,8 @@ bfloat16 matmuls run on CUDA when present. On a CPU (where PyTorch's bfloat16 ma
 float32, too slow past width 1024) the bfloat16 iteration is *emulated*: each product takes bfloat16
 operands, accumulates in float32 and rounds its result to bfloat16, which is what a tensor core does (up to
 the order of the float32 sums). ``--check-emulation N`` compares the emulation with PyTorch's own CPU
-bfloat16 kernel up to width N first.
+bfloat16 kernel up to width N first. The seconds columns time one call each (first-call overheads
+included); the orthogonalisation's speed is ``scripts/bench.py --tables ortho``.
 
     python scripts/ortho_precision.py [--widths 128 256 … 4096] [--out results.csv]
 """
@@ -64,14 +65,15 @@ def emulated_bf16_matmuls() -> Iterator[None]:
 
 
 def errors(out: torch.Tensor, reference: torch.Tensor) -> tuple[float, float]:
-    """max |σ − 1| of ``out`` and its relative Frobenius distance to the exact polar factor."""
-    out = out.double().cpu()
+    """max |σ − 1| of ``out`` and its relative Frobenius distance to the exact polar factor (float64)."""
+    out = out.double()
     sigma = torch.linalg.svdvals(out)
     return float((sigma - 1).abs().max()), float((out - reference).norm() / reference.norm())
 
 
 def exact_polar(G: torch.Tensor) -> torch.Tensor:
-    U, _, Vh = torch.linalg.svd(G.double().cpu(), full_matrices=False)
+    """U Vᵀ by a float64 SVD, on G's device (a GPU's is much faster at width 4096)."""
+    U, _, Vh = torch.linalg.svd(G.double(), full_matrices=False)
     return U @ Vh
 
 
@@ -100,12 +102,12 @@ def main() -> None:
     header = f"{'kind':<16}{'shape':>13}{'fp32 |σ−1|':>12}{'bf16 |σ−1|':>12}{'fp32 dist':>11}{'bf16 dist':>11}"
     header += f"{'fp32 s':>9}{'bf16 s':>9}" + (f"{'cpu-bf16 |σ−1|':>16}{'cpu-bf16 dist':>15}" if emulate else "")
     print(header)
-    rows = []
+    writer = None
+    csv_file = open(args.out, "w", newline="") if args.out else None  # noqa: SIM115 - rows written as measured
     for n in args.widths:
         for kind in args.kinds:
-            G = test_matrix(kind, n, generator)
+            G = test_matrix(kind, n, generator).to(args.device)
             reference = exact_polar(G)
-            G = G.to(args.device)
             out32, t32 = timed(lambda: orthogonalize(G))
             with emulated_bf16_matmuls() if emulate else contextlib.nullcontext():
                 out16, t16 = timed(lambda: orthogonalize(G, iter_dtype=torch.bfloat16))
@@ -120,15 +122,17 @@ def main() -> None:
                 native = orthogonalize(G, iter_dtype=torch.bfloat16)
                 row["cpu_bf16_sigma_error"], row["cpu_bf16_distance"] = errors(native, reference)
                 line += f"{row['cpu_bf16_sigma_error']:>16.1e}{row['cpu_bf16_distance']:>15.1e}"
-            rows.append(row)
+            else:
+                row["cpu_bf16_sigma_error"] = row["cpu_bf16_distance"] = None
             print(line, flush=True)
-    if args.out:
-        fields = sorted({key for row in rows for key in row}, key=lambda k: list(rows[0]).index(k)
-                        if k in rows[0] else len(rows[0]))
-        with open(args.out, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=fields)
-            writer.writeheader()
-            writer.writerows(rows)
+            if csv_file:  # a row per matrix as soon as it is measured: a run cut short keeps its rows
+                if writer is None:
+                    writer = csv.DictWriter(csv_file, fieldnames=list(row))
+                    writer.writeheader()
+                writer.writerow(row)
+                csv_file.flush()
+    if csv_file:
+        csv_file.close()
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ def test_tiny_gpt_learns_on_cuda_in_bfloat16_compiled(mode, tmp_path, tiny_text_
                             *extra), tmp_path / "run")
     losses = [loss for _, loss, _ in read_losses(tmp_path / "run") if loss is not None]
     assert summary["status"] == "completed" and all(math.isfinite(x) for x in losses)
+    assert summary.get("ortho_dtype") == ("bfloat16" if mode == "dualized" else None)  # optim.ortho_dtype=auto
     assert sum(losses[-5:]) / 5 < losses[0] - 0.04, losses
 
 

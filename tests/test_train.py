@@ -175,6 +175,8 @@ def test_preemption_checkpoints_and_resume_is_exact(mode, tmp_path, tiny_text_ro
     assert read_losses(tmp_path / "resumed") == read_losses(tmp_path / "reference")
     assert resumed["train_loss"] == reference["train_loss"] and resumed["test_loss"] == reference["test_loss"]
     assert not (tmp_path / "resumed" / "checkpoint.pt").exists()
+    # the summary says which dtype the orthogonalisation ran in (optim.ortho_dtype=auto: float32 on a CPU)
+    assert resumed.get("ortho_dtype") == ("float32" if mode == "dualized" else None)
 
 
 @pytest.mark.parametrize("override, message", [
