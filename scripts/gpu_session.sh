@@ -10,6 +10,8 @@
 # BENCH_SECONDS (270), SWEEP_SECONDS (270 per mode): `tests bench` and `sweep-normed sweep-unnormed` each fit
 # one call with the setup. A sweep goes on where the last call stopped when outputs/sweeps/gpu_gpt_width
 # (untarred locally from the last call's tarball, no checkpoints) is carried along: finished runs are skipped.
+# Extra arguments (a rehearsal on a CPU at toy sizes, say): PYTEST_ARGS (default -n 8), BENCH_ARGS,
+# PRECISION_ARGS, SWEEP_OVERRIDES (Hydra overrides after the experiment's).
 # Locally: untar the sweep tarballs into outputs/sweeps/ and run modula-sweep-report on the sweep folder.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -42,20 +44,20 @@ for stage in "$@"; do
   case "$stage" in
     tests)
       # one worker per core; what fails in parallel is rerun alone, so a clash of workers is told apart
-      timeout "${TESTS_SECONDS:-180}" $PY -m pytest -q -n 8 -o cache_dir=/tmp/pytest_cache > "$OUT/pytest.txt" 2>&1
+      timeout "${TESTS_SECONDS:-180}" $PY -m pytest -q ${PYTEST_ARGS:--n 8} -o cache_dir=/tmp/pytest_cache > "$OUT/pytest.txt" 2>&1
       timeout 45 $PY -m pytest -q --lf --lfnf=none -o cache_dir=/tmp/pytest_cache >> "$OUT/pytest.txt" 2>&1
-      timeout 60 $PY scripts/ortho_precision.py --out "$OUT/ortho_precision_gpu.csv" > "$OUT/ortho_precision_gpu.txt" 2>&1
+      timeout 60 $PY scripts/ortho_precision.py ${PRECISION_ARGS:-} --out "$OUT/ortho_precision_gpu.csv" > "$OUT/ortho_precision_gpu.txt" 2>&1
       ;;
     bench)
       # tables in order of what issue 17 needs most: mode ratios, orthogonalisation, MFU, packing
       timeout "${BENCH_SECONDS:-270}" $PY scripts/bench.py --gpu --tables compile,ortho,throughput,pack \
-        --out "$OUT/bench_gpu.txt" > /dev/null 2> "$OUT/bench_stderr.txt"
+        ${BENCH_ARGS:-} --out "$OUT/bench_gpu.txt" > /dev/null 2> "$OUT/bench_stderr.txt"
       ;;
     sweep-*)
       mode=${stage#sweep-}
       # SIGTERM before the call's limit: finished widths stay finished, the one in flight checkpoints
       timeout --signal=TERM "${SWEEP_SECONDS:-270}" $PY -m modula_cli.train experiment=gpu/gpt_width optim.mode="$mode" \
-        optim.lr="${GRID[$mode]}" > "$OUT/sweep_$mode.txt" 2>&1
+        optim.lr="${GRID[$mode]}" ${SWEEP_OVERRIDES:-} > "$OUT/sweep_$mode.txt" 2>&1
       tar czf "$OUT/sweep_$mode.tar.gz" --exclude='*.pt' -C outputs/sweeps gpu_gpt_width
       ;;
   esac
