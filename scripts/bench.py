@@ -239,14 +239,14 @@ def compile_table(cases: list[tuple[str, dict]], args) -> None:
 
 def ortho_table(widths: list[int], args) -> None:
     """Each GPT's orthogonalisation, shape by shape, against 3 matmuls per step at the measured matmul rate."""
-    dtype = iteration_dtype("auto", args.device) or torch.float32
+    iter_dtype = iteration_dtype("auto", args.device)  # None: float32
+    dtype = iter_dtype or torch.float32
     rate, name = matmul_rate(args.device, dtype, args.matmul_size), str(dtype).removeprefix("torch.")
     emit(f"\northogonalisation on {device_name(args)}: Polar Express, {ORTHO_STEPS} steps, {name} iteration "
          f"(optim.ortho_dtype=auto) vs its lower bound: 3 matmuls per step at the measured {name} matmul rate, "
          f"{rate / 1e12:.2f} TFLOP/s ({args.matmul_size}-square); float32 iteration beside it")
     emit(f"{'width':>6}{'shape':>14}{'count':>7}{'GFLOP':>9}{'bound ms':>10}{'ms':>9}{'÷ bound':>9}"
          f"{'fp32 ms':>10}{'fp32 ÷ it':>11}")
-    iter_dtype = None if dtype == torch.float32 else dtype
     for width in widths:
         arch = load_arch("gpt", width=width, heads=8 if width >= 768 else None)
         net = build_model(OmegaConf.create(arch), fake_data("gpt", args.context))
