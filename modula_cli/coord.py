@@ -4,8 +4,9 @@ width (or depth), and if not, which layer is to blame.
 For each mode and scale it trains a fresh network a few steps on one fixed batch and records every
 atom's geometry (``geometry.py``) at every step into ``coord.csv``; then the slope of log(value) against
 log(scale) at the last step, per layer and quantity, into ``coord_slopes.csv``; a verdict per mode
-(width-stable: every layer's ``delta_rms`` and ``own_delta_rms`` slopes within ±tolerance); and
-``coord.png``. Each finished point is saved at once: a stopped check re-run into the same folder
+(width-stable: every layer's ``delta_rms`` and ``own_delta_rms`` slopes within ±tolerance; tentative, with
+a warning, when the scales span less than 8× or are fewer than 3); and ``coord.png``, where the layers each
+verdict names stand out. Each finished point is saved at once: a stopped check re-run into the same folder
 (``hydra.run.dir=…``) redoes only the rest.
 """
 
@@ -16,6 +17,7 @@ import json
 import logging
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,17 +31,20 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from . import atomic
 from .config import CONFIG_DIR
+from .coord_plot import plot_coord
 from .data import build_dataset
 from .geometry import QUANTITIES, captured, layer_geometry
 from .identity import fingerprint
 from .models import ModelError, build_model
 from .nn import Module, layer_names, layer_roles
 from .optim import MODES, OptimConfig, init_state, optimizer_step
-from .plots import plot_coord
-from .run import grads_of, losses_and_hits
+from .run import grads_of, losses_and_hits, remove_if_empty
 from .signals import STOP, StopRequested
+from .threads import configure_threads
 from .sweep import register_resolvers
-from .validate import config_problems, optim_config, resolve_device, unknown_key_problems
+from .validate import ConfigError, config_problems, optim_config, resolve_device, unknown_key_problems
+
+from .data import DataUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -189,36 +194,88 @@ def slopes(frame: pd.DataFrame, axis: str) -> pd.DataFrame:
 
 
 VERDICT_QUANTITIES = ("delta_rms", "own_delta_rms")
+RELIABLE_SPAN, RELIABLE_POINTS = 8, 3  # below either, slopes are noisy and the verdict is tentative
 
 
-def verdicts(slope_table: pd.DataFrame, tolerance: float, axis: str = "width", shown: int = 4) -> dict[str, str]:
+def _scale_caveats(axis: str, scales: Sequence[int]) -> list[tuple[str, str]]:
+    """Why slopes over ``scales`` are not to be trusted yet, as (short tag, explanation); empty when they are.
+    Measured (GPT on Shakespeare, seed 0): normed Adam's attn.out[2] reads +0.41 over widths 32–128, every
+    layer is within ±0.21 over 32–256, and over 32–512 three seeds' largest is 0.18 (docs/coord_check.md)."""
+    low, high, count = min(scales), max(scales), len(set(scales))
+    caveats = []
+    if high < RELIABLE_SPAN * low:
+        span = f"{axis}s span only {math.floor(10 * high / low) / 10:g}×"  # floored: 7.96 must not read 8
+        caveats.append((span, f"{span} ({low}–{high}): slopes over a short span are noisy"))
+    if count < RELIABLE_POINTS:
+        few = f"only {count} {axis}s"
+        caveats.append((few, f"{few}: a slope through two points cannot show a bending curve"))
+    return caveats
+
+
+def span_warning(axis: str, scales: Sequence[int]) -> str | None:
+    """The warning printed beside a tentative verdict (None when the scales are enough), with scales that
+    would do: the given ones, doubled from the smallest up to 8× (measured points are reused on a re-run)."""
+    caveats = _scale_caveats(axis, scales)
+    if not caveats:
+        return None
+    low = min(scales)
+    example = sorted(set(scales) | {low * 2**k for k in range(4)})
+    return (f"{'; '.join(text for _, text in caveats)}; the verdict is reliable from {RELIABLE_SPAN}× with at "
+            f"least {RELIABLE_POINTS} {axis}s (e.g. coord.{axis}s=[{','.join(map(str, example))}])")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    head: str  # "width-stable", "not width-stable (tentative: widths span only 4×)", "no verdict"
+    detail: str
+    layers: tuple[str, ...]  # every layer the detail names (the plot highlights them)
+
+    def __str__(self) -> str:
+        return f"{self.head}: {self.detail}"
+
+
+def _judge_mode(group: pd.DataFrame, tolerance: float, axis: str, tag: str, shown: int) -> Verdict:
+    layers = group["layer"].nunique()
+    measured = group[np.isfinite(group["slope"])]
+    unmeasured = sorted(set(group["layer"]) - set(measured["layer"]))
+    worst = measured.reindex(measured["slope"].abs().sort_values(ascending=False).index)
+    worst = worst.drop_duplicates("layer")  # a layer's worst quantity only
+    bad = worst[worst["slope"].abs() > tolerance]
+    note = (f"; no slope for {', '.join(unmeasured)} (a zero or non-finite value at some {axis}s: a frozen "
+            f"layer or a diverged point)" if unmeasured else "")
+    if bad.empty and unmeasured:  # a layer that could not be measured may be the one that fails
+        return Verdict("no verdict", f"every measured layer is within ±{tolerance:g}{note}", tuple(unmeasured))
+    if bad.empty and not measured.empty:
+        top = worst.iloc[0]
+        return Verdict(f"{axis}-stable{tag}", f"every layer's delta_rms and own_delta_rms slopes are within "
+                       f"±{tolerance:g} (largest {top['slope']:+.2f}, {top['layer']} {top['quantity']}){note}",
+                       (top["layer"], *unmeasured))
+    if bad.empty:
+        return Verdict("no verdict", f"no layer has a delta_rms slope{note}", tuple(unmeasured))
+    named = bad.head(shown)
+    names = ", ".join(f"{r['layer']} {r['quantity']} {r['slope']:+.2f}" for _, r in named.iterrows())
+    more = f", … ({len(bad)} of {layers} layers)" if len(bad) > shown else ""
+    return Verdict(f"not {axis}-stable{tag}", f"slope beyond ±{tolerance:g} in {names}{more}{note}",
+                   (*named["layer"], *unmeasured))
+
+
+def judge(slope_table: pd.DataFrame, tolerance: float, axis: str = "width", shown: int = 4,
+          scales: Sequence[int] = ()) -> dict[str, Verdict]:
     """Per mode: stable along the axis when every layer's ``delta_rms`` and ``own_delta_rms`` slopes are
     within ±tolerance (the second catches a layer's own growing update hidden under a large change from
-    below); else the worst layers, by |slope|, with the quantity that failed."""
-    result = {}
+    below); else the worst layers, by |slope|, with the quantity that failed. Tentative when ``scales``
+    span less than 8× or are fewer than 3 (``span_warning`` says why)."""
+    caveats = _scale_caveats(axis, scales) if scales else []
+    tag = f" (tentative: {', '.join(short for short, _ in caveats)})" if caveats else ""
     checked = slope_table[slope_table["quantity"].isin(VERDICT_QUANTITIES)]
-    for mode, group in checked.groupby("mode", sort=False):
-        layers = group["layer"].nunique()
-        measured = group[np.isfinite(group["slope"])]
-        unmeasured = sorted(set(group["layer"]) - set(measured["layer"]))
-        worst = measured.reindex(measured["slope"].abs().sort_values(ascending=False).index)
-        worst = worst.drop_duplicates("layer")  # a layer's worst quantity only
-        bad = worst[worst["slope"].abs() > tolerance]
-        note = (f"; no slope for {', '.join(unmeasured)} (a zero or non-finite value at some {axis}s: a frozen "
-                f"layer or a diverged point)" if unmeasured else "")
-        if bad.empty and unmeasured:  # a layer that could not be measured may be the one that fails
-            result[mode] = f"no verdict: every measured layer is within ±{tolerance:g}{note}"
-        elif bad.empty and not measured.empty:
-            top = worst.iloc[0]
-            result[mode] = (f"{axis}-stable: every layer's delta_rms and own_delta_rms slopes are within "
-                            f"±{tolerance:g} (largest {top['slope']:+.2f}, {top['layer']} {top['quantity']}){note}")
-        elif bad.empty:
-            result[mode] = f"no verdict: no layer has a delta_rms slope{note}"
-        else:
-            names = ", ".join(f"{r['layer']} {r['quantity']} {r['slope']:+.2f}" for _, r in bad.head(shown).iterrows())
-            more = f", … ({len(bad)} of {layers} layers)" if len(bad) > shown else ""
-            result[mode] = f"not {axis}-stable: slope beyond ±{tolerance:g} in {names}{more}{note}"
-    return result
+    return {mode: _judge_mode(group, tolerance, axis, tag, shown)
+            for mode, group in checked.groupby("mode", sort=False)}
+
+
+def verdicts(slope_table: pd.DataFrame, tolerance: float, axis: str = "width", shown: int = 4,
+             scales: Sequence[int] = ()) -> dict[str, str]:
+    """``judge`` as one line per mode: ``<head>: <detail>``."""
+    return {mode: str(v) for mode, v in judge(slope_table, tolerance, axis, shown, scales).items()}
 
 
 # --- the command ----------------------------------------------------------------------------------------
@@ -245,6 +302,8 @@ def run_coord_check(cfg: DictConfig, out_dir: Path) -> tuple[pd.DataFrame, pd.Da
     """The whole check into ``out_dir``; returns (coord table, slopes, verdict per mode). Raises
     ``StopRequested`` on a signal, after saving every finished point."""
     settings = CoordSettings.of(cfg)
+    if warning := span_warning(settings.axis, settings.scales):  # said now too: a long check can be widened
+        log.warning("%s", warning)
     plan = [(mode, scale, point_config(cfg, settings.axis, scale, mode))
             for mode in settings.modes for scale in settings.scales]
     ids = {point_id(point, settings) for _, _, point in plan}
@@ -256,13 +315,7 @@ def run_coord_check(cfg: DictConfig, out_dir: Path) -> tuple[pd.DataFrame, pd.Da
         log.info("resuming: %d of %d points already measured in %s", len(done), len(plan), out_dir)
 
     device = resolve_device(cfg.train.device)
-    data_options = {k: v for k, v in OmegaConf.to_container(cfg.data, resolve=True).items()
-                    if k not in ("name", "max_context")}
-    data = build_dataset(cfg.data.name, **data_options)
-    x, y = data.train_batch(0, settings.batch_size, seed=cfg.train.seed, device=device)
-    nets: dict[int, Module] = {}
-    for _, scale, point in plan:  # every network built (and a user's checked) before any point is measured
-        nets[scale] = nets.get(scale) or build_model(point.arch, data)
+    x, y, nets = _batch_and_networks(cfg, settings, plan, device)
     with STOP.installed():
         for mode, scale, point in plan:
             pid = point_id(point, settings)
@@ -291,12 +344,38 @@ def run_coord_check(cfg: DictConfig, out_dir: Path) -> tuple[pd.DataFrame, pd.Da
                      losses.iloc[-1], frame["layer"].nunique(), time.perf_counter() - tick)
             STOP.raise_if_requested()
     table = pd.concat(frames, ignore_index=True)
-    slope_table = slopes(table, settings.axis)
-    verdict = verdicts(slope_table, settings.tolerance, settings.axis)
-    _write_frame(out_dir / SLOPES_FILE, slope_table)
-    atomic.write_text(out_dir / VERDICT_FILE, "".join(f"{mode}: {text}\n" for mode, text in verdict.items()))
-    plot_coord(table, settings.axis, out_dir / PLOT_FILE, title=_title(cfg, settings))
+    slope_table, verdict = _conclude(cfg, settings, table, out_dir)
     return table, slope_table, verdict
+
+
+def _batch_and_networks(cfg: DictConfig, settings: CoordSettings, plan: list, device: torch.device) \
+        -> tuple[torch.Tensor, torch.Tensor, dict[int, Module]]:
+    """The fixed batch and one network per scale. Raises DataUnavailable or ModelError before any file
+    is written: every network is built (and a user's checked) before any point is measured."""
+    data_options = {k: v for k, v in OmegaConf.to_container(cfg.data, resolve=True).items()
+                    if k not in ("name", "max_context")}
+    data = build_dataset(cfg.data.name, **data_options)
+    x, y = data.train_batch(0, settings.batch_size, seed=cfg.train.seed, device=device)
+    nets: dict[int, Module] = {}
+    for _, scale, point in plan:
+        nets[scale] = nets.get(scale) or build_model(point.arch, data)
+    return x, y, nets
+
+
+def _conclude(cfg: DictConfig, settings: CoordSettings, table: pd.DataFrame, out_dir: Path) \
+        -> tuple[pd.DataFrame, dict[str, str]]:
+    """Slopes, verdicts (with the span warning) and the plot, written into ``out_dir``."""
+    slope_table = slopes(table, settings.axis)
+    judged = judge(slope_table, settings.tolerance, settings.axis, scales=settings.scales)
+    verdict = {mode: str(v) for mode, v in judged.items()}
+    warning = span_warning(settings.axis, settings.scales)
+    _write_frame(out_dir / SLOPES_FILE, slope_table)
+    lines = [f"{mode}: {text}" for mode, text in verdict.items()] + ([f"warning: {warning}"] if warning else [])
+    atomic.write_text(out_dir / VERDICT_FILE, "".join(line + "\n" for line in lines))
+    plot_coord(table, settings.axis, out_dir / PLOT_FILE, title=_title(cfg, settings),
+               named={mode: v.layers for mode, v in judged.items()},
+               subtitles={mode: v.head for mode, v in judged.items()})
+    return slope_table, verdict
 
 
 def _title(cfg: Any, settings: CoordSettings) -> str:
@@ -307,24 +386,27 @@ def _title(cfg: Any, settings: CoordSettings) -> str:
             f"{settings.batch_size}, seed {cfg.train.seed}")
 
 
-def verdict_text(verdict: dict[str, str]) -> str:
+def verdict_text(verdict: dict[str, str], warning: str | None = None) -> str:
     width = max(map(len, verdict), default=0)
-    return "\n".join(f"  {mode:<{width}}  {text}" for mode, text in verdict.items())
+    lines = [f"  {mode:<{width}}  {text}" for mode, text in verdict.items()]
+    return "\n".join(lines + ([f"  warning: {warning}"] if warning else []))
 
 
 def check(cfg: DictConfig, overrides: list[str]) -> None:
     problems = unknown_key_problems(overrides, cfg) + coord_problems(cfg)
     if problems:
-        raise SystemExit("modula-coord-check: invalid configuration:\n  - " + "\n  - ".join(problems))
+        raise ConfigError(problems)
 
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="coord_check")
 def main(cfg: DictConfig) -> None:
     out_dir = Path(HydraConfig.get().runtime.output_dir)
-    check(cfg, list(HydraConfig.get().overrides.task))
     try:
+        check(cfg, list(HydraConfig.get().overrides.task))
+        configure_threads(cfg.train.threads)
         _, _, verdict = run_coord_check(cfg, out_dir)
-    except ModelError as error:
+    except (ConfigError, DataUnavailable, ModelError) as error:  # the user's to fix: the message, no traceback
+        remove_if_empty(out_dir)  # Hydra made the folder before the check could run
         raise SystemExit(f"modula-coord-check: {error}") from None
     except StopRequested as stop:
         saved = _read_previous(out_dir / CSV_FILE)
@@ -332,9 +414,13 @@ def main(cfg: DictConfig) -> None:
         log.warning("stopped (%s) with %d point(s) measured in %s; re-run the same command with "
                     "hydra.run.dir=%s to finish", stop, count, out_dir / CSV_FILE, out_dir)
         raise SystemExit(stop.exit_code) from None
-    print(f"\nCoordinate check ({_title(cfg, CoordSettings.of(cfg))}):\n{verdict_text(verdict)}\n"
+    settings = CoordSettings.of(cfg)
+    print(f"\nCoordinate check ({_title(cfg, settings)}):\n"
+          f"{verdict_text(verdict, span_warning(settings.axis, settings.scales))}\n"
           f"Tables and plot: {out_dir / CSV_FILE}, {out_dir / SLOPES_FILE}, {out_dir / PLOT_FILE}")
 
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # python -m modula_cli.coord: the same front door as modula-coord-check
+    from .cli import run
+
+    run("modula-coord-check", main)

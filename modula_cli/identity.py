@@ -15,7 +15,8 @@ from omegaconf import DictConfig, OmegaConf
 # Settings that change how a run is watched, stored or placed, not its numbers.
 NOT_NUMERIC = frozenset({
     "train.progress", "train.rerun", "train.checkpoint_every", "train.log_every", "train.keep_checkpoint",
-    "train.device", "train.compile", "train.layer_stats_every", "data.root", "data.num_proc",
+    "train.device", "train.threads", "train.compile", "train.layer_stats_every", "data.root", "data.num_proc",
+    "arch.data_kind",
 })
 # Settings added after runs were first fingerprinted: at these values they are left out, so a run finished by
 # an earlier version keeps its fingerprint (and is not trained again).
@@ -31,8 +32,8 @@ def changes_numbers(key: str) -> bool:
     return key.split(".")[0] in RUN_GROUPS and key not in NOT_NUMERIC
 
 
-def fingerprint(cfg: DictConfig) -> str:
-    """Hash of every setting that changes the numbers."""
+def numeric_settings(cfg: DictConfig) -> dict[str, dict[str, Any]]:
+    """Every setting that changes the numbers, by group (what a fingerprint hashes)."""
     relevant = {}
     for group in RUN_GROUPS:
         values = OmegaConf.to_container(cfg[group], resolve=True)
@@ -43,23 +44,42 @@ def fingerprint(cfg: DictConfig) -> str:
     lr = relevant["optim"].get("lr")
     if isinstance(lr, int) and not isinstance(lr, bool):  # optim.lr=1 and a packed member's 1.0 are one run
         relevant["optim"]["lr"] = float(lr)
-    return _digest(relevant, 16)
+    return relevant
+
+
+def fingerprint(cfg: DictConfig) -> str:
+    """Hash of every setting that changes the numbers."""
+    return _digest(numeric_settings(cfg), 16)
+
+
+PER_RUN = ("optim.lr", "train.seed")  # what varies within one experiment's curves, besides its scale
+
+
+def experiment_settings(cfg: DictConfig) -> dict[str, Any]:
+    """The settings that make a run part of one experiment, flat (``{"train.steps": 400, …}``): every
+    number-changing setting except the LR and the seed. Two runs belong to one transfer curve only when
+    these agree on everything but the scale knob."""
+    return {f"{group}.{key}": value for group, values in numeric_settings(cfg).items()
+            for key, value in values.items() if f"{group}.{key}" not in PER_RUN}
 
 
 def _digest(value: Any, length: int) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:length]
 
 
-def _short_keys(keys: list[str]) -> dict[str, str]:
+def short_keys(keys: list[str]) -> dict[str, str]:
     """``arch.width`` → ``width``, ``optim.lr`` → ``lr``; a last part two keys share keeps the full key."""
     last = [k.split(".")[-1] for k in keys]
     return {k: (short if last.count(short) == 1 else k) for k, short in zip(keys, last)}
 
 
 def _value_text(key: str, value: str) -> str:
-    if value.startswith("[") and value.endswith("]"):  # a packed list of LRs: its size and a hash
-        items = [v.strip() for v in value[1:-1].split(",") if v.strip()]
-        return f"pack{len(items)}-{_digest(items, 6)}"
+    if value.startswith("[") and value.endswith("]"):  # a packed list: its values, or its range when long
+        items = [_value_text(key, v.strip()) for v in value[1:-1].split(",") if v.strip()]
+        if len(items) <= 3:
+            return "+".join(items)
+        ends = [f"{float(v):.3g}" if key == "optim.lr" else v for v in (items[0], items[-1])]
+        return f"{ends[0]}..{ends[1]}x{len(items)}"
     if key == "optim.lr":
         try:
             return repr(float(value))  # 1e-3 and 0.001 are one run
@@ -79,7 +99,7 @@ def run_name(task_overrides: list[str]) -> str:
         key, _, value = override.lstrip("+~").partition("=")
         if key in RUN_GROUPS[:3] or changes_numbers(key):
             items[key] = _value_text(key, value)
-    short = _short_keys(sorted(items))
+    short = short_keys(sorted(items))
     parts = sorted((short[k], v) for k, v in items.items())
     name = ",".join(f"{k}={v}" for k, v in parts) or "default"
     if len(name.encode()) <= MAX_NAME_BYTES:

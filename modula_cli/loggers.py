@@ -127,6 +127,23 @@ def wandb_mode(requested: str | None, sweep_dir: Path | None) -> str:
     return "offline"
 
 
+def wandb_settings(wandb: Any) -> Any:
+    """wandb's settings for our runs: silent (its banner and its ~25-line history and summary at every run's
+    end would bury a sweep's output; ``wandb_location`` says in one line where a run goes instead), and a
+    bounded wait for the server. Its warnings and errors still show."""
+    return wandb.Settings(init_timeout=INIT_TIMEOUT_S, silent=True)
+
+
+def wandb_location(run: Any) -> str | None:
+    """Where a wandb run's data goes, for one log line: its URL online, its folder offline (``wandb sync``
+    uploads it later), None when disabled. (Reading ``run.url`` offline makes wandb warn, so it is not.)"""
+    if getattr(run, "disabled", False):
+        return None
+    if run.offline:
+        return f"offline; upload later with: wandb sync {run.settings.sync_dir}"
+    return run.url or str(run.settings.sync_dir)
+
+
 class WandbLogger:
     """Mirrors metrics to Weights & Biases; any wandb error turns it off with a warning."""
 
@@ -138,7 +155,9 @@ class WandbLogger:
 
             self.run = wandb.init(project=project, entity=entity, group=group, name=name, config=config,
                                   dir=str(run_dir), mode=mode, tags=tags or None, id=resume_id, resume="allow",
-                                  reinit="finish_previous", settings=wandb.Settings(init_timeout=INIT_TIMEOUT_S))
+                                  reinit="finish_previous", settings=wandb_settings(wandb))
+            if where := wandb_location(self.run):
+                log.info("W&B: %s %s", name, where)
         except Exception as error:  # noqa: BLE001 - a logging backend must never stop training
             log.warning("wandb disabled: %s", error)
 
@@ -183,7 +202,8 @@ class RunLoggers:
         self.layers: list[JsonlLogger | None] = [None] * len(members)  # layer_stats.jsonl, when measured
         self.bar = self._stack.enter_context(
             tqdm(total=cfg.train.steps, initial=state.step, desc=members.items[0].run_dir.name, dynamic_ncols=True,
-                 disable=None if show_bar else True, leave=True, mininterval=1.0))  # None: only on a terminal
+                 disable=None if show_bar else True, mininterval=1.0,  # None: only on a terminal
+                 leave=sweep_dir is None))  # in a sweep the job's progress line stays instead
         if not lead:  # ranks > 0 of a distributed run write nothing
             return
         mode = wandb_mode(cfg.logger.get("mode"), sweep_dir) if cfg.logger.name == "wandb" else None

@@ -17,8 +17,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from omegaconf import DictConfig, OmegaConf
 
+from .data import DATASETS, cause_text
 from .nn import GPT, Module, ResMLP, ResNet, StandardGPT
+
+DATA_KINDS = ("language", "image")
 
 
 def gpt(arch: Any, data: Any) -> Module:
@@ -45,7 +49,7 @@ def resnet(arch: Any, data: Any) -> Module:
 @dataclass(frozen=True)
 class Architecture:
     build: Callable[[Any, Any], Module]
-    data_kind: str | None  # the dataset kind it reads: "language" or "image" (None: a user's, checked by shape)
+    data_kind: str | None  # the dataset kind it reads: "language" or "image" (None: any, checked by shape)
 
 
 ARCHITECTURES: dict[str, Architecture] = {
@@ -90,26 +94,66 @@ def architecture(name: str) -> Architecture:
                      f"package.module:function of your own")
 
 
+def declared_kind(arch: Any) -> str | None:
+    """The data kind an architecture reads: a built-in one's, or what a user's YAML declares as
+    ``data_kind`` (None: undeclared or not a kind, which validation reports)."""
+    if arch.name in ARCHITECTURES:
+        return ARCHITECTURES[arch.name].data_kind
+    kind = arch.get("data_kind") if is_import_path(str(arch.name)) else None
+    return kind if kind in DATA_KINDS else None
+
+
+def data_kind_problem(arch: Any, data_name: str, data_kind: str) -> str | None:
+    """``arch=… needs an image dataset (cifar10), got data=shakespeare``, or None when the kinds agree."""
+    wanted = declared_kind(arch)
+    if wanted is None or wanted == data_kind:
+        return None
+    fitting = ", ".join(n for n, d in DATASETS.items() if d.kind == wanted)
+    article = "an" if wanted[0] in "aeiou" else "a"
+    return f"arch={arch.name} needs {article} {wanted} dataset ({fitting}), got data={data_name}"
+
+
+def _builder_arch(arch: Any) -> Any:
+    """The arch config without ``data_kind``: modula-sweep reads it, the builder need not see it."""
+    if not isinstance(arch, DictConfig) or "data_kind" not in arch:
+        return arch
+    values = OmegaConf.to_container(arch, resolve=True)  # resolved here, where interpolations can be
+    values.pop("data_kind")
+    copy = OmegaConf.create(values)
+    OmegaConf.set_struct(copy, bool(OmegaConf.is_struct(arch)))  # a misspelt key still raises
+    return copy
+
+
 def build_model(arch: Any, data: Any) -> Module:
     """The network for this arch config and dataset; a user's function is checked for its type and, by a
     two-sample forward pass on the CPU, for shapes that fit the dataset."""
     entry = architecture(arch.name)
-    if entry.data_kind is not None and data.kind != entry.data_kind:
-        raise ModelError(f"arch={arch.name} needs a {entry.data_kind} dataset, got {data.name} ({data.kind})")
+    if problem := data_kind_problem(arch, data.name, data.kind):
+        raise ModelError(problem)
     try:
-        net = entry.build(arch, data)
+        net = entry.build(_builder_arch(arch), data)
     except ModelError:
         raise
     except Exception as error:  # noqa: BLE001 - a user's builder may fail in any way: one line, then stop
         if entry.data_kind is not None:
             raise
-        raise ModelError(f"arch.name={arch.name!r} failed to build: {type(error).__name__}: {error}") from error
+        raise ModelError(_build_failure(arch, data, error)) from error
     if not isinstance(net, Module):
         raise ModelError(f"arch.name={arch.name!r} returned {type(net).__name__}, not a modula_cli.nn.Module "
                          f"(build it from the atoms, bonds and compounds of modula_cli.nn)")
     if entry.data_kind is None:
         check_fits(net, arch.name, data)
     return net
+
+
+def _build_failure(arch: Any, data: Any, error: Exception) -> str:
+    """A user's builder raised: name it, the data it was given and the error; an attribute the dataset lacks
+    usually means the other kind of data, which a declared ``data_kind`` would have caught before launch."""
+    line = f"arch.name={arch.name!r} failed to build for data={data.name} ({data.kind} data): {cause_text(error)}"
+    if isinstance(error, AttributeError) and declared_kind(arch) is None:
+        other = next(k for k in DATA_KINDS if k != data.kind)
+        line += f"; if it reads only {other} data, declare data_kind: {other} in its YAML"
+    return line
 
 
 def check_fits(net: Module, name: str, data: Any, samples: int = 2) -> None:

@@ -23,17 +23,22 @@ where every run diverged or failed (a line says so).
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import math
 import sys
+import zlib
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from . import atomic
+from .identity import short_keys
 from .plots import plot_scale, plot_transfer, series_label
-from .results import COMPLETED, DIVERGED, FAILED, KNOBS, SCALE_KNOBS, SERIES, collect, status_counts
+from .results import (COMPLETED, DIVERGED, FAILED, FINISHED, GROUP, KNOB_KEYS, KNOBS, SCALE_KNOBS, SERIES, collect,
+                      status_counts)
 
 from .stats import DEFAULT_RESAMPLES, METRICS, Optimum, optimum, regret, shift, signed
 
@@ -51,21 +56,83 @@ def scale_knob(frame: pd.DataFrame) -> str | None:
 def scale_points(frame: pd.DataFrame):
     """``(series key, scale, rows)`` for every series and scale point (scale ``None`` without a scale knob)."""
     knob = scale_knob(frame)
-    for key, series in frame.groupby(list(SERIES), dropna=False):
+    for key, series in frame.groupby(list(GROUP), dropna=False):
         for scale, group in (series.groupby(knob) if knob else [(None, series)]):
             yield key, scale, group
+
+
+# --- experiments: runs that differ in anything but the scale, the LR and the seed are separate series -------
+
+SERIES_SETTINGS = ("arch.name", "data.name", "optim.name", "optim.mode")  # already the series' own columns
+UNKNOWN = object()  # a setting a run's record does not tell (a run planned by an earlier version)
+
+
+def _settings_of(row: pd.Series) -> tuple[dict[str, Any], bool]:
+    """A run's experiment settings, and whether they are complete (else only its knobs are known)."""
+    if isinstance(row["settings"], dict):
+        return row["settings"], True
+    return {KNOB_KEYS[k]: row[k] for k in KNOBS if not pd.isna(row[k])}, False
+
+
+def _comparable(value: Any) -> str:
+    """One text per value: 400 from a config and 400.0 from a table column are the same setting."""
+    if isinstance(value, (int, float, np.number)) and not isinstance(value, bool):
+        return repr(float(value))
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _value_text(value: Any) -> str:
+    if value is UNKNOWN:
+        return "?"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
+
+
+def experiment_labels(frame: pd.DataFrame, knob: str | None) -> pd.Series:
+    """Per run, what sets its experiment apart from the others of its series (arch, data, optimiser, mode):
+    ``"steps=100"``, or ``""`` when they all agree on every setting but the scale knob, LR and seed."""
+    labels = pd.Series("", index=frame.index, dtype=object)
+    ignored = {*SERIES_SETTINGS, KNOB_KEYS.get(knob or "", "")}
+    for _, series in frame.groupby(list(SERIES), dropna=False):
+        known = {i: _settings_of(series.loc[i]) for i in series.index}
+        keys = sorted({k for settings, _ in known.values() for k in settings} - ignored)
+        # absent from a complete record: the setting was at its default before it existed (identity.py)
+        values = {i: {k: settings.get(k, "-" if full or k in KNOB_KEYS.values() else UNKNOWN) for k in keys}
+                  for i, (settings, full) in known.items()}
+        varying = [k for k in keys if len({_comparable(v[k]) for v in values.values() if v[k] is not UNKNOWN}) > 1]
+        short = short_keys(varying)
+        for i, v in values.items():
+            labels[i] = ", ".join(f"{short[k]}={_value_text(v[k])}" for k in varying)
+    return labels
+
+
+def with_experiments(frame: pd.DataFrame) -> pd.DataFrame:
+    """The table with its ``setting`` column, warning when one folder holds several experiments."""
+    frame = frame.assign(setting=experiment_labels(frame, scale_knob(frame)))
+    for key, series in frame.groupby(list(SERIES), dropna=False):
+        settings = sorted(series["setting"].unique())
+        if len(settings) > 1:
+            log.warning("%s: this folder holds %d experiments that differ in more than the scale, LR and seed; "
+                        "each is a series of its own: %s", series_label(key), len(settings), "; ".join(settings))
+    return frame
 
 
 def one_row_per_run(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per (series, knobs, LR, seed): the same run can sit in two folders (``lr=0.25`` from a
     single-seed launch and ``lr=0.25,seed=0`` from a seeded one). A finished row is kept over others."""
     rank = frame["status"].map({COMPLETED: 0, DIVERGED: 1}).fillna(2)
-    keys = [*SERIES, *KNOBS, "lr", "seed"]
+    keys = [*GROUP, *KNOBS, "lr", "seed"]
     kept = frame.assign(_rank=rank).sort_values(["_rank", "run"]).drop_duplicates(keys).drop(columns="_rank")
     if len(kept) < len(frame):
         log.warning("%d runs repeat another run's settings and seed (e.g. folders with and without an explicit "
                     "train.seed=0); each is counted once", len(frame) - len(kept))
-    return kept.sort_values("run").reset_index(drop=True)
+    return sorted_runs(kept)
+
+
+def sorted_runs(frame: pd.DataFrame) -> pd.DataFrame:
+    """Series, then knobs, LR and seed as numbers (width 32 before 128)."""
+    return frame.sort_values([*GROUP, *KNOBS, "lr", "seed", "run"], na_position="last").reset_index(drop=True)
 
 
 def seed_matrix(group: pd.DataFrame, metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -78,11 +145,28 @@ def seed_matrix(group: pd.DataFrame, metric: str) -> tuple[np.ndarray, np.ndarra
         if math.isnan(row.lr) or math.isnan(row.seed):
             continue
         s, j = int(np.searchsorted(seeds, row.seed)), int(np.searchsorted(lrs, row.lr))
+        if not np.isnan(values[s, j]):  # one_row_per_run keeps one run per cell: a seed counts once
+            raise ValueError(f"seed {row.seed:g} at LR {row.lr:g} appears twice in one series ({row.run})")
         if row.status == COMPLETED and not math.isnan(getattr(row, metric)):
             values[s, j] = signed(getattr(row, metric), metric)
         elif row.status == DIVERGED:
             values[s, j] = np.inf
     return lrs, seeds, values
+
+
+def _point_rng(key: tuple, scale: Any) -> np.random.Generator:
+    """Resamples of one scale point that depend on nothing else in the folder: the same runs give the same
+    interval alone or beside other experiments."""
+    arch, data, optimizer, mode, *_ = key
+    where = "-" if scale is None or pd.isna(scale) else f"{float(scale):g}"  # 32 and 32.0 alike
+    return np.random.default_rng(zlib.crc32(f"{arch}|{data}|{optimizer}|{mode}|{where}".encode()))
+
+
+def progress(frame: pd.DataFrame) -> dict[tuple, tuple[int, int]]:
+    """Per (*series, scale): runs finished (completed or diverged) and runs known (planned or started). A point
+    with fewer finished than known is incomplete: pending, running, interrupted or failed runs."""
+    return {(*key, scale): (int(group["status"].isin(FINISHED).sum()), len(group))
+            for key, scale, group in scale_points(frame)}
 
 
 def curves(frame: pd.DataFrame, metric: str) -> pd.DataFrame:
@@ -93,11 +177,11 @@ def curves(frame: pd.DataFrame, metric: str) -> pd.DataFrame:
         for lr, runs in group.groupby("lr"):
             done = runs.loc[(runs["status"] == COMPLETED) & runs[metric].notna(), metric]
             diverged, failed = int((runs["status"] == DIVERGED).sum()), int((runs["status"] == FAILED).sum())
-            rows.append({**dict(zip(SERIES, key)), "scale_knob": knob, "scale": scale, "lr": lr,
+            rows.append({**dict(zip(GROUP, key)), "scale_knob": knob, "scale": scale, "lr": lr,
                          "log2_lr": math.log2(lr), "mean": done.mean() if len(done) else np.nan,
                          "std": done.std(ddof=1) if len(done) > 1 else np.nan, "seeds": len(done),
                          "diverged": diverged, "failed": failed, "missing": len(runs) - len(done) - diverged - failed})
-    columns = [*SERIES, "scale_knob", "scale", "lr", "log2_lr", "mean", "std", "seeds", "diverged", "failed",
+    columns = [*GROUP, "scale_knob", "scale", "lr", "log2_lr", "mean", "std", "seeds", "diverged", "failed",
                "missing"]
     return pd.DataFrame(rows, columns=columns)
 
@@ -105,10 +189,11 @@ def curves(frame: pd.DataFrame, metric: str) -> pd.DataFrame:
 def optimal_lrs(frame: pd.DataFrame, metric: str = "train_loss",
                 resamples: int = DEFAULT_RESAMPLES) -> tuple[pd.DataFrame, dict[tuple, Optimum]]:
     """Per series and scale point with a finite mean somewhere: the best grid LR, the fitted optimum and its
-    interval. Also returns each point's ``Optimum`` (keyed by (*series, scale)) for the transfer table."""
-    knob, rows, fits = scale_knob(frame), [], {}
-    rng = np.random.default_rng(0)  # the same report for the same runs
+    interval, and whether every run of the point has finished (``complete``). Also returns each point's
+    ``Optimum`` (keyed by (*series, scale)) for the transfer table."""
+    knob, rows, fits, done = scale_knob(frame), [], {}, progress(frame)
     for key, scale, group in scale_points(frame):
+        rng = _point_rng(key, scale)
         lrs, _, values = seed_matrix(group, metric)
         if not lrs.size or not np.isfinite(values).any():
             continue
@@ -119,7 +204,8 @@ def optimal_lrs(frame: pd.DataFrame, metric: str = "train_loss",
         fits[(*key, scale)] = fit
         at_best = values[:, best][np.isfinite(values[:, best])]
         low, high = fit.bounds()
-        rows.append({**dict(zip(SERIES, key)), "scale_knob": knob, "scale": scale, "optimal_lr": lrs[best],
+        finished, known = done[(*key, scale)]
+        rows.append({**dict(zip(GROUP, key)), "scale_knob": knob, "scale": scale, "optimal_lr": lrs[best],
                      "log2_optimal_lr": math.log2(lrs[best]), metric: float(signed(at_best.mean(), metric)),
                      f"{metric}_std": float(at_best.std(ddof=1)) if at_best.size > 1 else np.nan,
                      f"{metric}_fit": float(signed(fit.fit.value[0], metric)),
@@ -127,30 +213,49 @@ def optimal_lrs(frame: pd.DataFrame, metric: str = "train_loss",
                      "log2_optimal_lr_high": high, "optimal_lr_fit": 2.0**fit.log2_optimal_lr,
                      "at_grid_edge": bool(fit.edge), "edge": fit.edge, "seeds": fit.seeds,
                      "completed_runs": int(np.isfinite(values).sum()), "diverged_runs": int(np.isinf(values).sum()),
-                     "grid_size": len(lrs)})
-    columns = [*SERIES, "scale_knob", "scale", "optimal_lr", "log2_optimal_lr", metric, f"{metric}_std",
+                     "grid_size": len(lrs), "finished_runs": finished, "runs": known, "complete": finished == known})
+    columns = [*GROUP, "scale_knob", "scale", "optimal_lr", "log2_optimal_lr", metric, f"{metric}_std",
                f"{metric}_fit", "log2_optimal_lr_fit", "log2_optimal_lr_low", "log2_optimal_lr_high", "optimal_lr_fit",
-               "at_grid_edge", "edge", "seeds", "completed_runs", "diverged_runs", "grid_size"]
+               "at_grid_edge", "edge", "seeds", "completed_runs", "diverged_runs", "grid_size", "finished_runs",
+               "runs", "complete"]
     return pd.DataFrame(rows, columns=columns), fits  # columns even when empty: nothing may have completed
 
 
-def transfer_table(optimal: pd.DataFrame, fits: dict[tuple, Optimum], metric: str) -> pd.DataFrame:
-    """Per series with two or more scale points: shift of η* and regret, smallest → largest scale."""
+def _incomplete_text(key: tuple, knob: str | None, done: dict[tuple, tuple[int, int]]) -> str:
+    """``"width 128: 1 of 9 runs finished"`` for each incomplete point of one series ("" when none)."""
+    return "; ".join(f"{knob} {scale:g}: {finished} of {known} runs finished"
+                     for (*series, scale), (finished, known) in sorted(done.items(), key=lambda item: item[0][-1])
+                     if tuple(series) == tuple(key) and finished < known and scale is not None)
+
+
+def transfer_table(optimal: pd.DataFrame, fits: dict[tuple, Optimum], metric: str,
+                   done: dict[tuple, tuple[int, int]] | None = None) -> pd.DataFrame:
+    """Per series with two or more scale points: shift of η* and regret from the smallest to the largest
+    scale point whose runs have all finished (``done``, from ``progress``; without it every point counts).
+    Incomplete points are named in ``incomplete``; with fewer than two complete points there is no shift."""
     rows = []
-    for key, points in optimal.groupby(list(SERIES), dropna=False):
+    for key, points in optimal.groupby(list(GROUP), dropna=False):
         points = points.dropna(subset=["scale"]).sort_values("scale")
-        if len(points) < 2:
+        knob = points["scale_knob"].iloc[0] if len(points) else None
+        incomplete = _incomplete_text(key, knob, done or {})
+        if len(points) < 2 and not incomplete:
             continue
-        first, last = points.iloc[0], points.iloc[-1]
-        small, large = fits[(*key, first["scale"])], fits[(*key, last["scale"])]
-        moved, moved_low, moved_high = shift(small, large)
-        lost, lost_low, lost_high = regret(small, large)
-        rows.append({**dict(zip(SERIES, key)), "scale_knob": first["scale_knob"], "smallest": first["scale"],
-                     "largest": last["scale"], "shift_log2": moved, "shift_log2_low": moved_low,
-                     "shift_log2_high": moved_high, "regret": lost, "regret_low": lost_low, "regret_high": lost_high,
-                     "tuned_lr": first["optimal_lr"], "seeds": min(small.seeds, large.seeds), "metric": metric})
-    columns = [*SERIES, "scale_knob", "smallest", "largest", "shift_log2", "shift_log2_low", "shift_log2_high",
-               "regret", "regret_low", "regret_high", "tuned_lr", "seeds", "metric"]
+        ready = points[points["complete"]] if done is not None else points
+        row = {**dict(zip(GROUP, key)), "scale_knob": knob, "smallest": np.nan, "largest": np.nan,
+               "shift_log2": np.nan, "shift_log2_low": np.nan, "shift_log2_high": np.nan, "regret": np.nan,
+               "regret_low": np.nan, "regret_high": np.nan, "tuned_lr": np.nan, "seeds": 0, "metric": metric,
+               "incomplete": incomplete}
+        if len(ready) >= 2:
+            first, last = ready.iloc[0], ready.iloc[-1]
+            small, large = fits[(*key, first["scale"])], fits[(*key, last["scale"])]
+            moved, moved_low, moved_high = shift(small, large)
+            lost, lost_low, lost_high = regret(small, large)
+            row.update(smallest=first["scale"], largest=last["scale"], shift_log2=moved, shift_log2_low=moved_low,
+                       shift_log2_high=moved_high, regret=lost, regret_low=lost_low, regret_high=lost_high,
+                       tuned_lr=first["optimal_lr"], seeds=min(small.seeds, large.seeds))
+        rows.append(row)
+    columns = [*GROUP, "scale_knob", "smallest", "largest", "shift_log2", "shift_log2_low", "shift_log2_high",
+               "regret", "regret_low", "regret_high", "tuned_lr", "seeds", "metric", "incomplete"]
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -173,11 +278,12 @@ def write_report(sweep_dir: Path, metric: str = "train_loss", quiet: bool = Fals
         raise FileNotFoundError(f"{sweep_dir} holds no runs (no run folder with a summary.json, no sweep.json)")
     if frame[metric].isna().all() and (frame["status"] == COMPLETED).any():
         raise ValueError(f"no run in {sweep_dir} recorded {metric} (test_acc exists for image datasets only)")
-    frame = one_row_per_run(frame)
+    frame = one_row_per_run(with_experiments(frame))
     table = curves(frame, metric)
     optimal, fits = optimal_lrs(frame, metric, resamples)
-    transfer = transfer_table(optimal, fits, metric)
-    for name, data in (("results", frame), ("curves", table), ("optimal_lr", optimal), ("transfer", transfer)):
+    transfer = transfer_table(optimal, fits, metric, progress(frame))
+    runs = frame.drop(columns="settings")  # every setting of a run: its config.yaml
+    for name, data in (("results", runs), ("curves", table), ("optimal_lr", optimal), ("transfer", transfer)):
         _write_csv(data, sweep_dir / f"{name}.csv")
     plot_transfer(table, optimal, metric, scale_knob(frame), sweep_dir / "transfer.png")
     _write_csv(plot_scale(table, optimal, metric, scale_knob(frame), sweep_dir / "scale.png"), sweep_dir / "scale.csv")
@@ -195,13 +301,15 @@ def _interval_text(low: float, high: float, digits: int = 1, plus_sign: bool = T
 
 
 def _scale_lines(key: tuple, series: pd.DataFrame, optimal: pd.DataFrame, metric: str, knob: str | None) -> list[str]:
-    best = optimal[(optimal[list(SERIES)] == pd.Series(key, index=list(SERIES))).all(axis=1)]
-    lines = [f"  {series_label(key)}",
+    best = optimal[(optimal[list(GROUP)] == pd.Series(key, index=list(GROUP))).all(axis=1)]
+    seeds = series["seed"].nunique()
+    lines = [f"  {series_label(key)}  ({len(series)} runs, {seeds} seed{'s' if seeds != 1 else ''})",
              f"    {knob or 'scale':>10} {'best lr':>10} {'fitted log2 η* [95% interval]':>31} "
              f"{metric + ' (mean ± sd)':>24} {'seeds':>5}  note"]
     for scale, group in (series.groupby(knob) if knob else [(None, series)]):
         row = best[best["scale"] == scale] if knob else best
         label = "-" if scale is None else f"{scale:g}"
+        finished = int(group["status"].isin(FINISHED).sum())
         if row.empty:  # no optimum at this point: say what happened instead
             what = ", ".join(f"{n} {status}" for status, n in group["status"].value_counts().items())
             why = "no LR trained without a diverged seed" if (group["status"] == COMPLETED).any() else \
@@ -212,7 +320,8 @@ def _scale_lines(key: tuple, series: pd.DataFrame, optimal: pd.DataFrame, metric
         spread = "" if math.isnan(row[f"{metric}_std"]) else f" ± {row[f'{metric}_std']:.4f}"
         interval = "(1 seed: no interval)" if row["seeds"] < 2 else _interval_text(row["log2_optimal_lr_low"],
                                                                                   row["log2_optimal_lr_high"], 2)
-        notes = [f"optimum at the {row['edge']} edge of the LRs that trained"] if row["edge"] else []
+        notes = [] if finished == len(group) else [f"INCOMPLETE: {finished} of {len(group)} runs finished"]
+        notes += [f"optimum at the {row['edge']} edge of the LRs that trained"] if row["edge"] else []
         if row["diverged_runs"]:
             notes.append(f"{row['diverged_runs']} runs diverged")
         lines.append(f"    {label:>10} {row['optimal_lr']:>10.4g} {row['log2_optimal_lr_fit']:>+7.2f} {interval:>23} "
@@ -220,35 +329,40 @@ def _scale_lines(key: tuple, series: pd.DataFrame, optimal: pd.DataFrame, metric
     return lines
 
 
+def _transfer_line(row: Any) -> str:
+    label = series_label(tuple(getattr(row, column) for column in GROUP))
+    if math.isnan(row.shift_log2):
+        return f"  {label:<38} no shift yet: fewer than two scale points have finished ({row.incomplete})"
+    shift_text = f"{row.shift_log2:+.2f} " + ("" if row.seeds < 2 else _interval_text(
+        row.shift_log2_low, row.shift_log2_high, 2))
+    regret_text = f"{row.regret:.4f} " + ("" if row.seeds < 2 else _interval_text(
+        row.regret_low, row.regret_high, 4, plus_sign=False))
+    if math.isinf(row.regret):
+        regret_text = "diverges at the largest scale"
+    elif math.isnan(row.regret):
+        regret_text = "no mean at that LR at the largest"
+    scales = f"{row.scale_knob} {row.smallest:g} → {row.largest:g}"
+    line = f"  {label:<38} {scales:>18} {shift_text:>24}   {regret_text:>30}  {row.seeds:>5}"
+    return line + (f"\n  {'':<38} not yet included, still incomplete: {row.incomplete}" if row.incomplete else "")
+
+
 def transfer_text(transfer: pd.DataFrame) -> list[str]:
     """The transfer table as printed at the end of a sweep."""
     if transfer.empty:
         return []
-    lines = [f"Transfer from the smallest to the largest scale ({transfer['metric'].iloc[0]}; 95% intervals over "
-             f"seeds; shift in log2 LR = grid steps of a powers-of-two grid):",
+    lines = [f"Transfer from the smallest to the largest finished scale ({transfer['metric'].iloc[0]}; 95% "
+             f"intervals over seeds; shift in log2 LR = grid steps of a powers-of-two grid):",
              f"  {'series':<38} {'from → to':>18} {'shift of η*':>24}   {'regret at the small-scale LR':>30}  seeds"]
-    for row in transfer.itertuples(index=False):
-        shift_text = f"{row.shift_log2:+.2f} " + ("" if row.seeds < 2 else _interval_text(
-            row.shift_log2_low, row.shift_log2_high, 2))
-        regret_text = f"{row.regret:.4f} " + ("" if row.seeds < 2 else _interval_text(
-            row.regret_low, row.regret_high, 4, plus_sign=False))
-        if math.isinf(row.regret):
-            regret_text = "diverges at the largest scale"
-        elif math.isnan(row.regret):
-            regret_text = "no mean at that LR at the largest"
-        label = series_label((row.arch, row.data, row.optimizer, row.mode))
-        scales = f"{row.scale_knob} {row.smallest:g} → {row.largest:g}"
-        lines.append(f"  {label:<38} {scales:>18} {shift_text:>24}   {regret_text:>30}  {row.seeds:>5}")
-    return lines
+    return lines + [_transfer_line(row) for row in transfer.itertuples(index=False)]
 
 
 def summary_text(frame: pd.DataFrame, optimal: pd.DataFrame, transfer: pd.DataFrame, metric: str,
                  sweep_dir: Path) -> str:
-    runs_per_seed = frame.groupby("seed").size()
-    lines = [f"Sweep {sweep_dir}: {len(frame)} runs, {len(runs_per_seed)} seed(s)"]
+    series = frame.groupby(list(GROUP), dropna=False)
+    lines = [f"Sweep {sweep_dir}: {len(frame)} runs in {len(series)} series"]
     knob = scale_knob(frame)
-    for key, series in frame.groupby(list(SERIES), dropna=False):
-        lines += _scale_lines(key, series, optimal, metric, knob)
+    for key, runs in series:
+        lines += _scale_lines(key, runs, optimal, metric, knob)
     lines += transfer_text(transfer)
     lines.append(f"  report: {sweep_dir / 'results.csv'}, curves.csv, optimal_lr.csv, transfer.csv, transfer.png, "
                  f"scale.png, scale.csv")

@@ -20,6 +20,7 @@ from filelock import FileLock
 from omegaconf import OmegaConf
 
 from . import atomic
+from .identity import experiment_settings
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +32,7 @@ PENDING = "pending"          # planned by a launch, not started
 SKIPPED = "skipped"          # finished before this launch (or by another process): counted, not retrained
 STATUSES = (COMPLETED, DIVERGED, FAILED, INTERRUPTED, RUNNING, PENDING)
 FINISHED = (COMPLETED, DIVERGED)
+ENDED = (COMPLETED, DIVERGED, FAILED)  # nothing more will happen to the run in this launch
 COUNTED = (COMPLETED, SKIPPED, DIVERGED, FAILED, INTERRUPTED)  # the closing line of a launch
 
 # --- schema ------------------------------------------------------------------------------------------------
@@ -38,6 +40,9 @@ SUMMARY_FILE = "summary.json"
 MANIFEST_FILE = "sweep.json"
 SCHEMA_VERSION = 2
 SERIES = ("arch", "data", "optimizer", "mode")
+# A series of the report: one experiment. ``setting`` names what sets it apart from other experiments of the
+# same arch, data, optimiser and mode in one folder ("steps=100"; "" when there is no other).
+GROUP = (*SERIES, "setting")
 # Each knob of a sweep table and where a run's config holds it.
 KNOB_KEYS = {"width": "arch.width", "depth": "arch.depth", "block_depth": "arch.block_depth",
              "blocks_mass": "arch.blocks_mass", "heads": "arch.heads", "context": "data.context",
@@ -46,8 +51,8 @@ KNOBS = tuple(KNOB_KEYS)
 # The axes a transfer plot can scale along, in the order the report looks for one that varies.
 SCALE_KNOBS = ("width", "depth", "blocks_mass", "context", "batch_size", "steps", "wd")
 COLUMNS = ("run", *SERIES, *KNOBS, "lr", "seed", "status", "train_loss", "test_loss", "test_acc", "steps_done",
-           "wall_time_s", "error")
-NUMERIC = ("lr", "seed", "train_loss", "test_loss", "test_acc", "steps_done", "wall_time_s", *KNOBS)
+           "wall_time_s", "packed_with", "error", "settings")
+NUMERIC = ("lr", "seed", "train_loss", "test_loss", "test_acc", "steps_done", "wall_time_s", "packed_with", *KNOBS)
 
 
 def knobs_of(cfg: Any, lr: float, seed: int) -> dict[str, Any]:
@@ -58,7 +63,7 @@ def knobs_of(cfg: Any, lr: float, seed: int) -> dict[str, Any]:
         value = OmegaConf.select(cfg, key)
         if value is not None:
             record[knob] = value
-    return {**record, "lr": float(lr), "seed": int(seed)}
+    return {**record, "lr": float(lr), "seed": int(seed), "settings": experiment_settings(cfg)}
 
 
 def summary_record(status: str, run_dir: Path, knobs: dict, fingerprint: str, **fields: Any) -> dict[str, Any]:
@@ -116,29 +121,41 @@ def read_manifest(sweep_dir: Path) -> dict[str, Any]:
     return manifest
 
 
-def record_launch(sweep_dir: Path, launch_id: str, runs: dict[str, dict]) -> None:
-    """Add a launch's planned runs to ``sweep.json`` (several launches may share one sweep folder)."""
+def record_launch(sweep_dir: Path, launch_id: str, runs: dict[str, dict], finished_before: list[str] = ()) -> None:
+    """Add a launch's planned runs to ``sweep.json`` (several launches may share one sweep folder), with the
+    ones that had finished before it (skipped, not counted in its progress)."""
     sweep_dir.mkdir(parents=True, exist_ok=True)
     with FileLock(str(sweep_dir / ".sweep.lock")):
         manifest = read_manifest(sweep_dir)
         manifest["runs"].update(runs)
-        manifest["launches"][launch_id] = {"started": time.time(), "runs": sorted(runs)}
+        manifest["launches"][launch_id] = {"started": time.time(), "runs": sorted(runs),
+                                           "finished_before": sorted(finished_before)}
         atomic.write_text(sweep_dir / MANIFEST_FILE, json.dumps(manifest, indent=1))
 
 
-def launch_record(sweep_dir: Path, launch_id: str) -> dict[str, Any]:
-    """What a launch planned: ``{"started": time, "runs": [folder names]}`` (empty if unknown)."""
-    record = read_manifest(sweep_dir)["launches"].get(launch_id, {})
-    return {"started": record.get("started", time.time()), "runs": list(record.get("runs", []))}
+def launch_record(sweep_dir: Path, launch_id: str, manifest: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What a launch planned: ``{"started": time, "runs": [folder names], "finished_before": [folder names]}``
+    (empty if unknown)."""
+    manifest = manifest if manifest is not None else read_manifest(sweep_dir)
+    record = manifest["launches"].get(launch_id, {})
+    return {"started": record.get("started", time.time()), "runs": list(record.get("runs", [])),
+            "finished_before": list(record.get("finished_before", []))}
 
 
-def launch_counts(sweep_dir: Path, launch_id: str, runs: list[str] | None = None) -> dict[str, int]:
-    """How this launch's runs stand (``runs``: its planned folders, read from sweep.json when not given):
-    a run finished before it (or by another process) counts as skipped; pending and running are runs that
-    did not end in this launch."""
+def launch_summaries(sweep_dir: Path, runs: list[str]) -> dict[str, dict | None]:
+    """Each planned run's summary (``None``: not started, or unreadable: the trainer warns, once)."""
+    return {name: read_summary(sweep_dir / name, warn=False) for name in runs}
+
+
+def launch_counts(sweep_dir: Path, launch_id: str, runs: list[str] | None = None,
+                  summaries: dict[str, dict | None] | None = None) -> dict[str, int]:
+    """How this launch's runs stand (``runs``: its planned folders, read from sweep.json when not given;
+    ``summaries``: theirs, when already read): a run finished before it (or by another process) counts as
+    skipped; pending and running are runs that did not end in this launch."""
+    if summaries is None:
+        summaries = launch_summaries(sweep_dir, launch_record(sweep_dir, launch_id)["runs"] if runs is None else runs)
     counts = dict.fromkeys((*COUNTED, PENDING, RUNNING), 0)
-    for name in launch_record(sweep_dir, launch_id)["runs"] if runs is None else runs:
-        summary = read_summary(sweep_dir / name, warn=False)  # progress lines: the trainer warns, once
+    for summary in summaries.values():
         status = summary["status"] if summary else PENDING
         if status in FINISHED and summary.get("launch") != launch_id:
             status = SKIPPED
@@ -155,7 +172,8 @@ def collect(sweep_dir: Path) -> pd.DataFrame:
     for folder in sorted(p for p in sweep_dir.iterdir() if p.is_dir()):
         summary = read_summary(folder)
         if summary is not None:
-            rows[folder.name] = {**summary, "run": folder.name}
+            settings = summary.get("settings") or _settings_from_config(folder)
+            rows[folder.name] = {**summary, "run": folder.name, "settings": settings}
     for name, knobs in manifest["runs"].items():
         if name not in rows:
             rows[name] = {**knobs, "run": name, "status": PENDING}
@@ -163,6 +181,14 @@ def collect(sweep_dir: Path) -> pd.DataFrame:
     for column in NUMERIC:
         frame[column] = pd.to_numeric(frame[column], errors="coerce")
     return frame
+
+
+def _settings_from_config(run_dir: Path) -> dict[str, Any] | None:
+    """A summary written before summaries recorded their settings: read them from the run's config.yaml."""
+    try:
+        return experiment_settings(OmegaConf.load(run_dir / "config.yaml"))
+    except Exception:  # noqa: BLE001 - missing or unreadable: the run's series is told by its knobs alone
+        return None
 
 
 def status_counts(frame: pd.DataFrame) -> dict[str, int]:

@@ -12,8 +12,8 @@ import math
 import os
 import signal
 import time
-from collections.abc import Callable
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from omegaconf import DictConfig, OmegaConf
 
 from . import atomic, checkpoint
-from .data import Dataset, build_dataset
+from .data import Dataset, DataUnavailable, build_dataset
 from .identity import member_overrides
 from .layer_stats import LayerStats
 from .locks import RunLocks
@@ -43,6 +43,9 @@ from .validate import checked_optim, resolve_device
 
 log = logging.getLogger(__name__)
 BUSY = "busy"  # train(wait=False) found another process training this run
+# Said in one line, without a traceback (which would bury the cause): data that cannot be had, an architecture
+# that cannot be built for the data.
+ONE_LINE_ERRORS = (DataUnavailable, ModelError)
 
 
 def train(cfg: DictConfig, run_dir: Path, *, member_dir: Callable[[dict[str, Any]], Path] | None = None,
@@ -53,31 +56,32 @@ def train(cfg: DictConfig, run_dir: Path, *, member_dir: Callable[[dict[str, Any
     With ``optim.lr`` and / or ``train.seed`` a list, trains one member per (LR, seed) as a stacked ensemble
     (each member on its own seed's initialisation and batches, exactly as its separate run) and returns
     ``{"status": "packed", "members": [summary, …]}``. A run that another process is training is
-    waited for (``wait``) or returned as ``{"status": "busy"}``; a finished run is skipped.
+    waited for (``wait``) or returned as ``{"status": "busy"}``; a finished run is skipped. The data and the
+    network are built before the run writes any file: when they cannot be (``ONE_LINE_ERRORS``) a run of a
+    sweep is recorded as failed, a single run leaves nothing behind.
     """
     opt = checked_optim(cfg)
     members = Members.of(cfg, opt, run_dir, member_dir)
     rerun = bool(cfg.train.rerun or cfg.get("sweep", {}).get("rerun", False))
     rank, world = _distributed()
-    locks = RunLocks(members.run_dirs)
-    outcome = _claim(members, locks, run_dir.name, rerun, wait) if rank == 0 else None
-    if world > 1:  # rank 0 decides for every process: none may train, skip or wait alone
-        shared = [outcome]
-        dist.broadcast_object_list(shared, src=0)
-        outcome = shared[0]
+    record, locks = _Record(overrides or [], sweep_dir, launch), RunLocks(members.run_dirs)
+    knob = "sweep.rerun" if sweep_dir is not None else "train.rerun"
+    if (skipped := _decided(lambda: _skipped(members, run_dir.name, rerun, knob), rank, world)) is not None:
+        return skipped
+    ctx = _context(cfg, opt, members, rank, world, locks, record)
+    outcome = _decided(lambda: _claim(members, locks, run_dir.name, rerun, wait), rank, world)
     if outcome == _STOPPED:
         raise StopRequested(STOP.signum or signal.SIGTERM)
     if outcome is not None:
         return outcome
     try:
         with STOP.installed():
-            summaries = _train(cfg, opt, run_dir, members, rank, world, rerun,
-                               _Record(overrides or [], sweep_dir, launch))
+            summaries = _train(ctx, run_dir, rerun, record)
     except StopRequested:
         raise
     except Exception as error:
         if rank == 0:
-            _write_failed(members, error, _Record(overrides or [], sweep_dir, launch))
+            _write_failed(members, error, record)
         raise
     finally:
         locks.release()
@@ -87,12 +91,44 @@ def train(cfg: DictConfig, run_dir: Path, *, member_dir: Callable[[dict[str, Any
 _STOPPED = "stopped while waiting"
 
 
+def _decided(decide: Callable[[], Any], rank: int, world: int) -> Any:
+    """Rank 0 decides for every process (none may train, skip or wait alone)."""
+    outcome = decide() if rank == 0 else None
+    if world > 1:
+        shared = [outcome]
+        dist.broadcast_object_list(shared, src=0)
+        outcome = shared[0]
+    return outcome
+
+
+def _skipped(members: Members, name: str, rerun: bool, knob: str) -> dict | None:
+    """What ``train`` returns for a run already finished (its data is then not needed), else None."""
+    if rerun or not (done := _finished(members)):
+        return None
+    log.info("%s already finished; skipping (%s=true retrains)", name, knob)
+    return _result(members, [{**s, "skipped": True} for s in done])
+
+
+def _context(cfg: DictConfig, opt: OptimConfig, members: Members, rank: int, world: int, locks: RunLocks,
+             record: _Record) -> RunContext:
+    """The run's data and network, built before the run writes a file. A failure is recorded as the run's failed
+    summary (under its locks: a run another process trains is left alone), except one of ``ONE_LINE_ERRORS``
+    outside a sweep: that run writes nothing (a sweep's report must count it; a single run says it in one line)."""
+    try:
+        return RunContext.build(cfg, opt, members, rank, world)
+    except Exception as error:
+        quiet = isinstance(error, ONE_LINE_ERRORS) and record.sweep_dir is None
+        if rank == 0 and not quiet and locks.try_acquire():
+            try:
+                _write_failed(members, error, record)
+            finally:
+                locks.release()
+        raise
+
+
 def _claim(members: Members, locks: RunLocks, name: str, rerun: bool, wait: bool) -> dict | str | None:
     """``None`` when this process now holds the run's locks and must train it; else what ``train`` returns
     (skipped, busy) or ``_STOPPED``."""
-    if not rerun and (done := _finished(members)):
-        log.info("%s already finished; skipping (train.rerun=true retrains)", name)
-        return _result(members, [{**s, "skipped": True} for s in done])
     if not locks.try_acquire():
         if not wait:
             return {"status": BUSY, "holder": locks.holder(), "members": []}
@@ -100,7 +136,7 @@ def _claim(members: Members, locks: RunLocks, name: str, rerun: bool, wait: bool
         if not locks.wait(give_up=lambda: STOP.requested):
             return _STOPPED
         rerun = False  # what the other process finished counts, rerun or not
-    if not rerun and (done := _finished(members)):  # finished between the first look and the lock
+    if not rerun and (done := _finished(members)):  # finished since the first look (_skipped)
         locks.release()
         log.info("%s was finished by another process; skipping", name)
         return _result(members, [{**s, "skipped": True} for s in done])
@@ -278,12 +314,11 @@ def _start_state(ctx: RunContext, path: Path, rerun: bool) -> RunState:
     return state
 
 
-def _train(cfg: DictConfig, opt: OptimConfig, run_dir: Path, members: Members, rank: int, world: int,
-           rerun: bool, record: _Record) -> list[dict]:
-    ctx = RunContext.build(cfg, opt, members, rank, world)
+def _train(ctx: RunContext, run_dir: Path, rerun: bool, record: _Record) -> list[dict]:
+    cfg, members = ctx.cfg, ctx.members
     path = run_dir / checkpoint.CHECKPOINT_FILE
     state = _start_state(ctx, path, rerun)
-    lead = rank == 0
+    lead = ctx.rank == 0
     if lead:
         for member in members:
             atomic.write_text(member.run_dir / "config.yaml", OmegaConf.to_yaml(member.cfg, resolve=True))
@@ -435,13 +470,31 @@ def _write_summaries(ctx: RunContext, state: RunState, record: _Record, final: s
     return summaries
 
 
-def run_or_exit(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) -> dict:
-    """For the command line: a run stopped by a signal exits with 128 + signal after checkpointing."""
+def remove_if_empty(folder: Path) -> None:
+    """Remove ``folder`` when nothing is in it (a folder made for a command that wrote nothing); a folder
+    holding anything, an earlier run's files included, stays."""
+    with suppress(OSError):
+        folder.rmdir()
+
+
+@contextmanager
+def one_line_errors(program: str, run_dir: Path) -> Iterator[None]:
+    """For the command line: ``ONE_LINE_ERRORS`` exit with ``<program>: <message>`` (exit code 1) and the run
+    folder made for this command is removed when the command left it empty."""
     try:
-        return train(cfg, run_dir, overrides=overrides)
-    except ModelError as error:  # one line: the architecture cannot be built for this dataset
-        raise SystemExit(f"modula-sweep: {error}") from None
-    except StopRequested as stop:
-        log.warning("%s: checkpointed (%s); re-run the same command with hydra.run.dir=%s to resume", run_dir,
-                    stop, run_dir)
-        raise SystemExit(stop.exit_code) from None
+        yield
+    except ONE_LINE_ERRORS as error:
+        remove_if_empty(run_dir)
+        raise SystemExit(f"{program}: {error}") from None
+
+
+def run_or_exit(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) -> dict:
+    """For the command line: a run stopped by a signal exits with 128 + signal after checkpointing; data that
+    cannot be had or an architecture that does not fit the data exits with one line."""
+    with one_line_errors("modula-sweep", run_dir):
+        try:
+            return train(cfg, run_dir, overrides=overrides)
+        except StopRequested as stop:
+            log.warning("%s: checkpointed (%s); re-run the same command with hydra.run.dir=%s to resume", run_dir,
+                        stop, run_dir)
+            raise SystemExit(stop.exit_code) from None

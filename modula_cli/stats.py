@@ -152,8 +152,16 @@ class Optimum:
         return "low" if self.fit.edge_low[0] else "high" if self.fit.edge_high[0] else ""
 
     def bounds(self) -> tuple[float, float]:
-        return interval(self.draws.log2_lr, self.log2_optimal_lr, self.seeds, bool(self.fit.edge_low[0]),
-                        bool(self.fit.edge_high[0]))
+        """The 95 % interval, within the LRs it was fitted on (the optimum cannot be claimed beyond them)."""
+        low, high = interval(self.draws.log2_lr, self.log2_optimal_lr, self.seeds, bool(self.fit.edge_low[0]),
+                             bool(self.fit.edge_high[0]))
+        return _clip(low, high, float(self.log2_lrs.min()), float(self.log2_lrs.max()))
+
+
+def _clip(low: float, high: float, floor: float, ceiling: float) -> tuple[float, float]:
+    """An interval cut to what its grids allow (NaN, an open side, stays NaN)."""
+    return (low if math.isnan(low) else min(max(low, floor), ceiling),
+            high if math.isnan(high) else max(min(high, ceiling), floor))
 
 
 def optimum(log2_lrs: np.ndarray, values: np.ndarray, resamples: int = DEFAULT_RESAMPLES,
@@ -177,6 +185,8 @@ def shift(small: Optimum, large: Optimum) -> tuple[float, float, float]:
     open_high = bool(large.fit.edge_high[0] or small.fit.edge_low[0])
     low, high = interval(large.draws.log2_lr - small.draws.log2_lr, point, min(small.seeds, large.seeds),
                          open_low, open_high)
+    low, high = _clip(low, high, float(large.log2_lrs.min() - small.log2_lrs.max()),
+                      float(large.log2_lrs.max() - small.log2_lrs.min()))
     return point, low, high
 
 

@@ -8,6 +8,7 @@ closing counts and the report's pending rows all come from the files, whichever 
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import os
 import re
@@ -30,10 +31,13 @@ from .identity import member_overrides, run_name
 from .members import Members
 from .optim import lr_grid
 from .packing import pack_arguments
-from .results import (COMPLETED, COUNTED, DIVERGED, FAILED, INTERRUPTED, PENDING, SKIPPED, launch_counts,
-                      launch_record, record_launch)
+from .data import DataUnavailable, prepare_dataset
+from .eta import time_left
+from .results import (COMPLETED, COUNTED, DIVERGED, ENDED, FAILED, INTERRUPTED, PENDING, SKIPPED, launch_counts,
+                      is_finished, launch_record, launch_summaries, read_manifest, read_summary, record_launch)
 from .run import BUSY, train
 from .signals import STOP, StopRequested
+from .threads import configure_threads
 from .validate import ConfigError, check_config, optim_config
 
 log = logging.getLogger(__name__)
@@ -74,7 +78,7 @@ def grid_overrides(config: DictConfig) -> list[list[str]]:
 def planned_runs(job: list[str], job_cfg: DictConfig) -> dict[str, dict]:
     """The run folders one job trains (one per (LR, seed) when packed) and the knobs of each."""
     members = Members.of(job_cfg, optim_config(job_cfg), Path(run_name(job)), member_dir(Path(), job))
-    return {member.run_dir.name: member.knobs for member in members}
+    return {member.run_dir.name: {**member.knobs, "fingerprint": member.fingerprint} for member in members}
 
 
 def member_dir(sweep_dir: Path, job: list[str]) -> Callable[[dict[str, Any]], Path]:
@@ -82,8 +86,9 @@ def member_dir(sweep_dir: Path, job: list[str]) -> Callable[[dict[str, Any]], Pa
     return lambda packed: sweep_dir / run_name(member_overrides(job, packed))
 
 
-def validate_grid(config: DictConfig) -> dict[str, dict]:
+def validate_grid(config: DictConfig, prepare_data: bool = False) -> dict[str, dict]:
     """Compose and check every job; return the planned runs, or raise one ConfigError listing every bad job.
+    ``prepare_data``: also download or prepare each dataset of the grid once (offline: one line each).
 
     Jobs that choose the same config groups share one composition; each job's value overrides are then
     applied with Hydra's own override logic (so unknown keys fail exactly as they would at launch).
@@ -95,6 +100,7 @@ def validate_grid(config: DictConfig) -> dict[str, dict]:
     composed: dict[tuple[str, ...], DictConfig] = {}
     problems: list[str] = []
     planned: dict[str, dict] = {}
+    datasets: dict[str, dict] = {}  # each distinct data group of the grid, prepared once before any job
     for job in grid_overrides(config):
         try:
             parsed = parser.parse_overrides(job)
@@ -105,13 +111,35 @@ def validate_grid(config: DictConfig) -> dict[str, dict]:
             ConfigLoaderImpl._apply_overrides_to_config([o for o in parsed if o.input_line not in groups], job_cfg)
             check_config(job_cfg, job)
             planned.update(planned_runs(job, job_cfg))
+            data = OmegaConf.to_container(job_cfg.data, resolve=True)
+            datasets.setdefault(json.dumps(data, sort_keys=True, default=str), data)
         except ConfigError as error:
             problems += [f"[{' '.join(job)}] {issue}" for issue in error.problems]
         except Exception as error:  # noqa: BLE001 - composition errors are problems to report too
             problems.append(f"[{' '.join(job)}] {str(error).splitlines()[0]}")
+    if not problems and prepare_data:
+        problems += _unavailable(list(datasets.values()))
     if problems:
         raise ConfigError(problems)
     return planned
+
+
+def _runs_here(config: DictConfig) -> bool:
+    """The jobs run on this machine (not on SLURM or Ray nodes, which prepare their data themselves)."""
+    launcher = str(config.hydra.launcher.get("_target_", ""))
+    return launcher.endswith("BasicLauncher") or "joblib" in launcher
+
+
+def _unavailable(datasets: list[dict]) -> list[str]:
+    """Download or prepare each dataset once, before the first job: offline, one line each instead of a
+    failed run per job."""
+    problems = []
+    for data in datasets:
+        try:
+            prepare_dataset(data["name"], **data)
+        except DataUnavailable as error:
+            problems.append(str(error))
+    return problems
 
 
 # --- one job ----------------------------------------------------------------------------------------------
@@ -132,11 +160,16 @@ def sweep_job(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> dict:
     process, left for the end of the sweep (other runs go first), else waited for."""
     hydra_cfg = HydraConfig.get()
     if STOP.requested or (Path(hydra_cfg.sweep.dir) / STOP_MARKER).exists():
-        return {"status": PENDING}  # the launching process was told to stop: start nothing more
+        # the launching process was told to stop: start nothing more, and let Hydra not announce the jobs
+        # it still walks through ("#N : …" lines that read as if they started)
+        logging.getLogger("hydra._internal.core_plugins.basic_launcher").setLevel(logging.WARNING)
+        return {"status": PENDING}
     launcher = str(hydra_cfg.launcher.get("_target_", ""))
     if "joblib" in launcher:
         n_jobs = hydra_cfg.launcher.get("n_jobs") or 1
-        _share_local_hardware(hydra_cfg.job.num, n_jobs if n_jobs > 0 else (os.cpu_count() or 1))
+        _share_local_hardware(cfg, hydra_cfg.job.num, n_jobs if n_jobs > 0 else (os.cpu_count() or 1))
+    else:
+        configure_threads(cfg.train.threads)
     in_process = launcher.endswith("BasicLauncher")
     result = _train_job(cfg, run_dir, overrides, wait=not in_process, requeues="submitit" in launcher)
     if result["status"] == BUSY:
@@ -165,32 +198,49 @@ def _train_job(cfg: DictConfig, run_dir: Path, overrides: list[str], wait: bool,
 _SIGNALS = ExitStack()  # the sweep's signal handlers, from the first job to the report
 
 
-def _share_local_hardware(job_number: int, parallel_jobs: int) -> None:
+def _share_local_hardware(cfg: DictConfig, job_number: int, parallel_jobs: int) -> None:
     """Parallel local jobs: one GPU each, round robin; without a GPU, split the CPU threads."""
     import torch
 
     if torch.cuda.is_available():
         torch.cuda.set_device(job_number % torch.cuda.device_count())
     else:
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, parallel_jobs)))
+        configure_threads(cfg.train.threads, parallel_jobs)
 
 
 def _report_progress(sweep_dir: Path, name: str, result: dict) -> None:
-    """One line per finished job: its outcome, "k of N" of this launch, the counts so far, time left."""
+    """One line per job that trained: its outcome, "k of N" of the runs this launch trains, the counts so
+    far, the time left. A job whose runs had all finished before the launch printed its skip line already."""
     launch = os.environ.get(LAUNCH_ENV)
-    if not launch:
+    members = result.get("members") or [result]
+    if not launch or all(member.get("skipped") for member in members):
         return
-    record = launch_record(sweep_dir, launch)
-    total, counts = len(record["runs"]), launch_counts(sweep_dir, launch, record["runs"])
-    ended = sum(counts[s] for s in COUNTED)
-    trained = ended - counts[SKIPPED]
-    left = (time.time() - record["started"]) / trained * (total - ended) if trained else None
+    manifest = read_manifest(sweep_dir)
+    record = launch_record(sweep_dir, launch, manifest)
+    summaries = launch_summaries(sweep_dir, record["runs"])
+    counts = launch_counts(sweep_dir, launch, summaries=summaries)
+    before = len(record["finished_before"])
+    ended = sum(counts[s] for s in COUNTED) - before
+    left = _time_left(manifest["runs"], summaries, launch, time.time() - record["started"])
     eta = "" if left is None else f" · about {_duration(left)} left"
     loss = result.get("train_loss")
-    outcome = result["status"] + (" (already finished)" if result.get("skipped") else "") + \
-        (f", train loss {loss:.4f}" if isinstance(loss, float) else "")
-    log.info("[%d of %d] %s: %s · so far %d completed, %d skipped, %d diverged, %d failed%s", ended, total, name,
-             outcome, counts[COMPLETED], counts[SKIPPED], counts[DIVERGED], counts[FAILED], eta)
+    outcome = result["status"] + (f", train loss {loss:.4f}" if isinstance(loss, float) else "")
+    log.info("[%d of %d] %s: %s · so far %d completed, %d diverged, %d failed%s", ended, len(record["runs"]) - before,
+             name, outcome, counts[COMPLETED], counts[DIVERGED], counts[FAILED], eta)
+
+
+def _time_left(planned: dict[str, dict], summaries: dict[str, dict | None], launch: str,
+               elapsed: float) -> float | None:
+    """From the runs this launch trained (their sizes and times) to the runs it has not ended yet."""
+    trained, remaining = [], []
+    for name, summary in summaries.items():
+        ended = summary is not None and summary["status"] in ENDED
+        if ended and summary.get("launch") == launch and summary.get("wall_time_s"):
+            # a packed run's time is shared by its members
+            trained.append((summary, float(summary["wall_time_s"]) / max(1, int(summary.get("packed_with") or 1))))
+        elif not ended:
+            remaining.append(planned.get(name, summary or {}))
+    return time_left(trained, remaining, elapsed)
 
 
 def _duration(seconds: float) -> str:
@@ -208,19 +258,24 @@ class SweepCallback(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
-            planned = validate_grid(config)
+            planned = validate_grid(config, prepare_data=_runs_here(config))
         except ConfigError as error:  # Hydra turns callback exceptions into warnings: exit instead
-            raise SystemExit(f"sweep not launched, {error}") from error
+            raise SystemExit(f"modula-sweep: sweep not launched, {error}") from error
         launch = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
         os.environ[LAUNCH_ENV] = launch
         sweep_dir = Path(config.hydra.sweep.dir)
-        record_launch(sweep_dir, launch, planned)
+        rerun = bool(config.sweep.get("rerun") or config.train.get("rerun"))
+        before = [] if rerun else [name for name, knobs in planned.items()
+                                   if is_finished(read_summary(sweep_dir / name, warn=False), knobs["fingerprint"])]
+        record_launch(sweep_dir, launch, planned, before)
         (sweep_dir / STOP_MARKER).unlink(missing_ok=True)
         _SIGNALS.enter_context(STOP.installed())  # not on self: launchers pickle their callbacks
         # Jobs in other processes (local_parallel) learn of a stop from a marker in the sweep folder.
         STOP.on_stop[:] = [lambda signum: (sweep_dir / STOP_MARKER).write_text(str(signum))]
         _DEFERRED.clear()
-        log.info("sweep of %d runs into %s", len(planned), config.hydra.sweep.dir)
+        log.info("sweep of %d runs into %s%s", len(planned), config.hydra.sweep.dir,
+                 f": {len(before)} finished before (skipped; sweep.rerun=true retrains), "
+                 f"{len(planned) - len(before)} to train" if before else "")
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir, launch = Path(config.hydra.sweep.dir), os.environ.get(LAUNCH_ENV, "")
@@ -261,7 +316,7 @@ def _write_sweep_report(config: DictConfig, sweep_dir: Path) -> None:
 
 
 def log_report_to_wandb(config: DictConfig, sweep_dir: Path) -> None:
-    from .loggers import sweep_group, wandb_mode
+    from .loggers import sweep_group, wandb_location, wandb_mode, wandb_settings
 
     mode = wandb_mode(config.logger.get("mode"), sweep_dir)
     try:
@@ -271,7 +326,9 @@ def log_report_to_wandb(config: DictConfig, sweep_dir: Path) -> None:
         run = wandb.init(project=config.logger.project, entity=config.logger.entity,
                          group=config.logger.group or sweep_group(sweep_dir), name=f"{sweep_dir.name}-report",
                          job_type="report", dir=str(sweep_dir), mode=mode,
-                         settings=wandb.Settings(init_timeout=15))
+                         settings=wandb_settings(wandb))
+        if where := wandb_location(run):
+            log.info("W&B report: %s", where)
         run.log({name: wandb.Image(str(sweep_dir / f"{name}.png")) for name in ("transfer", "scale")})
         run.log({name: wandb.Table(dataframe=pd.read_csv(sweep_dir / f"{name}.csv"))
                  for name in ("optimal_lr", "transfer", "curves")})

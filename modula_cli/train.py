@@ -13,8 +13,9 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from .config import CONFIG_DIR
-from .run import run_or_exit
+from .run import remove_if_empty, run_or_exit
 from .sweep import register_resolvers, sweep_job
+from .threads import configure_threads
 from .validate import ConfigError, check_config
 
 log = logging.getLogger(__name__)
@@ -30,7 +31,9 @@ def main(cfg: DictConfig) -> dict:
     try:
         check_config(cfg, overrides)
     except ConfigError as error:
+        remove_if_empty(run_dir)  # Hydra made the run folder before the config could be checked
         raise SystemExit(f"modula-sweep: {error}") from None
+    configure_threads(cfg.train.threads)
     summary = run_or_exit(cfg, run_dir, overrides)
     if summary["status"] == "packed":
         statuses = [m["status"] for m in summary["members"]]
@@ -44,5 +47,7 @@ def main(cfg: DictConfig) -> dict:
     return summary
 
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # python -m modula_cli.train: the same front door as the modula-sweep command
+    from .cli import run
+
+    run("modula-sweep", main)

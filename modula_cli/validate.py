@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-import difflib
 from typing import Any
 
 import torch
 from omegaconf import ListConfig, OmegaConf
 
 from .data import CONFIG_ONLY_KEYS, DATASETS
-from .models import ARCHITECTURES, ModelError, import_builder, is_import_path
+from .models import ARCHITECTURES, DATA_KINDS, ModelError, data_kind_problem, import_builder, is_import_path
 from .nn.checks import positive_int_problem
 from .optim import OptimConfig, validate_optim
 from .stats import METRICS
+from .suggest import unknown_key
+from .threads import threads_problem
 
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("float32", "bfloat16")
@@ -22,7 +23,9 @@ CHECKED_GROUPS = ("arch", "data", "optim", "train", "sweep")  # no key may be ad
 class ConfigError(ValueError):
     def __init__(self, problems: list[str]):
         self.problems = problems
-        super().__init__("invalid configuration:\n  - " + "\n  - ".join(problems))
+        # one problem, one line; several, one line each under a header
+        super().__init__(f"invalid configuration: {problems[0]}" if len(problems) == 1 else
+                         "invalid configuration:\n  - " + "\n  - ".join(problems))
 
 
 def optim_config(cfg: Any) -> OptimConfig:
@@ -42,14 +45,14 @@ def _arch_problems(arch: Any, data: Any) -> list[str]:
             import_builder(arch.name)  # importable and callable; its type and shapes are checked when built
         except ModelError as error:
             problems.append(str(error))
+        if arch.get("data_kind") is not None and arch.data_kind not in DATA_KINDS:
+            problems.append(f"arch.data_kind={arch.data_kind!r}; allowed: {', '.join(DATA_KINDS)} (or leave it out: "
+                            f"the architecture takes both)")
     elif arch.name not in ARCHITECTURES:
         problems.append(f"arch.name={arch.name!r}; allowed: {', '.join(ARCHITECTURES)}, or an import path "
                         f"package.module:function of your own (docs/extending.md)")
-    elif data.name in DATASETS and ARCHITECTURES[arch.name].data_kind != DATASETS[data.name].kind:
-        wanted = ARCHITECTURES[arch.name].data_kind
-        fitting = ", ".join(n for n, d in DATASETS.items() if d.kind == wanted)
-        article = "an" if wanted[0] in "aeiou" else "a"
-        problems.append(f"arch={arch.name} needs {article} {wanted} dataset ({fitting}), got data={data.name}")
+    if data.name in DATASETS and (problem := data_kind_problem(arch, data.name, DATASETS[data.name].kind)):
+        problems.append(problem)
     _positive_ints(problems, "arch", arch, ("width", "depth", "block_depth", "heads"))
     if isinstance(arch.get("heads"), int) and arch.heads > 0 and isinstance(arch.get("width"), int) \
             and arch.width % arch.heads:
@@ -88,6 +91,8 @@ def _train_problems(train: Any) -> list[str]:
     problems += _seed_problems(train.seed)
     if not train.diverge_factor > 1:
         problems.append(f"train.diverge_factor={train.diverge_factor}; must be > 1")
+    if problem := threads_problem(train.threads):
+        problems.append(problem)
     if train.device not in DEVICES:
         problems.append(f"train.device={train.device!r}; allowed: {', '.join(DEVICES)}")
     elif train.device == "cuda" and not torch.cuda.is_available():
@@ -139,14 +144,8 @@ def unknown_key_problems(overrides: list[str], cfg: Any) -> list[str]:
             continue
         key = override.lstrip("+").partition("=")[0]
         group, _, rest = key.partition(".")
-        if group not in CHECKED_GROUPS or not rest:
-            continue
-        parent_key, _, leaf = key.rpartition(".")
-        parent = OmegaConf.select(cfg, parent_key)
-        known = [k for k in (parent.keys() if hasattr(parent, "keys") else []) if k != leaf]
-        guess = difflib.get_close_matches(leaf, [str(k) for k in known], n=1)
-        hint = f"; did you mean {parent_key}.{guess[0]}?" if guess else f"; known: {', '.join(map(str, known))}"
-        problems.append(f"unknown key {key}{hint}")
+        if group in CHECKED_GROUPS and rest:
+            problems.append(unknown_key(key, cfg, added=True))
     return problems
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from modula_cli.data import build_dataset
+from modula_cli.data import DataUnavailable, build_dataset
 
 
 def rate(dataset, batch_size: int, batches: int, device: str) -> float:
@@ -60,7 +60,7 @@ def main() -> None:
         label = name + "".join(f" {k}={v}" for k, v in options.items() if k not in ("root", "context"))
         try:
             dataset = build_dataset(name, **options)
-        except (FileNotFoundError, RuntimeError, ValueError) as error:
+        except (DataUnavailable, FileNotFoundError, RuntimeError, ValueError) as error:
             print(f"{label:<40} skipped: {str(error).splitlines()[0][:100]}")
             continue
         device = "cuda" if options.get("on_gpu") else "cpu"

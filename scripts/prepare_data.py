@@ -14,7 +14,7 @@ import time
 from omegaconf import OmegaConf
 
 from modula_cli.config import CONFIG_DIR
-from modula_cli.data import DATASETS, build_dataset
+from modula_cli.data import DATASETS, DataUnavailable, build_dataset
 
 
 def main(argv: list[str]) -> None:
@@ -28,7 +28,10 @@ def main(argv: list[str]) -> None:
     options = OmegaConf.to_container(cfg)
     options.pop("name")
     start = time.perf_counter()
-    dataset = build_dataset(name, **options)
+    try:
+        dataset = build_dataset(name, **options)
+    except DataUnavailable as error:  # offline: one line saying what is missing and how to get it
+        sys.exit(f"prepare_data.py: {error}")
     print(f"{dataset.describe()} (ready in {time.perf_counter() - start:.1f}s)")
     print(f"metadata: {dataset.meta}")
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from modula_cli import coord
-from modula_cli.coord import fitted_slope, measure, run_coord_check, verdicts
+from modula_cli.coord import fitted_slope, judge, measure, run_coord_check, verdicts
 from modula_cli.geometry import direction_change, stable_rank
 from modula_cli.nn import GPT, Embed, Linear, ResMLP, ResNet, StandardGPT, layer_names, layer_roles
 from modula_cli.optim import OptimConfig
@@ -197,6 +197,31 @@ def test_verdicts_name_the_worst_layers():
     assert verdicts(nan_table, 0.3)["m"].startswith("no verdict: every measured layer is within ±0.3; no slope for z")
     nan_table = _slope_table([("m", "a", "delta_rms", 0.9), ("m", "z", "delta_rms", float("nan"))])
     assert verdicts(nan_table, 0.3)["m"].startswith("not width-stable: slope beyond ±0.3 in a delta_rms +0.90")
+    # The layers each verdict names, for the plot to highlight: worst first, then those without a slope.
+    assert {m: v.layers for m, v in judge(table, 0.3).items()} == {"normed": ("a",), "unnormed": ("b", "a")}
+    assert judge(nan_table, 0.3)["m"].layers == ("a", "z")
+    assert judge(table, 0.3, shown=1)["unnormed"].layers == ("b",)
+    # Over a short span the verdict is tentative, and says so right after its head.
+    short = verdicts(table, 0.3, scales=[16, 32, 64])
+    assert short["unnormed"].startswith("not width-stable (tentative: widths span only 4×): slope beyond ±0.3 in b")
+    assert short["normed"].startswith("width-stable (tentative: widths span only 4×): every layer's")
+
+
+def test_span_warning_below_8x_or_3_points():
+    assert coord.span_warning("width", [16, 32, 64, 128]) is None
+    assert coord.span_warning("width", [32, 64, 128, 256, 512]) is None
+    assert coord.span_warning("width", [32, 64, 128]) == (
+        "widths span only 4× (32–128): slopes over a short span are noisy; the verdict is reliable from 8× with at "
+        "least 3 widths (e.g. coord.widths=[32,64,128,256])")
+    # Depth: the same rule in its own words; two points are warned about, not refused (a quick look).
+    assert coord.span_warning("depth", [2, 1]) == (
+        "depths span only 2× (1–2): slopes over a short span are noisy; only 2 depths: a slope through two points "
+        "cannot show a bending curve; the verdict is reliable from 8× with at least 3 depths "
+        "(e.g. coord.depths=[1,2,4,8])")
+    assert coord.span_warning("width", [16, 128]).startswith("only 2 widths: a slope through two points")
+    # Floored, so 7.95× never reads 8×; the example keeps the given widths (re-runs reuse them).
+    assert coord.span_warning("width", [20, 159]).startswith("widths span only 7.9× (20–159)")
+    assert coord.span_warning("width", [20, 48, 100]).endswith("(e.g. coord.widths=[20,40,48,80,100,160])")
 
 
 # --- end to end ----------------------------------------------------------------------------------------
@@ -234,7 +259,9 @@ def test_gpt_normed_and_dualized_are_width_stable_unnormed_is_not(tiny_text_root
     assert len(saved) == len(table) and saved["point"].nunique() == 12
     assert len(pd.read_csv(tmp_path / "coord_slopes.csv")) == len(slope_table)
     assert (tmp_path / "coord.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert (tmp_path / "verdict.txt").read_text().splitlines()[1].startswith("normed: width-stable")
+    verdict_lines = (tmp_path / "verdict.txt").read_text().splitlines()
+    assert verdict_lines[1].startswith("normed: width-stable: ")  # 16–128 spans 8×: no tentative, no warning
+    assert len(verdict_lines) == 3 and not any("warning" in line for line in verdict_lines)
 
 
 def test_resmlp_normed_and_dualized_are_width_stable_unnormed_is_not(cifar_root, tmp_path):
@@ -268,7 +295,44 @@ def test_resnet_and_standard_gpt_and_depth_axis(tiny_text_root, cifar_root, tmp_
     assert sorted(table["depth"].unique()) == [1, 2] and set(table["width"]) == {16}
     assert list(slope_table["layer"].unique()) == ["embed.token", "embed.position", "attn.q", "attn.k", "attn.v",
                                                    "attn.out", "mlp.in", "mlp.out", "output"]
-    assert verdict["normed"].startswith(("depth-stable", "not depth-stable"))
+    assert verdict["normed"].startswith(("depth-stable (tentative: depths span only 2×, only 2 depths): ",
+                                         "not depth-stable (tentative: depths span only 2×, only 2 depths): "))
+    assert (tmp_path / "depth" / "verdict.txt").read_text().splitlines()[-1].startswith(
+        "warning: depths span only 2× (1–2)")
+
+
+def test_short_span_warns_and_the_plot_highlights_every_named_layer(tiny_text_root, tmp_path, monkeypatch):
+    """Widths 16–64 (4×): tentative verdicts and the warning in verdict.txt; coord.png draws each layer a
+    verdict names thick, in its own colour, under its exact name in the legend; the others thin and grey."""
+    figures = []
+    real_plot = coord.plot_coord
+    monkeypatch.setattr(coord, "plot_coord", lambda *args, **kwargs: figures.append(real_plot(*args, **kwargs)))
+    cfg = tiny_gpt_coord(tiny_text_root, "coord.widths=[16,32,64]", "coord.modes=[unnormed,normed]", "coord.steps=1")
+    _, slope_table, verdict = run_coord_check(cfg, tmp_path)
+    assert all(" (tentative: widths span only 4×): " in text for text in verdict.values()), verdict
+    warning = "warning: widths span only 4× (16–64): slopes over a short span are noisy; the verdict is reliable " \
+              "from 8× with at least 3 widths (e.g. coord.widths=[16,32,64,128])"
+    assert (tmp_path / "verdict.txt").read_text().splitlines() == [
+        *(f"{mode}: {text}" for mode, text in verdict.items()), warning]
+    assert coord.verdict_text(verdict, warning[9:]).splitlines()[-1] == "  " + warning
+
+    judged = judge(slope_table, 0.3, scales=[16, 32, 64])
+    named = {mode: v.layers for mode, v in judged.items()}
+    assert len(named["unnormed"]) == 4 and len(named["normed"]) >= 1  # 4 worst shown, "… (n of 9 layers)"
+    (fig,) = figures
+    legend = [text.get_text() for text in fig.legends[0].get_texts()]
+    assert legend == list(dict.fromkeys(named["unnormed"] + named["normed"])) + ["other layers", "∝ width¹"]
+    for column, mode in enumerate(("unnormed", "normed")):
+        for ax in fig.axes[column::2]:  # the axes of a column, row by row
+            thick = {line.get_label() for line in ax.get_lines() if line.get_linewidth() > 2}
+            assert thick == set(named[mode])  # a layer named in the other column only is grey here
+            colors = {line.get_color() for line in ax.get_lines() if line.get_linewidth() > 2}
+            assert len(colors) == len(thick)  # distinct colours
+        assert fig.axes[column].get_title().replace("\n", " ") == f"{mode} {judged[mode].head}"  # wrapped
+    bottom = fig.axes[-1]
+    assert [t.get_text() for t in bottom.get_xticklabels()] == ["16", "32", "64"]  # plain numbers, not 2^4
+    assert bottom.get_xlabel() == "width" and fig.axes[0].get_ylabel() == "activation RMS"
+    assert (tmp_path / "coord.png").stat().st_size > 10_000
 
 
 # --- bad input, resume, signals ------------------------------------------------------------------------
@@ -299,6 +363,25 @@ def test_command_line_rejects_bad_input_before_any_work(tiny_text_root, tmp_path
         "  - coord.modes=['normed', 'bogus']; a list of distinct modes from: unnormed, normed, dualized, manifold",
         "  - coord.steps=0; must be an integer >= 1"]
     assert not (tmp_path / "bad" / "coord.csv").exists()
+
+
+def test_command_line_missing_data_is_one_line_and_writes_nothing(tmp_path):
+    """An empty data.root offline (downloads refused by a dead proxy): one line naming the problem, no
+    traceback, and no coordinate-check file anywhere under the working folder."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    dead = "http://127.0.0.1:9"  # nothing listens: the download fails at once, as it does without a network
+    env = {**os.environ, "http_proxy": dead, "https_proxy": dead, "HTTP_PROXY": dead, "HTTPS_PROXY": dead,
+           "no_proxy": "", "NO_PROXY": ""}
+    result = subprocess.run([sys.executable, "-m", "modula_cli.coord", f"data.root={empty}", "train.device=cpu",
+                             "coord.widths=[16,32,128]", "coord.steps=1"], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=120)
+    lines = (result.stdout + result.stderr).strip().splitlines()
+    assert result.returncode == 1 and len(lines) <= 2, lines
+    assert "Traceback" not in result.stderr
+    assert result.stderr.startswith("modula-coord-check: ") and "input.txt" in result.stderr
+    written = {path.name for path in tmp_path.rglob("*")}
+    assert not written & {coord.CSV_FILE, coord.SLOPES_FILE, coord.PLOT_FILE, coord.VERDICT_FILE}
 
 
 def _counting(monkeypatch, after_first=None):
@@ -488,3 +571,27 @@ def test_layer_stats_never_log_a_step_before_the_train_loss_of_an_earlier_one(ti
                                               "train.eval_every=5", "train.layer_stats_every=5")), tmp_path / "run")
     # train losses at 0, 3, 6, 9 (the last step); evaluations and layer records at 5 and 10
     assert steps == [0, 3, 5, 5, 6, 9, 10, 10]
+
+
+# --- W&B output -------------------------------------------------------------------------------------------
+
+def test_wandb_prints_one_line_per_run_instead_of_its_summary(tiny_text_root, tmp_path, monkeypatch, capfd, caplog):
+    """wandb's own banner, history and summary (~25 lines a run) are silenced; our log says in one line
+    where the run went (offline: the folder to `wandb sync`)."""
+    import logging
+
+    from conftest import compose_config, tiny_gpt
+
+    from modula_cli.run import train
+
+    for variable in ("WANDB_SILENT", "WANDB_QUIET", "WANDB_API_KEY", "WANDB_CONSOLE"):
+        monkeypatch.delenv(variable, raising=False)
+    cfg = compose_config(*tiny_gpt(tiny_text_root, "logger=wandb", "logger.mode=offline", "train.steps=3"))
+    with caplog.at_level(logging.INFO, logger="modula_cli.loggers"):
+        assert train(cfg, tmp_path / "run")["status"] == "completed"
+    out, err = capfd.readouterr()
+    printed = [line for line in (out + err).splitlines() if line.startswith("wandb:")]
+    assert printed == [], printed  # unsilenced: "wandb: Run history:", "wandb: Run summary:", … 25 lines
+    (sync_dir,) = (tmp_path / "run" / "wandb").glob("offline-run-*")
+    ours = [r.getMessage() for r in caplog.records if r.getMessage().startswith("W&B:")]
+    assert ours == [f"W&B: run offline; upload later with: wandb sync {sync_dir}"]

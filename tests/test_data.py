@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
-from modula_cli.data import DATASETS, build_dataset
+from modula_cli.data import DATASETS, DataUnavailable, build_dataset
 from modula_cli.data.storage import prepare_once
 from modula_cli.data.tokenizers import byte_encoding
 
@@ -57,8 +57,9 @@ def test_unknown_dataset_lists_registered():
 def test_missing_file_offline_names_file_and_command(tmp_path, monkeypatch):
     # the package re-exports a function of the same name, so reach the module itself
     monkeypatch.setattr(sys.modules["modula_cli.data.shakespeare"], "URL", "http://127.0.0.1:9/input.txt")
-    with pytest.raises(FileNotFoundError, match=r"shakespeare/input.txt.*prepare_data.py shakespeare"):
+    with pytest.raises(DataUnavailable, match=r"shakespeare/input.txt.*prepare_data.py shakespeare") as error:
         build_dataset("shakespeare", root=str(tmp_path))
+    assert "\n" not in str(error.value) and "Connection refused" in str(error.value)
 
 
 DOCS = ["Once upon a time there was a cat.", "The dog ran home.", "Ünïcode stays intact ✓", "Short."]

@@ -1,6 +1,7 @@
 """A user's own architecture by import path (the worked example of docs/extending.md, run from a folder
 outside the package), its one-line errors, and the batch / horizon / weight-decay axes."""
 
+import json
 import shutil
 import subprocess
 import sys
@@ -90,7 +91,8 @@ IMAGES = SimpleNamespace(name="cifar10", kind="image", input_shape=(3, 32, 32), 
                      "the logits must have shape (2, 10)"),
     ("wrong_input", "arch.name='bad_models:wrong_input' does not fit data=cifar10 (input (2, 3, 32, 32)): "
                     "RuntimeError: "),
-    ("raises", "arch.name='bad_models:raises' failed to build: RuntimeError: no such layer"),
+    ("raises", "arch.name='bad_models:raises' failed to build for data=cifar10 (image data): RuntimeError: no such "
+               "layer"),
     ("missing", "arch.name='bad_models:missing': missing is not defined in "),
     ("NOT_CALLABLE", "arch.name='bad_models:NOT_CALLABLE': NOT_CALLABLE is not callable in "),
 ])
@@ -114,18 +116,37 @@ def test_user_architecture_imports_from_the_working_folder_and_is_validated_befo
     assert not [p for p in config_problems(cfg) if p.startswith("arch")]
 
 
-def test_a_run_of_an_unfit_architecture_stops_with_one_line(bad_models, cifar_root):
+def test_a_run_of_an_unfit_architecture_stops_with_one_line_and_leaves_nothing(bad_models, cifar_root):
+    """The network is built before the run writes anything: its fresh folder goes, an earlier run's stays."""
     from modula_cli.run import run_or_exit
 
     cfg = compose_config("arch.name=bad_models:wrong_output", "arch.width=8", "data=cifar10",
                          f"data.root={cifar_root}", "train.device=cpu", "train.progress=false")
-    with pytest.raises(SystemExit) as stop:
-        run_or_exit(cfg, bad_models / "run")
-    assert str(stop.value.code) == (
-        "modula-sweep: arch.name='bad_models:wrong_output' outputs (2, 7) for input (2, 3, 32, 32) of data=cifar10; "
-        "the logits must have shape (2, 10)")
-    summary = (bad_models / "run" / "summary.json").read_text()
-    assert '"status": "failed"' in summary and "the logits must have shape (2, 10)" in summary
+    fresh, earlier = bad_models / "fresh", bad_models / "earlier"
+    fresh.mkdir()
+    earlier.mkdir()
+    (earlier / "notes.txt").write_text("an earlier run's file")
+    for run_dir in (fresh, earlier):
+        with pytest.raises(SystemExit) as stop:
+            run_or_exit(cfg, run_dir)
+        assert str(stop.value.code) == (
+            "modula-sweep: arch.name='bad_models:wrong_output' outputs (2, 7) for input (2, 3, 32, 32) of "
+            "data=cifar10; the logits must have shape (2, 10)")
+    assert not fresh.exists()
+    assert [p.name for p in earlier.iterdir()] == ["notes.txt"]
+
+
+def test_a_sweep_records_an_unfit_architecture_as_failed(bad_models, cifar_root):
+    """In a sweep the report must count the run: it is recorded as failed (and the run folder kept)."""
+    from modula_cli.run import train
+
+    cfg = compose_config("arch.name=bad_models:wrong_output", "arch.width=8", "data=cifar10",
+                         f"data.root={cifar_root}", "train.device=cpu", "train.progress=false")
+    run_dir = bad_models / "sweep" / "width=8"
+    with pytest.raises(ModelError):
+        train(cfg, run_dir, sweep_dir=run_dir.parent)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "failed" and "the logits must have shape (2, 10)" in summary["error"]
 
 
 # --- batch size, horizon and weight decay as scale axes ------------------------------------------------------

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -55,9 +56,14 @@ def test_multirun_grid_then_relaunch_skips_everything(launcher, text_tmp):
     optimal = pd.read_csv(sweep_dir / "optimal_lr.csv")
     assert list(optimal["scale"]) == [8, 16]
     assert (sweep_dir / "transfer.png").stat().st_size > 10_000 and (sweep_dir / "scale.png").exists()
+    if launcher == "basic":  # (the other launchers log from their own job processes)
+        progress = re.findall(r"\[(\d) of 6\]", first.stdout)
+        assert sorted(progress) == list("123456"), first.stdout  # one line per run, each count once
     again = sweep_cli(text_tmp, "optim.lr=0.05,0.1,0.2", *extra, sweep_dir=sweep_dir)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "sweep finished: 0 completed, 6 skipped, 0 diverged, 0 failed" in again.stdout
+    assert "6 finished before (skipped; sweep.rerun=true retrains), 0 to train" in again.stdout
+    assert " of 6]" not in again.stdout  # a skipped run is not reported as progress (once said "[6 of 6]" twice)
 
 
 def job_overrides(tmp_path, *overrides):
@@ -179,22 +185,39 @@ def test_report_on_hand_made_sweep(tmp_path, capsys):
             status = "completed" if loss is not None else "diverged"
             make_run(sweep_dir, f"w{width}_lr{lr}", width, lr, status, loss)
     make_run(sweep_dir, "w128_running", 128, 2**-5, None, None)
-    result = write_report(sweep_dir)
+    write_report(sweep_dir)
     optimal = pd.read_csv(sweep_dir / "optimal_lr.csv").sort_values("scale")
     assert list(optimal["optimal_lr"]) == [0.25, 0.125, 0.0625]
     assert list(optimal["train_loss"]) == [2.0, 1.8, 1.5]
     # width 32: parabola through (-3, 2.5), (-2, 2.0), (-1, 2.2): vertex -2 + 0.5 * 0.3 / 0.7
     assert optimal["log2_optimal_lr_fit"].iloc[0] == pytest.approx(-2 + 0.15 / 0.7)
     # width 128: the best LR's lower neighbour (2^-5) is still running, so the optimum may lie below it
+    assert list(optimal["edge"].fillna("")) == ["", "", "low"]
+    # width 128 has a run still going: no shift to it yet, the shift goes to the largest finished point
+    transfer = pd.read_csv(sweep_dir / "transfer.csv")
+    fit_64 = -3 - 0.5 * 0.5 / -0.7  # parabola through (-4, 2.4), (-3, 1.8), (-2, 1.9)
+    assert transfer["shift_log2"].item() == pytest.approx(fit_64 - (-2 + 0.15 / 0.7))
+    assert (transfer["smallest"].item(), transfer["largest"].item()) == (32, 64)
+    assert transfer["incomplete"].item() == "width 128: 4 of 5 runs finished"
+    assert list(optimal["complete"]) == [True, True, False]
+    out = capsys.readouterr().out
+    assert "width 32 → 64" in out and "INCOMPLETE: 4 of 5 runs finished" in out and "still incomplete" in out
+    # the running run diverges: width 128 is complete, its optimum still at the low edge
+    summary = json.loads((sweep_dir / "w128_running" / "summary.json").read_text())
+    (sweep_dir / "w128_running" / "summary.json").write_text(json.dumps({**summary, "status": "diverged"}))
+    result = write_report(sweep_dir)
+    optimal = pd.read_csv(sweep_dir / "optimal_lr.csv").sort_values("scale")
     assert list(optimal["edge"].fillna("")) == ["", "", "low"] and list(optimal["at_grid_edge"]) == [False, False, True]
     assert list(optimal["seeds"]) == [1, 1, 1] and optimal["log2_optimal_lr_low"].isna().all()  # 1 seed: no interval
     transfer = pd.read_csv(sweep_dir / "transfer.csv")
     assert transfer["shift_log2"].item() == pytest.approx(-4 - (-2 + 0.15 / 0.7))
     assert transfer["regret"].item() == pytest.approx(1.7 - 1.5)  # width 128 at width 32's 0.25
     assert (transfer["smallest"].item(), transfer["largest"].item()) == (32, 128)
-    assert result["counts"]["diverged"] == 2 and result["counts"]["running"] == 1
+    assert pd.isna(transfer["incomplete"].item())
+    assert result["counts"]["diverged"] == 3 and result["counts"]["running"] == 0
     results = pd.read_csv(sweep_dir / "results.csv")
     assert len(results) == 13 and set(results.columns) >= {"width", "lr", "status", "train_loss", "test_loss"}
+    assert list(results["width"]) == sorted(results["width"])  # as numbers: 32 before 128
     curves = pd.read_csv(sweep_dir / "curves.csv")
     assert curves.loc[(curves["scale"] == 64) & (curves["lr"] == 0.5), "diverged"].item() == 1
     out = capsys.readouterr().out

@@ -9,6 +9,7 @@ augmented there.
 from __future__ import annotations
 
 import pickle
+import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import torch
 from torch import Tensor
 
 from .base import EVAL_SEED, batch_rng
-from .storage import data_root, fetch
+from .storage import DataUnavailable, cause_text, data_root, fetch
 
 URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
 ARCHIVE_MD5 = "c58f30108f718f92721af3b95e74349a"
@@ -40,15 +41,27 @@ def _read_batches(folder: Path, names: list[str]) -> tuple[Tensor, Tensor]:
 
 def _ensure_files(root: Path) -> Path:
     folder = root / "cifar10" / "cifar-10-batches-py"
-    missing = [n for n in TRAIN_FILES + TEST_FILES if not (folder / n).is_file()]
-    if missing:
-        from torchvision.datasets.utils import check_integrity, extract_archive
+    if all((folder / n).is_file() for n in TRAIN_FILES + TEST_FILES):
+        return folder
+    from torchvision.datasets.utils import check_integrity, extract_archive
 
-        archive = fetch(URL, root / "cifar10" / "cifar-10-python.tar.gz", "python scripts/prepare_data.py cifar10")
-        if not check_integrity(str(archive), ARCHIVE_MD5):
-            raise ValueError(f"{archive} does not have the md5 of the official CIFAR-10 archive; delete it and retry")
+    archive = root / "cifar10" / "cifar-10-python.tar.gz"
+    fetch(URL, archive, "cifar10", missing=f"{archive} (or its extracted {folder.name}/) is missing")
+    if not check_integrity(str(archive), ARCHIVE_MD5):
+        raise DataUnavailable(f"data=cifar10: {archive} does not have the md5 of the official CIFAR-10 archive "
+                              f"(a partial or corrupt copy); delete it and run again")
+    try:
         extract_archive(str(archive), str(root / "cifar10"))
+    except (OSError, EOFError, tarfile.TarError) as error:
+        raise DataUnavailable(f"data=cifar10: {archive} could not be extracted into {folder.parent} "
+                              f"({cause_text(error)}); free space or make the folder writable, or point data.root at "
+                              f"a folder that holds cifar10/cifar-10-batches-py") from error
     return folder
+
+
+def prepare_cifar10(root: str | None = None, **unused: object) -> None:
+    """The CIFAR-10 batches on disk (downloaded and extracted when absent), without reading them."""
+    _ensure_files(data_root(root))
 
 
 @dataclass

@@ -34,12 +34,10 @@ def shakespeare_split_sizes(root: str | None = None, source: str | None = None, 
     return _sizes(path.resolve(), stat.st_size, stat.st_mtime)
 
 
-def shakespeare(context: int = 128, root: str | None = None, source: str | None = None,
-                **unused: object) -> TokenDataset:
-    folder = data_root(root) / "shakespeare"
+def prepare_shakespeare(root: str | None = None, source: str | None = None, **unused: object) -> tuple[Path, dict]:
+    """The text (downloaded when absent) and its character-level token files: (their folder, metadata)."""
     text_path = _text_path(root, source)
-    if not text_path.is_file():
-        fetch(URL, text_path, "python scripts/prepare_data.py shakespeare")
+    fetch(URL, text_path, "shakespeare")
     expected = {"dataset": "shakespeare", "source": str(text_path.resolve()), "tokenizer": "char",
                 "format": "uint16", "input_bytes": text_path.stat().st_size}
 
@@ -54,8 +52,13 @@ def shakespeare(context: int = 128, root: str | None = None, source: str | None 
         (tmp / "vocab.json").write_text(json.dumps(chars))
         return {"vocab_size": len(chars), "tokens": {"train": split, "val": len(ids) - split}}
 
-    meta = prepare_once(folder / "prepared-char", expected, build)
-    prepared = folder / "prepared-char"
+    prepared = data_root(root) / "shakespeare" / "prepared-char"
+    return prepared, prepare_once(prepared, expected, build)
+
+
+def shakespeare(context: int = 128, root: str | None = None, source: str | None = None,
+                **unused: object) -> TokenDataset:
+    prepared, meta = prepare_shakespeare(root, source)
     train = np.memmap(prepared / "train.bin", dtype=np.uint16, mode="r")
     val = np.memmap(prepared / "val.bin", dtype=np.uint16, mode="r")
     return TokenDataset("shakespeare", train, val, vocab_size=meta["vocab_size"], context=context, meta=meta)

@@ -13,8 +13,11 @@ import hashlib
 import json
 import os
 import shutil
+import socket
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
 
 from filelock import FileLock
@@ -23,6 +26,51 @@ from .. import atomic
 
 REPO_DATA = Path(__file__).resolve().parents[2] / "data"
 FULL_CHECKSUM_LIMIT = 512 * 2**20  # bigger files are checked by size only on load (a full hash takes minutes)
+# Offline, a connection attempt ends within this many seconds (a silent firewall would otherwise hold it for
+# minutes); it also bounds each read of a download.
+NETWORK_TIMEOUT_S = 10.0
+
+
+class DataUnavailable(Exception):
+    """Data that is not here and cannot be fetched or loaded. Its message is one line: what is missing,
+    where it was looked for, and how to make it available."""
+
+
+def cause_text(error: BaseException, innermost: bool = False, limit: int = 200) -> str:
+    """``Type: first line of its message``, shortened: library errors can run over many lines. ``innermost``:
+    of the error at the root of its chain (a network library wraps "Name or service not known" three times)."""
+    for _ in range(20 if innermost else 0):  # bounded: a chain can loop
+        inner = error.__cause__ or error.__context__
+        if inner is None:
+            break
+        error = inner
+    lines = str(error).strip().splitlines()
+    text = f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def unavailable(dataset: str, missing: str, cause: BaseException | str, fix: str | None = None) -> DataUnavailable:
+    """``data=<dataset>: <missing> (<cause>); <fix>``; the default fix names the three ways to get the data."""
+    reason = cause if isinstance(cause, str) else cause_text(cause)
+    fix = fix or (f"put it there, point data.root or $MODULA_DATA at a folder that has it, or run "
+                  f"`python scripts/prepare_data.py {dataset}` on a machine with internet access and copy its "
+                  f"data.root here")
+    return DataUnavailable(f"data={dataset}: {missing} ({reason}); {fix}")
+
+
+def reachable(url: str, timeout: float = NETWORK_TIMEOUT_S) -> bool:
+    """Whether a TCP connection to ``url``'s host (or to the proxy the environment names for it) opens within
+    ``timeout``: a cheap look before a library that, offline, retries for half a minute."""
+    parts = urllib.parse.urlsplit(url)
+    proxy = urllib.request.getproxies().get(parts.scheme)
+    if proxy and not urllib.request.proxy_bypass(parts.hostname or ""):
+        parts = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parts.hostname, port), timeout=timeout):
+            return True
+    except (OSError, ValueError):
+        return False
 
 
 def data_root(root: str | os.PathLike | None = None) -> Path:
@@ -89,24 +137,23 @@ def prepare_once(folder: Path, expected: dict, build: Callable[[Path], dict]) ->
         return meta
 
 
-def fetch(url: str, destination: Path, prepare_hint: str) -> Path:
-    """Download ``url`` to ``destination`` unless present; on failure say where to put the file."""
+def fetch(url: str, destination: Path, dataset: str, missing: str | None = None) -> Path:
+    """Download ``url`` to ``destination`` unless present; ``DataUnavailable`` when it cannot be had.
+    ``missing`` says what is missing, when more than ``destination`` (e.g. an archive's extracted folder)."""
     if destination.is_file():
         return destination
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(destination) + ".lock"):
-        if destination.is_file():
-            return destination
-        tmp = destination.with_name(destination.name + ".part")
-        try:
-            with urllib.request.urlopen(url, timeout=60) as response, open(tmp, "wb") as out:
-                shutil.copyfileobj(response, out)
-        except OSError as error:
+    tmp = destination.with_name(destination.name + ".part")
+    try:
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(destination) + ".lock"):
+            if not destination.is_file():  # another job may have fetched it while we waited
+                with urllib.request.urlopen(url, timeout=NETWORK_TIMEOUT_S) as response, open(tmp, "wb") as out:
+                    shutil.copyfileobj(response, out)
+                tmp.rename(destination)
+    except OSError as error:  # no network, a timeout, a read-only data root
+        with suppress(OSError):
             tmp.unlink(missing_ok=True)
-            raise FileNotFoundError(
-                f"{destination} is missing and could not be downloaded from {url} ({error}). "
-                f"Put the file there by hand (or point data.root / $MODULA_DATA at a folder that has it), "
-                f"or run `{prepare_hint}` on a machine with internet access."
-            ) from error
-        tmp.rename(destination)
+        what = missing or f"{destination} is missing"
+        raise unavailable(dataset, f"{what} and could not be downloaded from {url}",
+                          cause_text(error, innermost=True)) from error
     return destination

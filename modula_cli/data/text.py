@@ -8,12 +8,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import urllib.parse
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 
 from .base import TokenDataset
-from .storage import data_root, prepare_once
+from .storage import DataUnavailable, cause_text, data_root, prepare_once, reachable
 from .tokenizers import get_tokenizer
 
 LOCAL_FORMATS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".txt": "text"}
@@ -38,40 +42,82 @@ def text_source_problem(source: str | None = None, **unused: object) -> str | No
     return None
 
 
-def _load_splits(source: str, has_validation: bool, holdout: float, max_docs: int | None):
-    """Return {'train': Dataset, 'val': Dataset} with a ``text`` column."""
+def _local_splits(name: str, folder: Path, has_validation: bool) -> dict[str, list[str]]:
+    """The files of each split in a local source folder (``DataUnavailable`` when a split has none)."""
+    splits = {"train": _local_files(folder, "train")}
+    if has_validation:
+        splits["validation"] = _local_files(folder, "validation")
+    missing = [s for s, files in splits.items() if not files]
+    if missing:
+        raise DataUnavailable(f"data={name}: {folder} has no {' or '.join(missing)} file; put train.* (and "
+                              f"validation.* where the dataset has one) with a suffix in {sorted(LOCAL_FORMATS)} "
+                              f"there, or set data.source to a folder that has them")
+    return splits
+
+
+def _load_local(splits: dict[str, list[str]]):
     import datasets
 
-    folder = local_source(source)
-    if folder is not None:
-        splits = {"train": _local_files(folder, "train")}
-        if has_validation:
-            splits["validation"] = _local_files(folder, "validation")
-        missing = [s for s, files in splits.items() if not files]
-        if missing:
-            raise FileNotFoundError(f"{folder} has no {' or '.join(missing)} file; expected "
-                                    f"train.* (and validation.* where the dataset has one) with a suffix in "
-                                    f"{sorted(LOCAL_FORMATS)}")
-        suffixes = {Path(f).suffix for files in splits.values() for f in files}
-        if len({LOCAL_FORMATS[s] for s in suffixes}) != 1:
-            raise ValueError(f"{folder}: mix of file formats {sorted(suffixes)}; use one format per folder")
-        builder = LOCAL_FORMATS[suffixes.pop()]
-        # Plain text: one document per blank-line-separated paragraph.
-        extra = {"sample_by": "paragraph"} if builder == "text" else {}
-        loaded = datasets.load_dataset(builder, data_files=splits, **extra)
-        if builder == "text":  # separators are not part of a document
-            loaded = loaded.map(lambda b: {"text": [t.strip() for t in b["text"]]}, batched=True)
-            loaded = loaded.filter(lambda b: [bool(t) for t in b["text"]], batched=True)
-    else:
-        try:
-            loaded = datasets.load_dataset(source)
-        except Exception as error:
-            raise FileNotFoundError(
-                f"could not load the hub dataset {source!r} ({type(error).__name__}: {error}). Offline "
-                f"(HF_DATASETS_OFFLINE=1 or no network)? Prepare it on a machine with internet access with "
-                f"`python scripts/prepare_data.py <dataset>` and share data.root, or point data.source at a local "
-                f"folder with train.* files."
-            ) from error
+    suffixes = {Path(f).suffix for files in splits.values() for f in files}
+    if len({LOCAL_FORMATS[s] for s in suffixes}) != 1:
+        raise ValueError(f"mix of file formats {sorted(suffixes)} in {Path(splits['train'][0]).parent}; use one "
+                         f"format per folder")
+    builder = LOCAL_FORMATS[suffixes.pop()]
+    # Plain text: one document per blank-line-separated paragraph.
+    extra = {"sample_by": "paragraph"} if builder == "text" else {}
+    loaded = datasets.load_dataset(builder, data_files=splits, **extra)
+    if builder == "text":  # separators are not part of a document
+        loaded = loaded.map(lambda b: {"text": [t.strip() for t in b["text"]]}, batched=True)
+        loaded = loaded.filter(lambda b: [bool(t) for t in b["text"]], batched=True)
+    return loaded
+
+
+@contextmanager
+def _hub_offline(offline: bool) -> Iterator[None]:
+    """The HF libraries read their offline switch once, at import: set it for one load, then restore it."""
+    import datasets
+    from huggingface_hub import constants
+
+    with ExitStack() as stack:
+        if offline:
+            for module, key in ((constants, "HF_HUB_OFFLINE"), (datasets.config, "HF_HUB_OFFLINE"),
+                                (datasets.config, "HF_DATASETS_OFFLINE")):
+                if hasattr(module, key):  # which of them a version reads differs
+                    stack.enter_context(mock.patch.object(module, key, True))
+        yield
+
+
+def _load_hub(source: str):
+    """A hub dataset, from the hub or, when it cannot be reached, from the Hugging Face cache. Offline the
+    hub client retries for about 25 s and prints each retry: a short connection test goes first."""
+    import datasets
+    from huggingface_hub import constants
+
+    told = bool(constants.HF_HUB_OFFLINE or getattr(datasets.config, "HF_DATASETS_OFFLINE", False))
+    offline = told or not reachable(constants.ENDPOINT)
+    try:
+        with _hub_offline(offline):
+            return datasets.load_dataset(source)
+    except Exception as error:  # noqa: BLE001 - the hub client's errors vary by version and cause
+        reason = cause_text(error)
+        if offline:
+            why = "HF_HUB_OFFLINE is set" if told else f"{urllib.parse.urlsplit(constants.ENDPOINT).hostname} " \
+                                                       f"cannot be reached"
+            reason = f"{why} and it is not in the Hugging Face cache"
+        raise DataUnavailable(f"the hub dataset {source!r} could not be loaded ({reason})") from error
+
+
+def _unprepared(name: str, folder: Path, tokenizer: str, failure: DataUnavailable) -> DataUnavailable:
+    """The one line for a text dataset whose tokens are not prepared and cannot be: what failed, and the fixes."""
+    byte = "" if tokenizer == "byte" else " (data.tokenizer=byte downloads nothing)"
+    return DataUnavailable(f"data={name}: no prepared tokens in {folder}, and {failure}; run `python "
+                           f"scripts/prepare_data.py {name}` with the same data.* options on a machine with internet "
+                           f"access and copy its data.root here, or set data.source to a local folder of train.* / "
+                           f"validation.* files{byte}")
+
+
+def _splits(loaded, has_validation: bool, holdout: float, max_docs: int | None):
+    """{'train': Dataset, 'val': Dataset} with a ``text`` column, from the loaded source's splits."""
     train = loaded["train"]
     if has_validation:
         val = loaded["validation"]
@@ -122,27 +168,40 @@ def _prepared_sizes(name: str, default_source: str, source: str | None = None, t
         return None
 
 
-def load_text_dataset(name: str, default_source: str, has_validation: bool, context: int,
-                      source: str | None = None, tokenizer: str = "gpt2", root: str | None = None,
-                      num_proc: int = 0, max_docs: int | None = None, holdout: float = 0.0005) -> TokenDataset:
+def prepare_text(name: str, default_source: str, has_validation: bool, source: str | None = None,
+                 tokenizer: str = "gpt2", root: str | None = None, num_proc: int = 0, max_docs: int | None = None,
+                 holdout: float = 0.0005, **unused: object) -> tuple[Path, dict]:
+    """The token files of a text dataset, prepared when absent: (their folder, metadata). Neither the tokenizer
+    nor the source is touched when they are already prepared (a compute node may have neither)."""
     source = str(source or default_source)
     if problem := text_source_problem(source):
-        raise FileNotFoundError(problem)
-    enc = get_tokenizer(tokenizer)  # fail early on an unusable tokenizer
-    if enc.n_vocab > 2**16:
-        raise ValueError(f"tokenizer {tokenizer} has {enc.n_vocab} tokens; uint16 token files hold at most 65536")
+        raise DataUnavailable(f"data={name}: {problem}")
     folder = _cache_folder(name, source, tokenizer, root, max_docs, holdout)
     expected = {"dataset": name, "source": source, "tokenizer": tokenizer, "max_docs": max_docs,
                 "holdout": None if has_validation else holdout, "format": "uint16"}
     workers = num_proc or max(1, (os.cpu_count() or 2) // 2)
 
     def build(tmp: Path) -> dict:
-        splits = _load_splits(source, has_validation, holdout, max_docs)
+        local = local_source(source)
+        files = _local_splits(name, local, has_validation) if local is not None else None  # its own one line
+        try:
+            enc = get_tokenizer(tokenizer)  # first: quick to fail, where the source may take long to load
+            loaded = _load_local(files) if files else _load_hub(source)
+        except DataUnavailable as error:
+            raise _unprepared(name, folder, tokenizer, error) from error
+        if enc.n_vocab > 2**16:
+            raise ValueError(f"tokenizer {tokenizer} has {enc.n_vocab} tokens; uint16 token files hold at most 65536")
+        splits = _splits(loaded, has_validation, holdout, max_docs)
         counts = {split: _write_tokens(ds, tokenizer, tmp / f"{split}.bin", workers) for split, ds in splits.items()}
         return {"tokens": counts, "documents": {split: len(ds) for split, ds in splits.items()},
                 "vocab_size": enc.n_vocab, "eot_token": enc.eot_token}
 
-    meta = prepare_once(folder, expected, build)
+    return folder, prepare_once(folder, expected, build)
+
+
+def load_text_dataset(name: str, default_source: str, has_validation: bool, context: int,
+                      **options: object) -> TokenDataset:
+    folder, meta = prepare_text(name, default_source, has_validation, **options)
     train = np.memmap(folder / "train.bin", dtype=np.uint16, mode="r")
     val = np.memmap(folder / "val.bin", dtype=np.uint16, mode="r")
     return TokenDataset(name, train, val, vocab_size=meta["vocab_size"], context=context, meta=meta)
@@ -154,6 +213,14 @@ def tinystories_split_sizes(**options: object) -> dict[str, int] | None:
 
 def openwebtext_split_sizes(**options: object) -> dict[str, int] | None:
     return _prepared_sizes("openwebtext", OPENWEBTEXT, **options)
+
+
+def prepare_tinystories(**options: object) -> None:
+    prepare_text("tinystories", TINYSTORIES, has_validation=True, **options)
+
+
+def prepare_openwebtext(**options: object) -> None:
+    prepare_text("openwebtext", OPENWEBTEXT, has_validation=False, **options)
 
 
 def tinystories(context: int = 128, **options) -> TokenDataset:

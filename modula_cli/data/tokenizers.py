@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import functools
+from contextlib import ExitStack, suppress
+from unittest import mock
+
 import tiktoken
+
+from .storage import NETWORK_TIMEOUT_S, DataUnavailable, cause_text
 
 TOKENIZERS = ("gpt2", "byte")
 
@@ -21,12 +27,22 @@ def get_tokenizer(name: str) -> tiktoken.Encoding:
     if name == "byte":
         return byte_encoding()
     if name == "gpt2":
-        try:
-            return tiktoken.get_encoding("gpt2")
-        except Exception as error:  # tiktoken downloads its BPE files on first use
-            raise RuntimeError(
-                "the gpt2 tokenizer files could not be loaded (tiktoken fetches them on first use and caches "
-                "them in $TIKTOKEN_CACHE_DIR). Run once with internet access, copy a tiktoken cache into "
-                f"$TIKTOKEN_CACHE_DIR, or use data.tokenizer=byte for offline runs. Cause: {error}"
-            ) from error
+        return _gpt2()
     raise ValueError(f"unknown tokenizer {name!r}; allowed: {', '.join(TOKENIZERS)}")
+
+
+def _gpt2() -> tiktoken.Encoding:
+    """tiktoken downloads the BPE files on first use with ``requests.get`` and no timeout (offline behind a
+    silent firewall it would wait minutes): give that call one for the while."""
+    try:
+        with ExitStack() as stack:
+            with suppress(ImportError):  # a tiktoken that fetches otherwise goes without
+                import requests
+
+                stack.enter_context(mock.patch.object(requests, "get", functools.partial(
+                    requests.get, timeout=NETWORK_TIMEOUT_S)))
+            return tiktoken.get_encoding("gpt2")
+    except Exception as error:  # noqa: BLE001 - any failure to get the files is the same missing data
+        # A clause, not a whole line: the dataset that needs the tokenizer says what to do.
+        raise DataUnavailable(f"the gpt2 tokenizer files are neither in tiktoken's cache ($TIKTOKEN_CACHE_DIR) nor "
+                              f"downloadable ({cause_text(error, innermost=True)})") from error

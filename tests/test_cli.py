@@ -1,0 +1,175 @@
+"""The command line's front door (modula_cli/cli.py): powers of two in overrides, one-line usage errors
+instead of Hydra's, and the --help text of both programs."""
+
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+from hydra.errors import OverrideParseException
+
+from modula_cli.cli import UsageError, check_choices, parse_error, rewrite_powers, unknown_key
+from modula_cli.config import CONFIG_DIR
+from conftest import compose_config
+
+PROGRAMS = {"modula-sweep": "sweep", "modula-coord-check": "coord_check"}
+
+
+def cli(tmp_path: Path, *args: str, program: str = "modula-sweep", **env: str) -> tuple[int, str]:
+    """Run a program as its entry point does, in an empty folder; its exit status and all it printed."""
+    code = f"import sys; sys.argv[0] = {program!r}; from modula_cli.cli import {PROGRAMS[program]} as m; m()"
+    result = subprocess.run([sys.executable, "-c", code, *args], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=120, env={**os.environ, "HYDRA_FULL_ERROR": "0", **env})
+    return result.returncode, result.stdout + result.stderr
+
+
+def test_entry_points_are_the_front_door():
+    scripts = tomllib.loads((CONFIG_DIR.parent / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["modula-sweep"] == "modula_cli.cli:sweep"
+    assert scripts["modula-coord-check"] == "modula_cli.cli:coord_check"
+
+
+# --- powers of two ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("arg", "expected"), [
+    ("optim.lr=2^-3", "optim.lr=0.125"),
+    ("optim.lr=2^-6,2^-5,2^-4", "optim.lr=0.015625,0.03125,0.0625"),
+    ("optim.lr=[2^-3,2^-2]", "optim.lr=[0.125,0.25]"),
+    ("+optim.eps=10^-8", "+optim.eps=1e-08"),
+    ("arch.width=2^5", "arch.width=32.0"),
+    ("optim.lr=0.5^2", "optim.lr=0.25"),
+    ("optim.lr=range(2^-3,2^0)", "optim.lr=range(0.125,1.0)"),
+    ("logger.name='run 2^-3'", "logger.name='run 2^-3'"),  # quoted text stays text
+    ("logger.name=a2^3", "logger.name=a2^3"),  # not a number
+    ("optim.lr=2^0.5", "optim.lr=2^0.5"),  # not an integer exponent: left to Hydra's parser
+    ("--config-dir=a2^3", "--config-dir=a2^3"),
+    ("sweep=quick", "sweep=quick"),
+])
+def test_powers_are_rewritten_to_floats(arg, expected):
+    assert rewrite_powers(["-m", arg, "configs/2^3"]) == ["-m", expected, "configs/2^3"]
+
+
+def test_powers_reach_the_config_as_floats(tmp_path):
+    status, out = cli(tmp_path, "--cfg", "job", "-p", "optim", "optim.lr=2^-3", "optim.eps=10^-8")
+    assert status == 0, out
+    optim = yaml.safe_load(out)
+    assert optim["lr"] == 0.125 and optim["eps"] == 1e-8
+    assert not (tmp_path / "outputs").exists()
+
+
+# --- usage errors in one line -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["train.stepz=5"], "modula-sweep: unknown key train.stepz; did you mean train.steps?"),
+    (["sweep=quick", "arch.widht=32,64"], "modula-sweep: unknown key arch.widht; did you mean arch.width?"),
+    (["-m", "arch.widht=32,64"], "modula-sweep: unknown key arch.widht; did you mean arch.width?"),
+    (["data=shakespear"], "modula-sweep: data=shakespear is not an option; did you mean data=shakespeare? "
+                          "(options: cifar10, openwebtext, shakespeare, tinystories)"),
+    (["experiment=paper/fig1_widht"], "modula-sweep: experiment=paper/fig1_widht is not an option; did you "
+                                      "mean experiment=paper/fig1_width?"),
+    (["optim.lr=2^-6,2^-5"], "modula-sweep: optim.lr=0.015625,0.03125 gives several values: add -m"),
+])
+def test_a_bad_command_line_gets_one_line_and_no_run_folder(tmp_path, args, message):
+    status, out = cli(tmp_path, *args)
+    assert status == 2, out
+    assert out.strip() == message or (out.startswith(message) and len(out.strip().splitlines()) == 1), out
+    assert "Traceback" not in out and "Hydra" not in out
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_an_unparsable_argument_says_how_to_quote_it(tmp_path):
+    status, out = cli(tmp_path, "optim.lr=a#b")
+    assert status == 2
+    assert out.splitlines() == [
+        "modula-sweep: cannot parse the argument optim.lr=a#b: unexpected character '#'",
+        "  write key=value; to pass a value with such characters as text, quote it: 'optim.lr=\"a#b\"'"]
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_hydra_full_error_shows_hydras_own_report(tmp_path):
+    status, out = cli(tmp_path, "train.stepz=5", HYDRA_FULL_ERROR="1")
+    assert status == 1 and "Traceback" in out and "Could not override 'train.stepz'" in out
+
+
+def test_the_coordinate_check_reports_under_its_own_name(tmp_path):
+    status, out = cli(tmp_path, "coord.axiss=depth", program="modula-coord-check")
+    assert status == 2
+    assert out.strip() == "modula-coord-check: unknown key coord.axiss; did you mean coord.axis?"
+    assert not (tmp_path / "outputs").exists()
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("optim=adamm", "optim=adamm is not an option; did you mean optim=adam? (options: adam, sgd)"),
+    ("sweep=quik", "sweep=quik is not an option; did you mean sweep=quick?"),
+    ("+experiment=paper/_paper_trian", "is not an option (26 options: see --help)"),  # hidden: not offered
+    ("arch=gpt,resmlpp", "arch=resmlpp is not an option; did you mean arch=resmlp?"),
+    ("data=shakespeare,cifar100", "data=cifar100 is not an option; did you mean data=cifar10?"),
+])
+def test_group_options_are_checked_before_hydra(override, message):
+    with pytest.raises(UsageError) as caught:
+        check_choices(["optim.lr=0.1", override], [CONFIG_DIR])
+    assert message in caught.value.message and "_paper_train" not in caught.value.message
+
+
+def test_existing_options_pass():
+    check_choices(["arch=gpt,resmlp", "experiment=paper/_paper_train", "experiment=null", "optim.lr=0.1",
+                   "data=glob(*)", "~experiment"], [CONFIG_DIR])
+
+
+def test_unknown_keys_are_matched_among_their_neighbours():
+    cfg = compose_config()
+    assert unknown_key("tran.steps", cfg) == "unknown key tran.steps; did you mean train.steps?"
+    assert unknown_key("stepz", cfg) == "unknown key stepz; did you mean train.steps?"  # the group left out
+    assert unknown_key("train.xyz", cfg).startswith("unknown key train.xyz; known in train: steps, batch_size")
+
+
+def test_parse_errors_name_the_argument():
+    error = OverrideParseException("optim.lr=[1,2", "no viable alternative at input '[1,2'\nSee https://hydra.cc")
+    assert parse_error(error).splitlines()[0] == \
+        "cannot parse the argument optim.lr=[1,2: no viable alternative at input '[1,2'"
+
+
+# --- --help -----------------------------------------------------------------------------------------------
+
+def listed_groups(help_text: str) -> dict[str, set[str]]:
+    """The "Config groups" block of the help: a group's name then its options, continued on indented lines."""
+    block = help_text.split("Config groups (group=option):\n")[1].split("\n\n")[0]
+    groups: dict[str, set[str]] = {}
+    for line in block.splitlines():
+        if not line[2].isspace():
+            group, _, line = line.strip().partition(" ")
+        groups.setdefault(group, set()).update(o.strip() for o in line.split(",") if o.strip())
+    return groups
+
+
+def config_files() -> dict[str, set[str]]:
+    """What the help should list: every group's config files but `_…` ones, and Hydra's launchers."""
+    files = {p.relative_to(CONFIG_DIR) for p in CONFIG_DIR.glob("*/**/*.yaml")}
+    groups: dict[str, set[str]] = {}
+    for path in files:
+        group, option = path.parts[0], path.relative_to(path.parts[0]).with_suffix("").as_posix()
+        if path.parts[:2] == ("hydra", "launcher"):
+            group, option = "hydra/launcher", path.stem
+        elif group == "hydra":
+            continue
+        if not any(part.startswith("_") for part in option.split("/")):
+            groups.setdefault(group, set()).add(option)
+    return groups
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_help_describes_the_program_and_lists_every_option(tmp_path, program):
+    status, out = cli(tmp_path, "--help", program=program)
+    assert status == 0, out
+    assert out.startswith(f"{program}: ") and len(out.splitlines()) <= 45
+    assert "powered by Hydra" not in out and "_paper_train" not in out
+    assert listed_groups(out) == config_files()
+    assert "--cfg job" in out and "README.md" in out and "outputs/" in out
+    examples = ["modula-sweep sweep=quick", "modula-coord-check"] if program == "modula-coord-check" else [
+        "modula-sweep sweep=quick  ", "modula-sweep sweep=quick train.seed=0,1,2 sweep.pack=true",
+        "modula-sweep optim=sgd", "modula-sweep-report DIR", "-m "]
+    assert all(example in out for example in examples), out
+    assert not (tmp_path / "outputs").exists()

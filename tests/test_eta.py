@@ -1,0 +1,64 @@
+"""The time-left estimate of a sweep uses the runs' sizes, checked on run times measured on this project's
+2-core CPU: the quick sweep (one run per LR) and a packed three-seed width sweep (one job per width)."""
+
+import pytest
+
+from modula_cli.eta import coefficients, time_left
+from modula_cli.sweep import _time_left
+
+GRID = 9  # LRs per width, as in the quick sweep
+QUICK = {32: 13.0, 64: 20.0, 128: 55.0}  # seconds per run, `modula-sweep sweep=quick`, widths 4× apart
+PACKED = {32: 57.0, 64: 91.0, 128: 308.0, 256: 1142.0}  # experiment=small/gpt_width (docs/results)
+
+
+def runs(width, count=GRID, steps=400, context=64):
+    return [{"width": width, "depth": 3, "context": context, "batch_size": 32, "steps": steps}] * count
+
+
+def truth(measured, widths):
+    return sum(GRID * measured[w] for w in widths)
+
+
+@pytest.mark.parametrize("measured", [QUICK, PACKED])
+def test_the_rest_of_a_width_sweep_from_its_smallest_width(measured):
+    widths = sorted(measured)
+    trained = [(knobs, measured[widths[0]]) for knobs in runs(widths[0])]
+    left = time_left(trained, [k for w in widths[1:] for k in runs(w)], elapsed=GRID * measured[widths[0]])
+    assert left == pytest.approx(truth(measured, widths[1:]), rel=0.16)
+    flat = GRID * measured[widths[0]] * (len(widths) - 1)  # the old estimate: mean time so far × runs left
+    assert truth(measured, widths[1:]) / flat > 2.3  # which was 2.3–4× too low
+
+
+@pytest.mark.parametrize("measured, tolerance", [(QUICK, 0.13), (PACKED, 0.32)])
+def test_fitted_once_two_widths_have_run(measured, tolerance):
+    widths = sorted(measured)
+    trained = [(knobs, measured[w]) for w in widths[:2] for knobs in runs(w)]
+    left = time_left(trained, [k for w in widths[2:] for k in runs(w)], elapsed=truth(measured, widths[:2]))
+    assert left == pytest.approx(truth(measured, widths[2:]), rel=tolerance)
+
+
+def test_exact_when_times_follow_the_model():
+    a, b = 0.02, 3e-9
+    seconds = {w: a * 400 * 3 + b * 400 * 3 * 32 * 64 * w**2 for w in (32, 64, 128, 512)}
+    trained = [(k, seconds[w]) for w in (32, 128) for k in runs(w, 2)]
+    assert coefficients(trained) == pytest.approx((a, b))
+    assert time_left(trained, runs(512, 3), elapsed=sum(s for _, s in trained)) == pytest.approx(3 * seconds[512])
+
+
+def test_pace_folds_in_overheads_and_parallel_jobs():
+    trained = [(knobs, 10.0) for knobs in runs(32, 4)]
+    alone = time_left(trained, runs(32, 4), elapsed=40.0)
+    two_jobs = time_left(trained, runs(32, 4), elapsed=20.0)
+    assert alone == pytest.approx(40.0) and two_jobs == pytest.approx(20.0)
+    assert time_left([], runs(32), 5.0) is None and time_left(trained, [], 40.0) == 0.0
+
+
+def test_progress_line_counts_packed_members_and_ignores_earlier_launches():
+    planned = {f"w{w}_{i}": runs(w, 1)[0] for w in (32, 128) for i in range(3)}
+    summaries = {name: None for name in planned}
+    for i in range(3):  # this launch trained width 32 as one packed run of 3 members: 30 s in all
+        summaries[f"w32_{i}"] = {**planned[f"w32_{i}"], "status": "completed", "launch": "L", "wall_time_s": 30.0,
+                                 "packed_with": 3}
+    summaries["w128_0"] = {**planned["w128_0"], "status": "completed", "launch": "earlier", "wall_time_s": 1.0}
+    # two width-128 runs left; each: the 75 % overhead as at width 32, the 25 % FLOP part 16× larger
+    assert _time_left(planned, summaries, "L", elapsed=30.0) == pytest.approx(2 * 10.0 * (0.75 + 0.25 * 16))

@@ -1,0 +1,135 @@
+"""The report never pools different experiments: one series per experiment, a seed counted once, every
+output file agreeing with the others, intervals inside their grid."""
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import TINY_TRAIN
+from modula_cli.report import experiment_labels, write_report
+from modula_cli.results import GROUP, collect
+
+LRS = "optim.lr=0.05,0.1,0.2"
+
+
+def quick_cli(tmp_path, sweep_dir, *overrides):
+    """The main command (sweep=quick) at toy sizes, into one fixed sweep folder."""
+    base = ["sweep=quick", "arch.width=8,16", "arch.depth=1", "arch.heads=2", f"data.root={tmp_path / 'data'}",
+            "data.context=8", *TINY_TRAIN, f"hydra.sweep.dir={sweep_dir}"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    result = subprocess.run([sys.executable, "-m", "modula_cli.train", *base, *overrides], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    return result
+
+
+def comparable(frame: pd.DataFrame) -> pd.DataFrame:
+    """A report table without the label that only a shared folder needs, in a fixed order."""
+    frame = frame.drop(columns=["setting"]).sort_values([c for c in ("scale", "lr") if c in frame]).reset_index(
+        drop=True)
+    return frame
+
+
+@pytest.mark.slow
+def test_two_experiments_in_one_folder_are_two_series_with_their_own_numbers(tiny_text_root):
+    tmp = tiny_text_root.parent
+    pooled = tmp / "sweep"
+    # the user's sequence: the main command, then a shorter packed run with two seeds into the same folder
+    quick_cli(tmp, pooled, LRS, "train.steps=8")
+    second = quick_cli(tmp, pooled, "train.seed=0,1", "sweep.pack=true", LRS, "train.steps=4")
+    assert "steps=4" in second.stdout and "steps=8" in second.stdout and "2 series" in second.stdout
+
+    curves = pd.read_csv(pooled / "curves.csv")
+    optimal = pd.read_csv(pooled / "optimal_lr.csv")
+    transfer = pd.read_csv(pooled / "transfer.csv")
+    assert sorted(transfer["setting"]) == ["steps=4", "steps=8"]
+    seeds = {"steps=4": 2, "steps=8": 1}
+    for setting, count in seeds.items():  # no seed counted twice, none borrowed from the other experiment
+        assert set(curves.loc[curves["setting"] == setting, "seeds"]) == {count}
+        assert set(optimal.loc[optimal["setting"] == setting, "seeds"]) == {count}
+        assert transfer.loc[transfer["setting"] == setting, "seeds"].item() == count
+    # curves.csv and optimal_lr.csv agree: the best grid LR is the argmin of the mean curve
+    for row in optimal.itertuples():
+        points = curves[(curves["setting"] == row.setting) & (curves["scale"] == row.scale)]
+        assert row.optimal_lr == points.loc[points["mean"].idxmin(), "lr"]
+        assert row.train_loss == pytest.approx(points["mean"].min())
+    # intervals never leave the grid they were fitted on
+    grid = np.log2([0.05, 0.2])
+    for column in ("log2_optimal_lr_low", "log2_optimal_lr_high", "log2_optimal_lr_fit"):
+        values = optimal[column].dropna()
+        assert ((values >= grid[0] - 1e-9) & (values <= grid[1] + 1e-9)).all(), column
+
+    # each experiment's runs in a folder of their own give exactly the same numbers
+    for setting, steps in (("steps=4", 4), ("steps=8", 8)):
+        alone = tmp / f"alone_{steps}"
+        alone.mkdir()
+        for run in pooled.iterdir():
+            summary = run / "summary.json"
+            if summary.exists() and json.loads(summary.read_text())["settings"]["train.steps"] == steps:
+                shutil.copytree(run, alone / run.name)
+        write_report(alone, quiet=True)
+        for name in ("curves", "optimal_lr", "transfer"):
+            own = pd.read_csv(alone / f"{name}.csv", keep_default_na=False, na_values=[""])
+            shared = pd.read_csv(pooled / f"{name}.csv")
+            assert own["setting"].isna().all()  # alone, nothing to tell it apart from
+            pd.testing.assert_frame_equal(comparable(own), comparable(shared[shared["setting"] == setting]),
+                                          check_dtype=False)
+
+
+def summary(run_dir, status="completed", loss=2.0, **settings):
+    """A finished run as the trainer records it (only what the report reads)."""
+    base = {"arch.name": "gpt", "data.name": "shakespeare", "optim.name": "adam", "optim.mode": "normed",
+            "arch.width": 32, "train.steps": 400, "optim.beta1": 0.9}
+    base.update(settings)
+    record = {"status": status, "train_loss": loss, "arch": "gpt", "data": "shakespeare", "optimizer": "adam",
+              "mode": "normed", "width": base["arch.width"], "steps": base["train.steps"], "lr": 0.25, "seed": 0,
+              "settings": base}
+    run_dir.mkdir(parents=True)
+    (run_dir / "summary.json").write_text(json.dumps(record))
+
+
+def test_series_names_say_how_experiments_differ_and_ignore_the_scale(tmp_path):
+    summary(tmp_path / "a", **{"arch.width": 32})
+    summary(tmp_path / "b", **{"arch.width": 64})
+    frame = collect(tmp_path)
+    assert set(experiment_labels(frame, "width")) == {""}  # only the scale differs: one series
+    summary(tmp_path / "c", **{"arch.width": 64, "optim.beta1": 0.95, "train.steps": 100})
+    frame = collect(tmp_path).set_index("run", drop=False)
+    labels = experiment_labels(frame, "width")
+    assert labels["a"] == labels["b"] == "beta1=0.9, steps=400" and labels["c"] == "beta1=0.95, steps=100"
+
+
+def test_a_run_planned_by_an_earlier_version_joins_by_its_knobs(tmp_path):
+    summary(tmp_path / "done", **{"arch.width": 32})
+    manifest = {"runs": {"old": {"arch": "gpt", "data": "shakespeare", "optimizer": "adam", "mode": "normed",
+                                 "width": 64, "steps": 400, "lr": 0.25, "seed": 0}}, "launches": {}}
+    (tmp_path / "sweep.json").write_text(json.dumps(manifest))
+    frame = collect(tmp_path)
+    assert set(experiment_labels(frame, "width")) == {""}  # beta1 unknown for "old": not a difference
+
+
+def test_report_of_a_sweep_with_one_finished_point_gives_no_shift(tmp_path, capsys):
+    for width, status in ((32, "completed"), (64, "running")):
+        for lr in (0.125, 0.25, 0.5):
+            run = tmp_path / f"w{width}_lr{lr}"
+            summary(run, status=status, loss=2 + abs(math.log2(lr) + 2) / 10, **{"arch.width": width})
+            record = json.loads((run / "summary.json").read_text())
+            (run / "summary.json").write_text(json.dumps({**record, "lr": lr}))
+    transfer = write_report(tmp_path)["transfer"]
+    assert math.isnan(transfer["shift_log2"].item())
+    assert transfer["incomplete"].item() == "width 64: 0 of 3 runs finished"
+    assert "no shift yet" in capsys.readouterr().out
+
+
+def test_results_table_is_sorted_by_numbers(tmp_path):
+    for width in (128, 32, 64):
+        summary(tmp_path / f"lr=0.25,width={width}", **{"arch.width": width})
+    results = write_report(tmp_path, quiet=True)["results"]
+    assert list(results["width"]) == [32, 64, 128] and list(GROUP) == [*GROUP[:4], "setting"]

@@ -1,0 +1,51 @@
+"""CPU threads per process: all free cores for one run, shared when a local launcher runs several."""
+
+import os
+
+import torch
+
+from modula_cli import threads
+from modula_cli.threads import auto_threads, configure_threads, threads_problem
+
+
+def test_auto_takes_the_free_cores_and_shares_them_between_parallel_jobs():
+    assert auto_threads(1, cores=8, busy=0.0) == 8
+    assert auto_threads(4, cores=8, busy=0.0) == 2
+    assert auto_threads(1, cores=2, busy=1.2) == 1  # a busy 2-core box: one thread, not two fighting
+    assert auto_threads(1, cores=2, busy=6.0) == 1 and auto_threads(3, cores=2, busy=0.0) == 1  # never 0
+    assert auto_threads(1, cores=16, busy=3.6) == 12
+
+
+def test_explicit_count_and_user_environment_win(monkeypatch):
+    before = torch.get_num_threads()
+    monkeypatch.setattr(threads, "_CHOSEN", {})
+    try:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+        assert configure_threads(1) == 1 and torch.get_num_threads() == 1
+        monkeypatch.setenv("OMP_NUM_THREADS", "1")
+        assert configure_threads("auto") == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_bad_values_are_named():
+    assert threads_problem("auto") is None and threads_problem(3) is None
+    assert threads_problem(0) == "train.threads=0; allowed: auto, or an integer >= 1"
+    assert "allowed" in threads_problem("many")
+
+
+def test_busy_cores_sees_a_process_spinning_on_our_cores():
+    import subprocess
+    import sys
+    import time
+
+    cpus = sorted(os.sched_getaffinity(0))
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        os.sched_setaffinity(spinner.pid, {cpus[0]})
+        time.sleep(0.3)  # the interpreter is up and spinning
+        busy = threads.busy_cores(window_s=0.5)
+    finally:
+        spinner.kill()
+        spinner.wait()
+    assert 0.7 <= busy <= len(cpus) + 0.05  # at least the spinner's core, never more than ours
