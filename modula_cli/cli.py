@@ -66,6 +66,8 @@ class UsageError(SystemExit):
 
 def _power(match: re.Match[str]) -> str:
     try:
+        if match[1].isdigit() and int(match[2]) >= 0:  # arch.width=2^7 is the integer 128, as if typed
+            return str(int(match[1]) ** int(match[2]))
         return repr(float(match[1]) ** int(match[2]))
     except (OverflowError, ZeroDivisionError):
         return match[0]  # left for Hydra's parser to reject, with our parse message

@@ -352,13 +352,12 @@ def _batch_and_networks(cfg: DictConfig, settings: CoordSettings, plan: list, de
         -> tuple[torch.Tensor, torch.Tensor, dict[int, Module]]:
     """The fixed batch and one network per scale. Raises DataUnavailable or ModelError before any file
     is written: every network is built (and a user's checked) before any point is measured."""
-    data_options = {k: v for k, v in OmegaConf.to_container(cfg.data, resolve=True).items()
-                    if k not in ("name", "max_context")}
-    data = build_dataset(cfg.data.name, **data_options)
+    data = build_dataset(cfg.data.name, **OmegaConf.to_container(cfg.data, resolve=True))
     x, y = data.train_batch(0, settings.batch_size, seed=cfg.train.seed, device=device)
     nets: dict[int, Module] = {}
     for _, scale, point in plan:
-        nets[scale] = nets.get(scale) or build_model(point.arch, data)
+        if scale not in nets:
+            nets[scale] = build_model(point.arch, data)
     return x, y, nets
 
 

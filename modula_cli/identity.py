@@ -78,14 +78,21 @@ def _value_text(key: str, value: str) -> str:
         items = [_value_text(key, v.strip()) for v in value[1:-1].split(",") if v.strip()]
         if len(items) <= 3:
             return "+".join(items)
-        ends = [f"{float(v):.3g}" if key == "optim.lr" else v for v in (items[0], items[-1])]
-        return f"{ends[0]}..{ends[1]}x{len(items)}"
+        ends = [_short_number(v) for v in (items[0], items[-1])]
+        return f"{ends[0]}..{ends[1]}x{len(items)}-{_digest(items, 3)}"  # the hash: lists with the same ends
     if key == "optim.lr":
         try:
             return repr(float(value))  # 1e-3 and 0.001 are one run
         except ValueError:
             pass
     return value.replace("/", "_")
+
+
+def _short_number(value: str) -> str:
+    try:
+        return f"{float(value):.3g}"
+    except ValueError:
+        return value
 
 
 def run_name(task_overrides: list[str]) -> str:

@@ -9,6 +9,7 @@ import os
 import socket
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
 
 from filelock import FileLock, Timeout
@@ -68,3 +69,14 @@ class RunLocks:
             for lock in reversed(self._locks):
                 lock.release()
             self.held = False
+
+    def discard(self) -> None:
+        """Release, and remove what holding left behind (a run that wrote nothing leaves no files)."""
+        if not self.held:
+            return
+        self.release()
+        for folder in self.run_dirs:
+            for name in (OWNER_FILE, LOCK_FILE):
+                (folder / name).unlink(missing_ok=True)
+            with suppress(OSError):
+                folder.rmdir()  # only when empty

@@ -128,9 +128,10 @@ def wandb_mode(requested: str | None, sweep_dir: Path | None) -> str:
 
 
 def wandb_settings(wandb: Any) -> Any:
-    """wandb's settings for our runs: silent (its banner and its ~25-line history and summary at every run's
-    end would bury a sweep's output; ``wandb_location`` says in one line where a run goes instead), and a
-    bounded wait for the server. Its warnings and errors still show."""
+    """wandb's settings for our runs: silent (its banner, its 3-line offline notice and its ~25-line history
+    and summary at every run's end would bury a sweep's output; ``wandb_location`` says in one line where a
+    run goes instead), and a bounded wait for the server. Silent also hides wandb's own warnings; its failures
+    reach us as exceptions, each logged as one warning (a wandb error never stops training)."""
     return wandb.Settings(init_timeout=INIT_TIMEOUT_S, silent=True)
 
 

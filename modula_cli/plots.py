@@ -72,9 +72,8 @@ def _plain_ticks(axis, values) -> None:
 
 
 def _incomplete(curves: pd.DataFrame, scale) -> bool:
-    """A scale point with runs not yet finished (pending, running, interrupted, failed)."""
-    points = _at(curves, scale)
-    return bool((points["missing"] + points["failed"]).sum() > 0)
+    """A scale point whose runs have not all finished (``complete`` in curves.csv, from the report)."""
+    return not bool(_at(curves, scale)["complete"].all())
 
 
 def plot_transfer(table: pd.DataFrame, optimal: pd.DataFrame, metric: str, knob: str | None, path: Path) -> None:
@@ -181,7 +180,8 @@ def _plot_tuned(ax, curves: pd.DataFrame, best: pd.DataFrame, key: tuple, metric
     """The mean metric against scale at the smallest scale's best grid LR; × where it diverged there."""
     if best.empty:
         return []
-    tuned = best.loc[best["scale"].idxmin(), "optimal_lr"]
+    ready = best[best["complete"]] if best["complete"].any() else best  # as the transfer table: finished points
+    tuned = ready.loc[ready["scale"].idxmin(), "optimal_lr"]
     points = curves[curves["lr"] == tuned].sort_values("scale")
     clean = points[(points["diverged"] == 0) & points["mean"].notna()]
     ax.errorbar(clean["scale"], clean["mean"], yerr=clean["std"].fillna(0), fmt=style, marker="o", markersize=4,

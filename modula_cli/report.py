@@ -28,6 +28,7 @@ import logging
 import math
 import sys
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -98,7 +99,7 @@ def experiment_labels(frame: pd.DataFrame, knob: str | None) -> pd.Series:
         known = {i: _settings_of(series.loc[i]) for i in series.index}
         keys = sorted({k for settings, _ in known.values() for k in settings} - ignored)
         # absent from a complete record: the setting was at its default before it existed (identity.py)
-        values = {i: {k: settings.get(k, "-" if full or k in KNOB_KEYS.values() else UNKNOWN) for k in keys}
+        values = {i: {k: settings.get(k, "-" if full else UNKNOWN) for k in keys}
                   for i, (settings, full) in known.items()}
         varying = [k for k in keys if len({_comparable(v[k]) for v in values.values() if v[k] is not UNKNOWN}) > 1]
         short = short_keys(varying)
@@ -122,7 +123,8 @@ def one_row_per_run(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per (series, knobs, LR, seed): the same run can sit in two folders (``lr=0.25`` from a
     single-seed launch and ``lr=0.25,seed=0`` from a seeded one). A finished row is kept over others."""
     rank = frame["status"].map({COMPLETED: 0, DIVERGED: 1}).fillna(2)
-    keys = [*GROUP, *KNOBS, "lr", "seed"]
+    knob = scale_knob(frame)  # the series label holds every other setting
+    keys = [*GROUP, *([knob] if knob else []), "lr", "seed"]
     kept = frame.assign(_rank=rank).sort_values(["_rank", "run"]).drop_duplicates(keys).drop(columns="_rank")
     if len(kept) < len(frame):
         log.warning("%d runs repeat another run's settings and seed (e.g. folders with and without an explicit "
@@ -162,27 +164,52 @@ def _point_rng(key: tuple, scale: Any) -> np.random.Generator:
     return np.random.default_rng(zlib.crc32(f"{arch}|{data}|{optimizer}|{mode}|{where}".encode()))
 
 
-def progress(frame: pd.DataFrame) -> dict[tuple, tuple[int, int]]:
-    """Per (*series, scale): runs finished (completed or diverged) and runs known (planned or started). A point
-    with fewer finished than known is incomplete: pending, running, interrupted or failed runs."""
-    return {(*key, scale): (int(group["status"].isin(FINISHED).sum()), len(group))
+@dataclass(frozen=True)
+class Progress:
+    """How far one scale point is: runs finished (completed or diverged) of the runs known there (planned or
+    started), and how many of the others failed. (An LR that other scale points have and this one lacks does
+    not make it incomplete: it was never planned here; an optimum at the edge of its LRs is flagged as such.)"""
+
+    finished: int
+    known: int
+    failed: int
+
+    @property
+    def complete(self) -> bool:
+        return self.finished == self.known
+
+    def text(self) -> str:
+        """``"8 of 9 runs finished (1 failed: a relaunch retries it)"``; "" when complete."""
+        if self.complete:
+            return ""
+        parts = [f"{self.finished} of {self.known} runs finished"]
+        if self.failed:
+            parts.append(f"({self.failed} failed: a relaunch retries {'it' if self.failed == 1 else 'them'})")
+        return " ".join(parts)
+
+
+def progress(frame: pd.DataFrame) -> dict[tuple, Progress]:
+    """Per (*series, scale): how far the point is (incomplete: runs pending, running, interrupted or failed)."""
+    return {(*key, scale): Progress(int(group["status"].isin(FINISHED).sum()), len(group),
+                                    int((group["status"] == FAILED).sum()))
             for key, scale, group in scale_points(frame)}
 
 
 def curves(frame: pd.DataFrame, metric: str) -> pd.DataFrame:
     """Per series, scale point and LR: mean, std and count over completed seeds; diverged, failed, missing."""
-    knob = scale_knob(frame)
-    rows = []
+    knob, rows, done = scale_knob(frame), [], progress(frame)
     for key, scale, group in scale_points(frame):
         for lr, runs in group.groupby("lr"):
-            done = runs.loc[(runs["status"] == COMPLETED) & runs[metric].notna(), metric]
+            finished = runs.loc[(runs["status"] == COMPLETED) & runs[metric].notna(), metric]
             diverged, failed = int((runs["status"] == DIVERGED).sum()), int((runs["status"] == FAILED).sum())
             rows.append({**dict(zip(GROUP, key)), "scale_knob": knob, "scale": scale, "lr": lr,
-                         "log2_lr": math.log2(lr), "mean": done.mean() if len(done) else np.nan,
-                         "std": done.std(ddof=1) if len(done) > 1 else np.nan, "seeds": len(done),
-                         "diverged": diverged, "failed": failed, "missing": len(runs) - len(done) - diverged - failed})
+                         "log2_lr": math.log2(lr), "mean": finished.mean() if len(finished) else np.nan,
+                         "std": finished.std(ddof=1) if len(finished) > 1 else np.nan, "seeds": len(finished),
+                         "diverged": diverged, "failed": failed,
+                         "missing": len(runs) - len(finished) - diverged - failed,
+                         "complete": done[(*key, scale)].complete})
     columns = [*GROUP, "scale_knob", "scale", "lr", "log2_lr", "mean", "std", "seeds", "diverged", "failed",
-               "missing"]
+               "missing", "complete"]
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -204,7 +231,7 @@ def optimal_lrs(frame: pd.DataFrame, metric: str = "train_loss",
         fits[(*key, scale)] = fit
         at_best = values[:, best][np.isfinite(values[:, best])]
         low, high = fit.bounds()
-        finished, known = done[(*key, scale)]
+        point = done[(*key, scale)]
         rows.append({**dict(zip(GROUP, key)), "scale_knob": knob, "scale": scale, "optimal_lr": lrs[best],
                      "log2_optimal_lr": math.log2(lrs[best]), metric: float(signed(at_best.mean(), metric)),
                      f"{metric}_std": float(at_best.std(ddof=1)) if at_best.size > 1 else np.nan,
@@ -213,7 +240,8 @@ def optimal_lrs(frame: pd.DataFrame, metric: str = "train_loss",
                      "log2_optimal_lr_high": high, "optimal_lr_fit": 2.0**fit.log2_optimal_lr,
                      "at_grid_edge": bool(fit.edge), "edge": fit.edge, "seeds": fit.seeds,
                      "completed_runs": int(np.isfinite(values).sum()), "diverged_runs": int(np.isinf(values).sum()),
-                     "grid_size": len(lrs), "finished_runs": finished, "runs": known, "complete": finished == known})
+                     "grid_size": len(lrs), "finished_runs": point.finished, "runs": point.known,
+                     "complete": point.complete})
     columns = [*GROUP, "scale_knob", "scale", "optimal_lr", "log2_optimal_lr", metric, f"{metric}_std",
                f"{metric}_fit", "log2_optimal_lr_fit", "log2_optimal_lr_low", "log2_optimal_lr_high", "optimal_lr_fit",
                "at_grid_edge", "edge", "seeds", "completed_runs", "diverged_runs", "grid_size", "finished_runs",
@@ -221,15 +249,15 @@ def optimal_lrs(frame: pd.DataFrame, metric: str = "train_loss",
     return pd.DataFrame(rows, columns=columns), fits  # columns even when empty: nothing may have completed
 
 
-def _incomplete_text(key: tuple, knob: str | None, done: dict[tuple, tuple[int, int]]) -> str:
+def _incomplete_text(key: tuple, knob: str | None, done: dict[tuple, Progress]) -> str:
     """``"width 128: 1 of 9 runs finished"`` for each incomplete point of one series ("" when none)."""
-    return "; ".join(f"{knob} {scale:g}: {finished} of {known} runs finished"
-                     for (*series, scale), (finished, known) in sorted(done.items(), key=lambda item: item[0][-1])
-                     if tuple(series) == tuple(key) and finished < known and scale is not None)
+    points = sorted((scale, point) for (*series, scale), point in done.items()
+                    if tuple(series) == tuple(key) and not point.complete and scale is not None)
+    return "; ".join(f"{knob} {scale:g}: {point.text()}" for scale, point in points)
 
 
 def transfer_table(optimal: pd.DataFrame, fits: dict[tuple, Optimum], metric: str,
-                   done: dict[tuple, tuple[int, int]] | None = None) -> pd.DataFrame:
+                   done: dict[tuple, Progress] | None = None) -> pd.DataFrame:
     """Per series with two or more scale points: shift of η* and regret from the smallest to the largest
     scale point whose runs have all finished (``done``, from ``progress``; without it every point counts).
     Incomplete points are named in ``incomplete``; with fewer than two complete points there is no shift."""
@@ -300,7 +328,8 @@ def _interval_text(low: float, high: float, digits: int = 1, plus_sign: bool = T
     return f"{left}, {right}"
 
 
-def _scale_lines(key: tuple, series: pd.DataFrame, optimal: pd.DataFrame, metric: str, knob: str | None) -> list[str]:
+def _scale_lines(key: tuple, series: pd.DataFrame, optimal: pd.DataFrame, metric: str, knob: str | None,
+                 done: dict[tuple, Progress]) -> list[str]:
     best = optimal[(optimal[list(GROUP)] == pd.Series(key, index=list(GROUP))).all(axis=1)]
     seeds = series["seed"].nunique()
     lines = [f"  {series_label(key)}  ({len(series)} runs, {seeds} seed{'s' if seeds != 1 else ''})",
@@ -309,7 +338,7 @@ def _scale_lines(key: tuple, series: pd.DataFrame, optimal: pd.DataFrame, metric
     for scale, group in (series.groupby(knob) if knob else [(None, series)]):
         row = best[best["scale"] == scale] if knob else best
         label = "-" if scale is None else f"{scale:g}"
-        finished = int(group["status"].isin(FINISHED).sum())
+        point = done[(*key, scale)]
         if row.empty:  # no optimum at this point: say what happened instead
             what = ", ".join(f"{n} {status}" for status, n in group["status"].value_counts().items())
             why = "no LR trained without a diverged seed" if (group["status"] == COMPLETED).any() else \
@@ -320,7 +349,7 @@ def _scale_lines(key: tuple, series: pd.DataFrame, optimal: pd.DataFrame, metric
         spread = "" if math.isnan(row[f"{metric}_std"]) else f" ± {row[f'{metric}_std']:.4f}"
         interval = "(1 seed: no interval)" if row["seeds"] < 2 else _interval_text(row["log2_optimal_lr_low"],
                                                                                   row["log2_optimal_lr_high"], 2)
-        notes = [] if finished == len(group) else [f"INCOMPLETE: {finished} of {len(group)} runs finished"]
+        notes = [] if point.complete else [f"INCOMPLETE: {point.text()}"]
         notes += [f"optimum at the {row['edge']} edge of the LRs that trained"] if row["edge"] else []
         if row["diverged_runs"]:
             notes.append(f"{row['diverged_runs']} runs diverged")
@@ -358,11 +387,11 @@ def transfer_text(transfer: pd.DataFrame) -> list[str]:
 
 def summary_text(frame: pd.DataFrame, optimal: pd.DataFrame, transfer: pd.DataFrame, metric: str,
                  sweep_dir: Path) -> str:
-    series = frame.groupby(list(GROUP), dropna=False)
+    series, done = frame.groupby(list(GROUP), dropna=False), progress(frame)
     lines = [f"Sweep {sweep_dir}: {len(frame)} runs in {len(series)} series"]
     knob = scale_knob(frame)
     for key, runs in series:
-        lines += _scale_lines(key, runs, optimal, metric, knob)
+        lines += _scale_lines(key, runs, optimal, metric, knob, done)
     lines += transfer_text(transfer)
     lines.append(f"  report: {sweep_dir / 'results.csv'}, curves.csv, optimal_lr.csv, transfer.csv, transfer.png, "
                  f"scale.png, scale.csv")

@@ -32,7 +32,6 @@ PENDING = "pending"          # planned by a launch, not started
 SKIPPED = "skipped"          # finished before this launch (or by another process): counted, not retrained
 STATUSES = (COMPLETED, DIVERGED, FAILED, INTERRUPTED, RUNNING, PENDING)
 FINISHED = (COMPLETED, DIVERGED)
-ENDED = (COMPLETED, DIVERGED, FAILED)  # nothing more will happen to the run in this launch
 COUNTED = (COMPLETED, SKIPPED, DIVERGED, FAILED, INTERRUPTED)  # the closing line of a launch
 
 # --- schema ------------------------------------------------------------------------------------------------
@@ -152,15 +151,28 @@ def launch_counts(sweep_dir: Path, launch_id: str, runs: list[str] | None = None
     """How this launch's runs stand (``runs``: its planned folders, read from sweep.json when not given;
     ``summaries``: theirs, when already read): a run finished before it (or by another process) counts as
     skipped; pending and running are runs that did not end in this launch."""
+    record = launch_record(sweep_dir, launch_id)
     if summaries is None:
-        summaries = launch_summaries(sweep_dir, launch_record(sweep_dir, launch_id)["runs"] if runs is None else runs)
+        summaries = launch_summaries(sweep_dir, record["runs"] if runs is None else runs)
     counts = dict.fromkeys((*COUNTED, PENDING, RUNNING), 0)
-    for summary in summaries.values():
-        status = summary["status"] if summary else PENDING
-        if status in FINISHED and summary.get("launch") != launch_id:
-            status = SKIPPED
-        counts[status] += 1
+    for name, summary in summaries.items():
+        counts[launch_status(name, summary, launch_id, record)] += 1
     return counts
+
+
+def launch_status(name: str, summary: dict | None, launch_id: str, record: dict[str, Any]) -> str:
+    """A run's status as this launch sees it: finished before the launch, or by another process since it
+    started, is ``skipped``; anything else an earlier launch left (a run ``sweep.rerun=true`` will retrain, a
+    failed run to retry) is ``pending`` until this launch gets to it."""
+    if summary is None:
+        return PENDING
+    if summary.get("launch") == launch_id:
+        return summary["status"]
+    if name in record["finished_before"]:
+        return SKIPPED
+    if float(summary.get("written_at") or 0) >= record["started"]:  # another process, during this launch
+        return SKIPPED if summary["status"] in FINISHED else summary["status"]
+    return PENDING
 
 
 # --- the sweep table -----------------------------------------------------------------------------------

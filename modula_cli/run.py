@@ -56,9 +56,9 @@ def train(cfg: DictConfig, run_dir: Path, *, member_dir: Callable[[dict[str, Any
     With ``optim.lr`` and / or ``train.seed`` a list, trains one member per (LR, seed) as a stacked ensemble
     (each member on its own seed's initialisation and batches, exactly as its separate run) and returns
     ``{"status": "packed", "members": [summary, …]}``. A run that another process is training is
-    waited for (``wait``) or returned as ``{"status": "busy"}``; a finished run is skipped. The data and the
-    network are built before the run writes any file: when they cannot be (``ONE_LINE_ERRORS``) a run of a
-    sweep is recorded as failed, a single run leaves nothing behind.
+    waited for (``wait``) or returned as ``{"status": "busy"}``; a finished run is skipped (its data is not
+    needed). When the data or the network cannot be had (``ONE_LINE_ERRORS``) a run of a sweep is recorded as
+    failed, a single run leaves nothing behind.
     """
     opt = checked_optim(cfg)
     members = Members.of(cfg, opt, run_dir, member_dir)
@@ -68,19 +68,21 @@ def train(cfg: DictConfig, run_dir: Path, *, member_dir: Callable[[dict[str, Any
     knob = "sweep.rerun" if sweep_dir is not None else "train.rerun"
     if (skipped := _decided(lambda: _skipped(members, run_dir.name, rerun, knob), rank, world)) is not None:
         return skipped
-    ctx = _context(cfg, opt, members, rank, world, locks, record)
     outcome = _decided(lambda: _claim(members, locks, run_dir.name, rerun, wait), rank, world)
     if outcome == _STOPPED:
         raise StopRequested(STOP.signum or signal.SIGTERM)
     if outcome is not None:
         return outcome
-    try:
+    try:  # the data and the network are built under the run's locks: nobody else is training it
+        ctx = RunContext.build(cfg, opt, members, rank, world)
         with STOP.installed():
             summaries = _train(ctx, run_dir, rerun, record)
     except StopRequested:
         raise
     except Exception as error:
-        if rank == 0:
+        if isinstance(error, ONE_LINE_ERRORS) and sweep_dir is None:  # a single run: nothing written or left
+            locks.discard()
+        elif rank == 0:
             _write_failed(members, error, record)
         raise
     finally:
@@ -107,23 +109,6 @@ def _skipped(members: Members, name: str, rerun: bool, knob: str) -> dict | None
         return None
     log.info("%s already finished; skipping (%s=true retrains)", name, knob)
     return _result(members, [{**s, "skipped": True} for s in done])
-
-
-def _context(cfg: DictConfig, opt: OptimConfig, members: Members, rank: int, world: int, locks: RunLocks,
-             record: _Record) -> RunContext:
-    """The run's data and network, built before the run writes a file. A failure is recorded as the run's failed
-    summary (under its locks: a run another process trains is left alone), except one of ``ONE_LINE_ERRORS``
-    outside a sweep: that run writes nothing (a sweep's report must count it; a single run says it in one line)."""
-    try:
-        return RunContext.build(cfg, opt, members, rank, world)
-    except Exception as error:
-        quiet = isinstance(error, ONE_LINE_ERRORS) and record.sweep_dir is None
-        if rank == 0 and not quiet and locks.try_acquire():
-            try:
-                _write_failed(members, error, record)
-            finally:
-                locks.release()
-        raise
 
 
 def _claim(members: Members, locks: RunLocks, name: str, rerun: bool, wait: bool) -> dict | str | None:
@@ -231,9 +216,7 @@ class RunContext:
             device = torch.device("cuda", torch.cuda.current_device())
         if cfg.train.batch_size % world:
             raise ValueError(f"train.batch_size={cfg.train.batch_size} must divide evenly over {world} processes")
-        data_options = {k: v for k, v in OmegaConf.to_container(cfg.data, resolve=True).items()
-                        if k not in ("name", "max_context")}
-        data = build_dataset(cfg.data.name, **data_options)
+        data = build_dataset(cfg.data.name, **OmegaConf.to_container(cfg.data, resolve=True))
         ctx = cls(cfg, opt, members, rank, world, device, data, build_model(cfg.arch, data), compute=None,
                   eval_batches=data.eval_batches(cfg.train.eval_batches, cfg.train.batch_size, device),
                   seed_index=members.seed_index(device) if members.packed else None)

@@ -33,8 +33,9 @@ from .optim import lr_grid
 from .packing import pack_arguments
 from .data import DataUnavailable, prepare_dataset
 from .eta import time_left
-from .results import (COMPLETED, COUNTED, DIVERGED, ENDED, FAILED, INTERRUPTED, PENDING, SKIPPED, launch_counts,
-                      is_finished, launch_record, launch_summaries, read_manifest, read_summary, record_launch)
+from .results import (COMPLETED, COUNTED, DIVERGED, FAILED, FINISHED, INTERRUPTED, PENDING, RUNNING, SKIPPED,
+                      is_finished, launch_counts, launch_record, launch_status, launch_summaries, read_manifest,
+                      read_summary, record_launch)
 from .run import BUSY, train
 from .signals import STOP, StopRequested
 from .threads import configure_threads
@@ -88,7 +89,8 @@ def member_dir(sweep_dir: Path, job: list[str]) -> Callable[[dict[str, Any]], Pa
 
 def validate_grid(config: DictConfig, prepare_data: bool = False) -> dict[str, dict]:
     """Compose and check every job; return the planned runs, or raise one ConfigError listing every bad job.
-    ``prepare_data``: also download or prepare each dataset of the grid once (offline: one line each).
+    ``prepare_data``: also download or prepare once each dataset that a run still to train needs (offline: one
+    line each; a finished sweep relaunched offline still reports).
 
     Jobs that choose the same config groups share one composition; each job's value overrides are then
     applied with Hydra's own override logic (so unknown keys fail exactly as they would at launch).
@@ -100,7 +102,7 @@ def validate_grid(config: DictConfig, prepare_data: bool = False) -> dict[str, d
     composed: dict[tuple[str, ...], DictConfig] = {}
     problems: list[str] = []
     planned: dict[str, dict] = {}
-    datasets: dict[str, dict] = {}  # each distinct data group of the grid, prepared once before any job
+    needs: list[tuple[dict, set[str]]] = []  # each job's data group and the runs it trains
     for job in grid_overrides(config):
         try:
             parsed = parser.parse_overrides(job)
@@ -110,18 +112,29 @@ def validate_grid(config: DictConfig, prepare_data: bool = False) -> dict[str, d
             job_cfg = copy.deepcopy(composed[groups])
             ConfigLoaderImpl._apply_overrides_to_config([o for o in parsed if o.input_line not in groups], job_cfg)
             check_config(job_cfg, job)
-            planned.update(planned_runs(job, job_cfg))
-            data = OmegaConf.to_container(job_cfg.data, resolve=True)
-            datasets.setdefault(json.dumps(data, sort_keys=True, default=str), data)
+            runs = planned_runs(job, job_cfg)
+            planned.update(runs)
+            needs.append((OmegaConf.to_container(job_cfg.data, resolve=True), set(runs)))
         except ConfigError as error:
             problems += [f"[{' '.join(job)}] {issue}" for issue in error.problems]
         except Exception as error:  # noqa: BLE001 - composition errors are problems to report too
             problems.append(f"[{' '.join(job)}] {str(error).splitlines()[0]}")
     if not problems and prepare_data:
+        done = finished_runs(config, planned)
+        datasets = {json.dumps(data, sort_keys=True, default=str): data for data, runs in needs if runs - done}
         problems += _unavailable(list(datasets.values()))
     if problems:
         raise ConfigError(problems)
     return planned
+
+
+def finished_runs(config: DictConfig, planned: dict[str, dict]) -> set[str]:
+    """The planned runs finished before this launch, by this very configuration (none with sweep.rerun)."""
+    if config.sweep.get("rerun") or config.train.get("rerun"):
+        return set()
+    sweep_dir = Path(config.hydra.sweep.dir)
+    return {name for name, knobs in planned.items()
+            if is_finished(read_summary(sweep_dir / name, warn=False), knobs["fingerprint"])}
 
 
 def _runs_here(config: DictConfig) -> bool:
@@ -221,7 +234,7 @@ def _report_progress(sweep_dir: Path, name: str, result: dict) -> None:
     counts = launch_counts(sweep_dir, launch, summaries=summaries)
     before = len(record["finished_before"])
     ended = sum(counts[s] for s in COUNTED) - before
-    left = _time_left(manifest["runs"], summaries, launch, time.time() - record["started"])
+    left = _time_left(manifest["runs"], summaries, launch, record)
     eta = "" if left is None else f" · about {_duration(left)} left"
     loss = result.get("train_loss")
     outcome = result["status"] + (f", train loss {loss:.4f}" if isinstance(loss, float) else "")
@@ -230,17 +243,18 @@ def _report_progress(sweep_dir: Path, name: str, result: dict) -> None:
 
 
 def _time_left(planned: dict[str, dict], summaries: dict[str, dict | None], launch: str,
-               elapsed: float) -> float | None:
+               record: dict[str, Any]) -> float | None:
     """From the runs this launch trained (their sizes and times) to the runs it has not ended yet."""
     trained, remaining = [], []
     for name, summary in summaries.items():
-        ended = summary is not None and summary["status"] in ENDED
-        if ended and summary.get("launch") == launch and summary.get("wall_time_s"):
-            # a packed run's time is shared by its members
-            trained.append((summary, float(summary["wall_time_s"]) / max(1, int(summary.get("packed_with") or 1))))
-        elif not ended:
+        status = launch_status(name, summary, launch, record)
+        if status in FINISHED and summary.get("launch") == launch and summary.get("wall_time_s"):
+            # a packed run's time is shared by its members; a diverged run stopped early
+            seconds = float(summary["wall_time_s"]) / max(1, int(summary.get("packed_with") or 1))
+            trained.append(({**summary, "steps": summary.get("steps_done") or summary.get("steps")}, seconds))
+        elif status in (PENDING, RUNNING, INTERRUPTED):
             remaining.append(planned.get(name, summary or {}))
-    return time_left(trained, remaining, elapsed)
+    return time_left(trained, remaining, time.time() - record["started"])
 
 
 def _duration(seconds: float) -> str:
@@ -264,9 +278,7 @@ class SweepCallback(Callback):
         launch = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
         os.environ[LAUNCH_ENV] = launch
         sweep_dir = Path(config.hydra.sweep.dir)
-        rerun = bool(config.sweep.get("rerun") or config.train.get("rerun"))
-        before = [] if rerun else [name for name, knobs in planned.items()
-                                   if is_finished(read_summary(sweep_dir / name, warn=False), knobs["fingerprint"])]
+        before = sorted(finished_runs(config, planned))
         record_launch(sweep_dir, launch, planned, before)
         (sweep_dir / STOP_MARKER).unlink(missing_ok=True)
         _SIGNALS.enter_context(STOP.installed())  # not on self: launchers pickle their callbacks

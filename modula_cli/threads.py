@@ -3,9 +3,10 @@
 PyTorch starts as many threads as the machine has cores, whoever else is using them. On a busy machine that
 oversubscribes the cores: measured on a 2-core box with two other jobs running, a 30-step GPT run took 32 s
 with 2 threads and 12 s with 1. ``auto`` therefore takes the cores this process may use (its CPU affinity and
-cgroup quota), less the ones other processes keep busy (measured over a quarter second from /proc/stat when
-the process starts; the 1-minute load average where there is no /proc), shared evenly between the jobs a
-local launcher runs at once; never fewer than one. An integer sets
+cgroup quota), less the ones of its CPU set that other processes keep busy (measured over a quarter second
+from /proc/stat when the process starts; the 1-minute load average where there is no /proc); the jobs a
+local launcher runs at once share the cores evenly instead (their load is each other's); never fewer than
+one. An integer sets
 the count; ``OMP_NUM_THREADS`` set by the user is kept under ``auto``.
 """
 
@@ -29,9 +30,13 @@ def threads_problem(value: object) -> str | None:
     return f"train.threads={value!r}; allowed: auto, or an integer >= 1"
 
 
+def _affinity() -> set[int]:
+    return os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
+
+
 def usable_cores() -> int:
     """Cores this process may run on: its affinity mask, capped by a cgroup v2 CPU quota."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = len(_affinity())
     try:
         quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
         if quota != "max":
@@ -60,7 +65,7 @@ def busy_cores(window_s: float = 0.25) -> float:
     """Cores of this process's CPU set that other processes keep busy now: measured over ``window_s`` from
     /proc/stat (this process is idle meanwhile; on a shared node only its own cores count), else the 1-minute
     load average (which lags: a job that just ended still counts)."""
-    cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
+    cpus = _affinity()
     before = _cpu_times(cpus)
     if before is not None:
         time.sleep(window_s)
@@ -73,11 +78,17 @@ def busy_cores(window_s: float = 0.25) -> float:
         return 0.0
 
 
-def auto_threads(parallel_jobs: int = 1, cores: int | None = None, busy: float | None = None) -> int:
+def auto_threads(parallel_jobs: int = 1, cores: int | None = None, busy: float | None = None,
+                 span: int | None = None) -> int:
+    """``cores`` usable (a cgroup quota may cap them below ``span``, the CPUs this process may run on, which
+    ``busy`` of are kept busy by others). Parallel local jobs split the cores without subtracting ``busy``:
+    at their start the load is mostly each other's."""
     cores = usable_cores() if cores is None else cores
+    if parallel_jobs > 1:
+        return max(1, cores // parallel_jobs)
     busy = busy_cores() if busy is None else busy
-    free = max(1, min(cores, round(cores - busy)))
-    return max(1, free // max(1, parallel_jobs))
+    span = len(_affinity()) if span is None else span
+    return max(1, min(cores, round(span - busy)))
 
 
 _CHOSEN: dict[tuple[object, int], int] = {}  # once per process: a sweep's later jobs keep the first choice
@@ -91,11 +102,12 @@ def configure_threads(setting: object, parallel_jobs: int = 1) -> int:
         count = max(1, int(os.environ["OMP_NUM_THREADS"])) if os.environ["OMP_NUM_THREADS"].isdigit() \
             else torch.get_num_threads()
         why = "OMP_NUM_THREADS"
+    elif setting == AUTO and parallel_jobs > 1:
+        count, why = auto_threads(parallel_jobs), f"{usable_cores()} cores, {parallel_jobs} jobs at once"
     elif setting == AUTO:
         busy = busy_cores()
-        count = auto_threads(parallel_jobs, busy=busy)
-        why = f"{usable_cores()} cores, {busy:.1f} busy with other work" + \
-            (f", {parallel_jobs} jobs at once" if parallel_jobs > 1 else "")
+        count = auto_threads(busy=busy)
+        why = f"{usable_cores()} cores, {busy:.1f} busy with other work"
     else:
         count, why = int(setting), "train.threads"
     if count != torch.get_num_threads():

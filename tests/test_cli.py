@@ -39,9 +39,9 @@ def test_entry_points_are_the_front_door():
     ("optim.lr=2^-6,2^-5,2^-4", "optim.lr=0.015625,0.03125,0.0625"),
     ("optim.lr=[2^-3,2^-2]", "optim.lr=[0.125,0.25]"),
     ("+optim.eps=10^-8", "+optim.eps=1e-08"),
-    ("arch.width=2^5", "arch.width=32.0"),
+    ("arch.width=2^5", "arch.width=32"),
     ("optim.lr=0.5^2", "optim.lr=0.25"),
-    ("optim.lr=range(2^-3,2^0)", "optim.lr=range(0.125,1.0)"),
+    ("optim.lr=range(2^-3,2^0)", "optim.lr=range(0.125,1)"),
     ("logger.name='run 2^-3'", "logger.name='run 2^-3'"),  # quoted text stays text
     ("logger.name=a2^3", "logger.name=a2^3"),  # not a number
     ("optim.lr=2^0.5", "optim.lr=2^0.5"),  # not an integer exponent: left to Hydra's parser

@@ -53,12 +53,29 @@ def test_pace_folds_in_overheads_and_parallel_jobs():
     assert time_left([], runs(32), 5.0) is None and time_left(trained, [], 40.0) == 0.0
 
 
-def test_progress_line_counts_packed_members_and_ignores_earlier_launches():
+RECORD = {"started": 100.0, "runs": [], "finished_before": ["w128_0"]}
+
+
+def test_progress_line_counts_packed_members_and_ignores_earlier_launches(monkeypatch):
+    monkeypatch.setattr("modula_cli.sweep.time.time", lambda: 130.0)  # 30 s into the launch
     planned = {f"w{w}_{i}": runs(w, 1)[0] for w in (32, 128) for i in range(3)}
     summaries = {name: None for name in planned}
     for i in range(3):  # this launch trained width 32 as one packed run of 3 members: 30 s in all
         summaries[f"w32_{i}"] = {**planned[f"w32_{i}"], "status": "completed", "launch": "L", "wall_time_s": 30.0,
-                                 "packed_with": 3}
+                                 "packed_with": 3, "steps_done": 400}
     summaries["w128_0"] = {**planned["w128_0"], "status": "completed", "launch": "earlier", "wall_time_s": 1.0}
     # two width-128 runs left; each: the 75 % overhead as at width 32, the 25 % FLOP part 16× larger
-    assert _time_left(planned, summaries, "L", elapsed=30.0) == pytest.approx(2 * 10.0 * (0.75 + 0.25 * 16))
+    assert _time_left(planned, summaries, "L", RECORD) == pytest.approx(2 * 10.0 * (0.75 + 0.25 * 16))
+
+
+def test_a_diverged_run_counts_by_the_steps_it_trained_and_stale_runs_are_still_to_do(monkeypatch):
+    monkeypatch.setattr("modula_cli.sweep.time.time", lambda: 130.0)
+    planned = {name: runs(32, 1)[0] for name in ("a", "b", "stale")}
+    summaries = {"a": {**planned["a"], "status": "completed", "launch": "L", "wall_time_s": 20.0, "steps_done": 400},
+                 "b": {**planned["b"], "status": "diverged", "launch": "L", "wall_time_s": 1.0, "steps_done": 20},
+                 # finished by an earlier launch, and not before this one: sweep.rerun=true retrains it
+                 "stale": {**planned["stale"], "status": "completed", "launch": "old", "written_at": 50.0}}
+    record = {**RECORD, "finished_before": []}
+    left = _time_left(planned, summaries, "L", record)
+    # a: 20 s for 400 steps, b: 1 s for 20 steps — both 0.05 s a step; the stale run is 400 more steps
+    assert left == pytest.approx(30.0 / 21.0 * 20.0)

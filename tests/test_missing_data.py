@@ -257,3 +257,15 @@ def test_an_undeclared_builder_failing_on_the_other_kind_is_one_line(user_models
         "arch.name='user_models:image_only' failed to build for data=shakespeare (language data): AttributeError: "
         "'TokenDataset' object has no attribute 'num_classes'; if it reads only image data, declare data_kind: "
         "image in its YAML")
+
+
+def test_a_finished_sweep_relaunched_without_its_data_still_reports(tmp_path, tiny_text_root):
+    sweep = tmp_path / "sweep"
+    args = ["arch.width=8", "arch.depth=1", "arch.heads=2", "data.context=8", "train.steps=3",
+            "train.batch_size=4", "train.eval_batches=1", "optim.lr=0.125,0.25", "train.device=cpu",
+            f"hydra.sweep.dir={sweep}"]
+    code, lines = run_tool("modula-sweep", tmp_path / "work", "-m", f"data.root={tiny_text_root}", *args)
+    assert code == 0, lines
+    (tiny_text_root / "shakespeare" / "input.txt").unlink()  # the data is gone (a node without it)
+    code, lines = run_tool("modula-sweep", tmp_path / "work", "-m", f"data.root={tiny_text_root}", *args)
+    assert code == 0 and any("0 completed, 2 skipped" in line for line in lines), lines

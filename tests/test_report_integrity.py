@@ -119,12 +119,14 @@ def test_report_of_a_sweep_with_one_finished_point_gives_no_shift(tmp_path, caps
     for width, status in ((32, "completed"), (64, "running")):
         for lr in (0.125, 0.25, 0.5):
             run = tmp_path / f"w{width}_lr{lr}"
-            summary(run, status=status, loss=2 + abs(math.log2(lr) + 2) / 10, **{"arch.width": width})
+            failed = width == 64 and lr == 0.5
+            summary(run, status="failed" if failed else status, loss=2 + abs(math.log2(lr) + 2) / 10,
+                    **{"arch.width": width})
             record = json.loads((run / "summary.json").read_text())
             (run / "summary.json").write_text(json.dumps({**record, "lr": lr}))
     transfer = write_report(tmp_path)["transfer"]
     assert math.isnan(transfer["shift_log2"].item())
-    assert transfer["incomplete"].item() == "width 64: 0 of 3 runs finished"
+    assert transfer["incomplete"].item() == "width 64: 0 of 3 runs finished (1 failed: a relaunch retries it)"
     assert "no shift yet" in capsys.readouterr().out
 
 

@@ -64,6 +64,9 @@ def test_multirun_grid_then_relaunch_skips_everything(launcher, text_tmp):
     assert "sweep finished: 0 completed, 6 skipped, 0 diverged, 0 failed" in again.stdout
     assert "6 finished before (skipped; sweep.rerun=true retrains), 0 to train" in again.stdout
     assert " of 6]" not in again.stdout  # a skipped run is not reported as progress (once said "[6 of 6]" twice)
+    if launcher == "basic":  # retraining everything: the runs of earlier launches are still to do, not done
+        rerun = sweep_cli(text_tmp, "optim.lr=0.05,0.1,0.2", "sweep.rerun=true", sweep_dir=sweep_dir)
+        assert sorted(re.findall(r"\[(\d) of 6\]", rerun.stdout)) == list("123456"), rerun.stdout
 
 
 def job_overrides(tmp_path, *overrides):

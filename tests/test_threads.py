@@ -9,11 +9,12 @@ from modula_cli.threads import auto_threads, configure_threads, threads_problem
 
 
 def test_auto_takes_the_free_cores_and_shares_them_between_parallel_jobs():
-    assert auto_threads(1, cores=8, busy=0.0) == 8
-    assert auto_threads(4, cores=8, busy=0.0) == 2
-    assert auto_threads(1, cores=2, busy=1.2) == 1  # a busy 2-core box: one thread, not two fighting
-    assert auto_threads(1, cores=2, busy=6.0) == 1 and auto_threads(3, cores=2, busy=0.0) == 1  # never 0
-    assert auto_threads(1, cores=16, busy=3.6) == 12
+    assert auto_threads(1, cores=8, busy=0.0, span=8) == 8
+    assert auto_threads(4, cores=8, busy=5.0, span=8) == 2  # parallel jobs: the load is each other's
+    assert auto_threads(1, cores=2, busy=1.2, span=2) == 1  # a busy 2-core box: one thread, not two fighting
+    assert auto_threads(1, cores=2, busy=6.0, span=2) == 1 and auto_threads(3, cores=2, busy=0.0, span=2) == 1
+    assert auto_threads(1, cores=16, busy=3.6, span=16) == 12
+    assert auto_threads(1, cores=4, busy=30.0, span=64) == 4  # a 4-core quota on a half-busy 64-core node
 
 
 def test_explicit_count_and_user_environment_win(monkeypatch):

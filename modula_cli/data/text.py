@@ -74,7 +74,8 @@ def _load_local(splits: dict[str, list[str]]):
 
 @contextmanager
 def _hub_offline(offline: bool) -> Iterator[None]:
-    """The HF libraries read their offline switch once, at import: set it for one load, then restore it."""
+    """The HF libraries read their offline switch once, at import: set it for one load, then restore it
+    (process-wide: taken only while the dataset is prepared in the main thread, before any training)."""
     import datasets
     from huggingface_hub import constants
 

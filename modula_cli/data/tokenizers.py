@@ -33,7 +33,8 @@ def get_tokenizer(name: str) -> tiktoken.Encoding:
 
 def _gpt2() -> tiktoken.Encoding:
     """tiktoken downloads the BPE files on first use with ``requests.get`` and no timeout (offline behind a
-    silent firewall it would wait minutes): give that call one for the while."""
+    silent firewall it would wait minutes): give that call one for the while. The patch is process-wide, so
+    it is only taken here, while the dataset is prepared in the main thread before any training."""
     try:
         with ExitStack() as stack:
             with suppress(ImportError):  # a tiktoken that fetches otherwise goes without
