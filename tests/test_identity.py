@@ -1,0 +1,33 @@
+"""Finished runs keep their fingerprints: the values below were computed by the version before the report
+recorded experiment settings and before train.threads existed (commit 8e23858). A change that alters them
+would make every user's finished runs train again."""
+
+import pytest
+
+from conftest import compose_config
+from modula_cli.identity import experiment_settings, fingerprint
+
+PINNED = {
+    (): "4a0609297a8e60b1",
+    ("optim.mode=dualized",): "fd06626de186bd64",
+    ("optim.mode=manifold",): "8ce18275eebb4226",
+    ("arch=resmlp", "data=cifar10"): "9e762f254ccd2378",
+    ("optim=sgd", "optim.mode=unnormed", "optim.lr=1"): "a1dcdf1344f79c73",
+    ("sweep=quick",): "c4c8e1d51191be7a",
+}
+
+
+@pytest.mark.parametrize("overrides", list(PINNED))
+def test_fingerprints_are_unchanged(overrides):
+    cfg = compose_config(*overrides)
+    assert fingerprint(cfg) == PINNED[overrides]
+    assert fingerprint(compose_config(*overrides, "train.threads=1")) == PINNED[overrides]  # not a number setting
+
+
+def test_experiment_settings_are_the_fingerprinted_settings_less_lr_and_seed():
+    cfg = compose_config("sweep=quick")
+    settings = experiment_settings(cfg)
+    assert settings["train.steps"] == 400 and settings["data.context"] == 64 and settings["arch.width"] == 64
+    assert "optim.lr" not in settings and "train.seed" not in settings and "train.threads" not in settings
+    assert experiment_settings(compose_config("sweep=quick", "optim.lr=0.5", "train.seed=3")) == settings
+    assert experiment_settings(compose_config("sweep=quick", "train.steps=100")) != settings
