@@ -4,14 +4,14 @@ has gone so far.
 A run's time is modelled as ``a · S + b · F``: ``S = steps × depth`` counts the per-layer, per-step work
 whose cost does not grow with width (Python dispatch, kernel launches, small tensors), ``F = S × batch ×
 context × width²`` the matmuls' FLOPs. Once the runs this launch trained differ in ``F / S`` (two widths,
-say), ``a`` and ``b`` are fitted to their times (least squares, neither negative); before that, the
-overhead is taken as ``PRIOR_OVERHEAD`` of the trained runs' time. Measured on the quick sweep (2-core CPU,
-widths 32/64/128: 13/20/55 s a run) and on a packed width sweep (widths 32–256: 57/91/308/1142 s), a power
-law fitted to the two smallest widths underestimated the rest by 1.7×; this model predicts the rest from the
-smallest width alone within 16 % (the prior), and from the two smallest within 13 % (quick) and 32 % (packed,
-where the largest widths grow faster than their FLOPs suggest). The total is scaled by the launch's elapsed
-time over the time its trained runs took, which folds in what the model leaves out: start-up, evaluation,
-and jobs that run in parallel.
+say), ``a`` and ``b`` are fitted to their times (least squares; the FLOP share of the smallest run kept at
+``MIN_FLOP_SHARE`` or more); before that, the overhead is taken as ``PRIOR_OVERHEAD`` of the trained runs'
+time. Measured on the quick sweep (2-core CPU, widths 32/64/128: 13/20/55 s a run with 1 thread, 11/14/38 s
+with 2) and on a packed width sweep (widths 32–256: 57/91/308/1142 s), a power law fitted to the two
+smallest widths underestimated the rest by 1.7×; this model predicts the rest from the smallest width alone
+within 16 % (1 thread, packed) and 1.4× too high (2 threads), and from the two smallest within 13 %, 27 %
+and 32 % (tests/test_eta.py). The total is scaled by the launch's elapsed time over the time its trained
+runs took, which folds in what the model leaves out: start-up, evaluation, and jobs that run in parallel.
 """
 
 from __future__ import annotations
@@ -22,6 +22,9 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 PRIOR_OVERHEAD = 0.75  # share of a small run's time that does not grow with width, until measured
+# The FLOP share of the smallest run is never fitted below this: between two small widths whose times differ
+# little (or by noise) a fit would all but drop the part that dominates the largest widths.
+MIN_FLOP_SHARE = 0.1
 
 
 def _knob(knobs: Mapping[str, object], name: str) -> float:
@@ -42,14 +45,15 @@ def coefficients(trained: Sequence[tuple[Mapping[str, object], float]]) -> tuple
     x = np.array([sizes(knobs) for knobs, _ in trained])
     t = np.array([seconds for _, seconds in trained])
     ratio = x[:, 1] / x[:, 0]
-    if ratio.max() > ratio.min() * 1.01:  # two sizes: both terms can be told apart
-        a, b = np.linalg.lstsq(x, t, rcond=None)[0]
-        if a >= 0 and b >= 0:
-            return float(a), float(b)
-        column = 0 if b < 0 else 1  # the other term alone explains the times best
-        only = float(max(0.0, x[:, column] @ t / (x[:, column] @ x[:, column])))
-        return (only, 0.0) if column == 0 else (0.0, only)
-    return (PRIOR_OVERHEAD * float(np.mean(t / x[:, 0])), (1 - PRIOR_OVERHEAD) * float(np.mean(t / x[:, 1])))
+    if ratio.max() <= ratio.min() * 1.01:  # one size: the terms cannot be told apart yet
+        return PRIOR_OVERHEAD * float(np.mean(t / x[:, 0])), (1 - PRIOR_OVERHEAD) * float(np.mean(t / x[:, 1]))
+    a, b = np.linalg.lstsq(x, t, rcond=None)[0]
+    small = int(np.argmin(x[:, 1]))
+    floor = MIN_FLOP_SHARE * t[small] / x[small, 1]
+    if b < floor:  # keep the smallest run's time: what the FLOP part gains, the other part gives up
+        b = floor
+        a = max(0.0, float((t[small] - b * x[small, 1]) / x[small, 0]))
+    return max(0.0, float(a)), float(b)
 
 
 def predicted_seconds(trained: Sequence[tuple[Mapping[str, object], float]],

@@ -59,15 +59,21 @@ def _at(frame: pd.DataFrame, scale) -> pd.DataFrame:
     return frame if scale is None else frame[frame["scale"] == scale]
 
 
-def _plain_ticks(axis, values) -> None:
-    """Ticks at the values themselves, written plainly (32, 64, 128; 0.0625, 0.25) instead of 2^5."""
+def _plain_ticks(axis, values, powers: bool = False) -> None:
+    """Ticks at the values themselves, written plainly (32, 64, 128); ``powers``: LRs as 2⁻⁶ … 2² where they
+    are powers of two (plain decimals such as 0.015625 run into each other)."""
     from matplotlib.ticker import FixedLocator, NullLocator
 
     values = sorted({float(v) for v in values if v is not None and np.isfinite(v) and v > 0})
     if not values:
         return
+
+    def label(v: float, _) -> str:
+        exponent = math.log2(v)
+        return f"$2^{{{int(exponent)}}}$" if powers and exponent == int(exponent) else f"{v:g}"
+
     axis.set_major_locator(FixedLocator(values))
-    axis.set_major_formatter(lambda v, _: f"{v:g}")
+    axis.set_major_formatter(label)
     axis.set_minor_locator(NullLocator())
 
 
@@ -80,12 +86,14 @@ def plot_transfer(table: pd.DataFrame, optimal: pd.DataFrame, metric: str, knob:
     plt = _pyplot()
     keys = [key for key, _ in table.groupby(list(GROUP), dropna=False)] or [("-", "-", "-", "-", "")]
     fig, axes = plt.subplots(1, len(keys), figsize=(5.2 * len(keys), 4.2), squeeze=False)
+    every = _scales(table) if not table.empty else []  # one colour per scale value, the same in every panel
+    palette = dict(zip(every, plt.cm.viridis(np.linspace(0, 1, max(2, len(every))))))
     for ax, key in zip(axes[0], keys):
         curves, best = _of(table, key), _of(optimal, key)
         scales = _scales(curves) if not curves.empty else []
-        colors = plt.cm.viridis(np.linspace(0, 1, max(2, len(scales))))
         top = curves["mean"].max() if not curves.empty and curves["mean"].notna().any() else 1.0
-        for color, scale in zip(colors, scales):
+        for scale in scales:
+            color = palette[scale]
             points = _at(curves, scale).sort_values("lr")
             clean = points[(points["diverged"] == 0) & points["mean"].notna()]
             label = f"{knob} {scale:g}" if scale is not None else "runs"
@@ -106,7 +114,7 @@ def plot_transfer(table: pd.DataFrame, optimal: pd.DataFrame, metric: str, knob:
                 _draw_optimum(ax, star.iloc[0], metric, color, hollow=partial)
         if ax.has_data():  # a log axis needs positive data: a sweep may have no finished run yet
             ax.set_xscale("log", base=2)
-            _plain_ticks(ax.xaxis, curves["lr"])
+            _plain_ticks(ax.xaxis, curves["lr"], powers=True)
         ax.set_xlabel("learning rate")
         seeds = int(curves["seeds"].max()) if not curves.empty and curves["seeds"].notna().any() else 0
         ax.set_ylabel(f"{metric.replace('_', ' ')} " + ("(mean ± sd over seeds)" if seeds > 1 else "(1 seed)"))
@@ -135,9 +143,12 @@ def plot_scale(table: pd.DataFrame, optimal: pd.DataFrame, metric: str, knob: st
         style = "--" if key[3] == "unnormed" else "-"
         line = _plot_optima(left, _of(table, key), _of(optimal, key), style, series_label(key))
         rows += _plot_tuned(right, _of(table, key), _of(optimal, key), key, metric, style, line.get_color())
-    # The whole LR grid on the y axis: a shift is read against the grid it was fitted on, not blown up.
-    if not table.empty:
-        left.set_ylim(table["log2_lr"].min() - 0.5, table["log2_lr"].max() + 0.5)
+    # At least two grid steps either side of the optima (within the grid): a 0.3-step move neither fills
+    # the panel nor vanishes in it.
+    fits = optimal["log2_optimal_lr_fit"].dropna() if not optimal.empty else pd.Series(dtype=float)
+    if not table.empty and len(fits):
+        low, high = max(fits.min() - 2, table["log2_lr"].min()), min(fits.max() + 2, table["log2_lr"].max())
+        left.set_ylim(low - 0.5, high + 0.5)
     left.set_ylabel("fitted log2 optimal LR (95% interval)")
     left.set_title("optimal LR against scale  (○ incomplete, ▲▼ open side, × no completed run)", fontsize=9)
     seeds = int(table["seeds"].max()) if not table.empty and table["seeds"].notna().any() else 0

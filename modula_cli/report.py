@@ -47,9 +47,13 @@ log = logging.getLogger(__name__)
 
 
 def scale_knob(frame: pd.DataFrame) -> str | None:
-    """The knob a sweep scales: the first of width, depth, blocks_mass, context with several values."""
+    """The knob a sweep scales: the first of ``SCALE_KNOBS`` that takes several values and that a launch
+    swept (``axes``, from sweep.json). Two LR sweeps at different contexts are two experiments, not a context
+    sweep; without a record of the swept axes every varying knob may be the scale."""
+    recorded = frame["axes"].dropna() if "axes" in frame else pd.Series(dtype=object)
+    swept = set(recorded.iloc[0].split(",")) if len(recorded) else set(SCALE_KNOBS)
     for knob in SCALE_KNOBS:
-        if frame[knob].nunique(dropna=True) > 1:
+        if knob in swept and frame[knob].nunique(dropna=True) > 1:
             return knob
     return None
 
@@ -272,7 +276,7 @@ def transfer_table(optimal: pd.DataFrame, fits: dict[tuple, Optimum], metric: st
         row = {**dict(zip(GROUP, key)), "scale_knob": knob, "smallest": np.nan, "largest": np.nan,
                "shift_log2": np.nan, "shift_log2_low": np.nan, "shift_log2_high": np.nan, "regret": np.nan,
                "regret_low": np.nan, "regret_high": np.nan, "tuned_lr": np.nan, "seeds": 0, "metric": metric,
-               "incomplete": incomplete}
+               "incomplete": incomplete, "edges": ""}
         if len(ready) >= 2:
             first, last = ready.iloc[0], ready.iloc[-1]
             small, large = fits[(*key, first["scale"])], fits[(*key, last["scale"])]
@@ -280,10 +284,12 @@ def transfer_table(optimal: pd.DataFrame, fits: dict[tuple, Optimum], metric: st
             lost, lost_low, lost_high = regret(small, large)
             row.update(smallest=first["scale"], largest=last["scale"], shift_log2=moved, shift_log2_low=moved_low,
                        shift_log2_high=moved_high, regret=lost, regret_low=lost_low, regret_high=lost_high,
-                       tuned_lr=first["optimal_lr"], seeds=min(small.seeds, large.seeds))
+                       tuned_lr=first["optimal_lr"], seeds=min(small.seeds, large.seeds),
+                       edges="; ".join(f"{knob} {point['scale']:g} at the {point['edge']} edge"
+                                       for point in (first, last) if point["edge"]))
         rows.append(row)
     columns = [*GROUP, "scale_knob", "smallest", "largest", "shift_log2", "shift_log2_low", "shift_log2_high",
-               "regret", "regret_low", "regret_high", "tuned_lr", "seeds", "metric", "incomplete"]
+               "regret", "regret_low", "regret_high", "tuned_lr", "seeds", "metric", "incomplete", "edges"]
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -372,6 +378,8 @@ def _transfer_line(row: Any) -> str:
         regret_text = "no mean at that LR at the largest"
     scales = f"{row.scale_knob} {row.smallest:g} → {row.largest:g}"
     line = f"  {label:<38} {scales:>18} {shift_text:>24}   {regret_text:>30}  {row.seeds:>5}"
+    if isinstance(row.edges, str) and row.edges:  # the optimum may lie beyond the LRs: the shift is not measured
+        line += f"\n  {'':<38} optimum at a grid edge ({row.edges}): the shift is a bound; widen the LR grid there"
     return line + (f"\n  {'':<38} not yet included, still incomplete: {row.incomplete}" if row.incomplete else "")
 
 

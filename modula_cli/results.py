@@ -128,8 +128,14 @@ def record_launch(sweep_dir: Path, launch_id: str, runs: dict[str, dict], finish
         manifest = read_manifest(sweep_dir)
         manifest["runs"].update(runs)
         manifest["launches"][launch_id] = {"started": time.time(), "runs": sorted(runs),
-                                           "finished_before": sorted(finished_before)}
+                                           "finished_before": sorted(finished_before), "axes": swept_axes(runs)}
         atomic.write_text(sweep_dir / MANIFEST_FILE, json.dumps(manifest, indent=1))
+
+
+def swept_axes(runs: dict[str, dict]) -> list[str]:
+    """The scale knobs a launch sweeps: those its planned runs take several values of."""
+    return [knob for knob in SCALE_KNOBS
+            if len({json.dumps(knobs.get(knob), default=str) for knobs in runs.values()}) > 1]
 
 
 def launch_record(sweep_dir: Path, launch_id: str, manifest: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -190,6 +196,9 @@ def collect(sweep_dir: Path) -> pd.DataFrame:
         if name not in rows:
             rows[name] = {**knobs, "run": name, "status": PENDING}
     frame = pd.DataFrame([{k: row.get(k) for k in COLUMNS} for row in rows.values()], columns=list(COLUMNS))
+    # which knobs the launches swept (None: no launch recorded it; the report then infers the scale knob)
+    launches = [launch for launch in manifest["launches"].values() if "axes" in launch]
+    frame["axes"] = ",".join(sorted({axis for launch in launches for axis in launch["axes"]})) if launches else None
     for column in NUMERIC:
         frame[column] = pd.to_numeric(frame[column], errors="coerce")
     return frame

@@ -173,10 +173,7 @@ def sweep_job(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> dict:
     process, left for the end of the sweep (other runs go first), else waited for."""
     hydra_cfg = HydraConfig.get()
     if STOP.requested or (Path(hydra_cfg.sweep.dir) / STOP_MARKER).exists():
-        # the launching process was told to stop: start nothing more, and let Hydra not announce the jobs
-        # it still walks through ("#N : …" lines that read as if they started)
-        logging.getLogger("hydra._internal.core_plugins.basic_launcher").setLevel(logging.WARNING)
-        return {"status": PENDING}
+        return {"status": PENDING}  # the launching process was told to stop: start nothing more
     launcher = str(hydra_cfg.launcher.get("_target_", ""))
     if "joblib" in launcher:
         n_jobs = hydra_cfg.launcher.get("n_jobs") or 1
@@ -282,6 +279,9 @@ class SweepCallback(Callback):
         record_launch(sweep_dir, launch, planned, before)
         (sweep_dir / STOP_MARKER).unlink(missing_ok=True)
         _SIGNALS.enter_context(STOP.installed())  # not on self: launchers pickle their callbacks
+        # Hydra's launcher announces every job ("#N : overrides", also those a stop skips): each run's progress
+        # bar and its closing line say it better, in one format
+        logging.getLogger("hydra._internal.core_plugins.basic_launcher").setLevel(logging.WARNING)
         # Jobs in other processes (local_parallel) learn of a stop from a marker in the sweep folder.
         STOP.on_stop[:] = [lambda signum: (sweep_dir / STOP_MARKER).write_text(str(signum))]
         _DEFERRED.clear()

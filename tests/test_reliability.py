@@ -134,8 +134,8 @@ def test_signal_stops_the_sweep_writes_the_report_and_relaunch_resumes(signum, e
     assert code == exit_code, err[-3000:]
     assert time.time() - sent < 30
     assert "sweep stopped by signal" in out and "Traceback" not in err
-    # the jobs Hydra walks through after the stop are not announced as if they started: #0 and #1 at most
-    assert len([line for line in out.splitlines() if "\t#" in line]) <= 2, out
+    # no job is announced as if it started (Hydra's "#N : …" lines; each run has its own progress line)
+    assert not [line for line in out.splitlines() if "\t#" in line], out
     statuses = {p.name: json.loads((p / "summary.json").read_text())["status"]
                 for p in run_folders(sweep_dir) if (p / "summary.json").exists()}
     assert list(statuses.values()) == ["interrupted"]  # no further run started

@@ -135,3 +135,34 @@ def test_results_table_is_sorted_by_numbers(tmp_path):
         summary(tmp_path / f"lr=0.25,width={width}", **{"arch.width": width})
     results = write_report(tmp_path, quiet=True)["results"]
     assert list(results["width"]) == [32, 64, 128] and list(GROUP) == [*GROUP[:4], "setting"]
+
+
+def test_two_lr_sweeps_at_different_contexts_are_two_experiments_not_a_context_sweep(tmp_path, capsys):
+    """sweep=lr at context 128, then sweep=lr at context 64 into the same folder: no launch swept the context."""
+    runs = {}
+    for context, lrs in ((128, (0.125, 0.25, 0.5)), (64, (0.0625, 0.125))):
+        for lr in lrs:
+            name = f"context={context},lr={lr}"
+            summary(tmp_path / name, loss=2 + abs(math.log2(lr) + 2) / 10, **{"data.context": context})
+            record = json.loads((tmp_path / name / "summary.json").read_text())
+            (tmp_path / name / "summary.json").write_text(json.dumps({**record, "lr": lr, "context": context}))
+            runs[name] = {"context": context}
+    launches = {"a": {"started": 1.0, "runs": [n for n in runs if "128" in n], "axes": []},
+                "b": {"started": 2.0, "runs": [n for n in runs if "=64" in n], "axes": []}}
+    (tmp_path / "sweep.json").write_text(json.dumps({"runs": {}, "launches": launches}))
+    result = write_report(tmp_path)
+    assert sorted(result["curves"]["setting"].unique()) == ["context=128", "context=64"]
+    assert result["transfer"].empty  # no scale knob: nothing to transfer along
+    assert "2 series" in capsys.readouterr().out
+
+
+def test_a_shift_between_edge_optima_says_it_is_a_bound(tmp_path, capsys):
+    for width in (32, 64):
+        for lr in (0.125, 0.25, 0.5):  # the loss falls all the way to the largest LR: optimum at the high edge
+            name = f"lr={lr},width={width}"
+            summary(tmp_path / name, loss=3 - lr, **{"arch.width": width})
+            record = json.loads((tmp_path / name / "summary.json").read_text())
+            (tmp_path / name / "summary.json").write_text(json.dumps({**record, "lr": lr}))
+    transfer = write_report(tmp_path)["transfer"]
+    assert transfer["edges"].item() == "width 32 at the high edge; width 64 at the high edge"
+    assert "the shift is a bound; widen the LR grid there" in capsys.readouterr().out
