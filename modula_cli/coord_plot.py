@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from . import atomic
+from .plots import pyplot
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -26,15 +27,6 @@ COORD_PANELS = {"act_rms": "activation RMS", "delta_rms": "RMS of output change\
 OTHER_COLOR = "0.72"  # light grey: the layers the verdict does not name, for context
 HIGHLIGHT_STYLES = ("-", "--", "-.")  # cycled after the colours run out, so every named layer stays distinct
 COLUMN_INCHES, CHARS_PER_INCH = 3.4, 13  # a mode's column; characters of 9 pt text per inch, for wrapping
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def _plain(value: float, _pos: object = None) -> str:
@@ -62,7 +54,7 @@ def _plain_log_axes(ax: Axes, scales: Sequence[int], log_y: bool) -> None:
 
 def _highlight_styles(named: Mapping[str, Sequence[str]]) -> dict[str, tuple]:
     """One (colour, line style) per named layer, the same in every column; tab10 without its grey."""
-    plt = _pyplot()
+    plt = pyplot()
     colors = [c for i, c in enumerate(plt.cm.tab10.colors) if i != 7]
     names = list(dict.fromkeys(name for layers in named.values() for name in layers))
     return {name: (colors[i % len(colors)], HIGHLIGHT_STYLES[i // len(colors) % len(HIGHLIGHT_STYLES)])
@@ -109,7 +101,7 @@ def plot_coord(table: pd.DataFrame, axis: str, path: Path, title: str = "",
     names (drawn thick and labelled in that mode's column); ``subtitles``: per mode, a line under the
     column's title (the verdict's head: ``not width-stable``). Along depth a role's layers are averaged into
     one line, and the verdict names roles."""
-    plt = _pyplot()
+    plt = pyplot()
     named = named or {}
     last = table[table["step"] == table["step"].max()]
     modes = list(dict.fromkeys(last["mode"]))

@@ -30,7 +30,8 @@ def series_label(key: tuple) -> str:
     return f"{mode} {optimizer} ({arch}, {data})" + (f" · {extra}" if extra else "")
 
 
-def _pyplot():
+def pyplot():
+    """matplotlib's pyplot on the file-only Agg backend (no display on a cluster node)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -48,7 +49,7 @@ def _of(frame: pd.DataFrame, key: tuple) -> pd.DataFrame:
 def _save(fig, path: Path) -> None:
     fig.tight_layout()
     atomic.write_with(path, lambda tmp: fig.savefig(tmp, dpi=150))
-    _pyplot().close(fig)
+    pyplot().close(fig)
 
 
 def _scales(frame: pd.DataFrame) -> list:
@@ -83,7 +84,7 @@ def _incomplete(curves: pd.DataFrame, scale) -> bool:
 
 
 def plot_transfer(table: pd.DataFrame, optimal: pd.DataFrame, metric: str, knob: str | None, path: Path) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     keys = [key for key, _ in table.groupby(list(GROUP), dropna=False)] or [("-", "-", "-", "-", "")]
     fig, axes = plt.subplots(1, len(keys), figsize=(5.2 * len(keys), 4.2), squeeze=False)
     every = _scales(table) if not table.empty else []  # one colour per scale value, the same in every panel
@@ -135,7 +136,7 @@ def _draw_optimum(ax, row: pd.Series, metric: str, color, hollow: bool = False) 
 
 def plot_scale(table: pd.DataFrame, optimal: pd.DataFrame, metric: str, knob: str | None, path: Path) -> pd.DataFrame:
     """Both panels of scale.png; returns the right panel's points (scale.csv)."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     rows = []
     keys = [key for key, _ in table.groupby(list(GROUP), dropna=False)] if knob else []

@@ -199,9 +199,9 @@ def progress(frame: pd.DataFrame) -> dict[tuple, Progress]:
             for key, scale, group in scale_points(frame)}
 
 
-def curves(frame: pd.DataFrame, metric: str) -> pd.DataFrame:
+def curves(frame: pd.DataFrame, metric: str, done: dict[tuple, Progress] | None = None) -> pd.DataFrame:
     """Per series, scale point and LR: mean, std and count over completed seeds; diverged, failed, missing."""
-    knob, rows, done = scale_knob(frame), [], progress(frame)
+    knob, rows, done = scale_knob(frame), [], done if done is not None else progress(frame)
     for key, scale, group in scale_points(frame):
         for lr, runs in group.groupby("lr"):
             finished = runs.loc[(runs["status"] == COMPLETED) & runs[metric].notna(), metric]
@@ -217,12 +217,13 @@ def curves(frame: pd.DataFrame, metric: str) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
-def optimal_lrs(frame: pd.DataFrame, metric: str = "train_loss",
-                resamples: int = DEFAULT_RESAMPLES) -> tuple[pd.DataFrame, dict[tuple, Optimum]]:
+def optimal_lrs(frame: pd.DataFrame, metric: str = "train_loss", resamples: int = DEFAULT_RESAMPLES,
+                done: dict[tuple, Progress] | None = None) -> tuple[pd.DataFrame, dict[tuple, Optimum]]:
     """Per series and scale point with a finite mean somewhere: the best grid LR, the fitted optimum and its
     interval, and whether every run of the point has finished (``complete``). Also returns each point's
     ``Optimum`` (keyed by (*series, scale)) for the transfer table."""
-    knob, rows, fits, done = scale_knob(frame), [], {}, progress(frame)
+    knob, rows, fits = scale_knob(frame), [], {}
+    done = done if done is not None else progress(frame)
     for key, scale, group in scale_points(frame):
         rng = _point_rng(key, scale)
         lrs, _, values = seed_matrix(group, metric)
@@ -313,16 +314,17 @@ def write_report(sweep_dir: Path, metric: str = "train_loss", quiet: bool = Fals
     if frame[metric].isna().all() and (frame["status"] == COMPLETED).any():
         raise ValueError(f"no run in {sweep_dir} recorded {metric} (test_acc exists for image datasets only)")
     frame = one_row_per_run(with_experiments(frame))
-    table = curves(frame, metric)
-    optimal, fits = optimal_lrs(frame, metric, resamples)
-    transfer = transfer_table(optimal, fits, metric, progress(frame))
+    done = progress(frame)  # once: every table and the printed summary read it
+    table = curves(frame, metric, done)
+    optimal, fits = optimal_lrs(frame, metric, resamples, done)
+    transfer = transfer_table(optimal, fits, metric, done)
     runs = frame.drop(columns="settings")  # every setting of a run: its config.yaml
     for name, data in (("results", runs), ("curves", table), ("optimal_lr", optimal), ("transfer", transfer)):
         _write_csv(data, sweep_dir / f"{name}.csv")
     plot_transfer(table, optimal, metric, scale_knob(frame), sweep_dir / "transfer.png")
     _write_csv(plot_scale(table, optimal, metric, scale_knob(frame), sweep_dir / "scale.png"), sweep_dir / "scale.csv")
     if not quiet:
-        print(summary_text(frame, optimal, transfer, metric, sweep_dir))
+        print(summary_text(frame, optimal, transfer, metric, sweep_dir, done))
     return {"results": frame, "curves": table, "optimal": optimal, "transfer": transfer,
             "counts": status_counts(frame)}
 
@@ -394,8 +396,9 @@ def transfer_text(transfer: pd.DataFrame) -> list[str]:
 
 
 def summary_text(frame: pd.DataFrame, optimal: pd.DataFrame, transfer: pd.DataFrame, metric: str,
-                 sweep_dir: Path) -> str:
-    series, done = frame.groupby(list(GROUP), dropna=False), progress(frame)
+                 sweep_dir: Path, done: dict[tuple, Progress] | None = None) -> str:
+    series = frame.groupby(list(GROUP), dropna=False)
+    done = done if done is not None else progress(frame)
     lines = [f"Sweep {sweep_dir}: {len(frame)} runs in {len(series)} series"]
     knob = scale_knob(frame)
     for key, runs in series:

@@ -152,14 +152,13 @@ def launch_summaries(sweep_dir: Path, runs: list[str]) -> dict[str, dict | None]
     return {name: read_summary(sweep_dir / name, warn=False) for name in runs}
 
 
-def launch_counts(sweep_dir: Path, launch_id: str, runs: list[str] | None = None,
+def launch_counts(sweep_dir: Path, launch_id: str, record: dict[str, Any] | None = None,
                   summaries: dict[str, dict | None] | None = None) -> dict[str, int]:
-    """How this launch's runs stand (``runs``: its planned folders, read from sweep.json when not given;
-    ``summaries``: theirs, when already read): a run finished before it (or by another process) counts as
-    skipped; pending and running are runs that did not end in this launch."""
-    record = launch_record(sweep_dir, launch_id)
+    """How this launch's planned runs stand (``record`` and ``summaries``: as already read, else read here),
+    each by ``launch_status``."""
+    record = record if record is not None else launch_record(sweep_dir, launch_id)
     if summaries is None:
-        summaries = launch_summaries(sweep_dir, record["runs"] if runs is None else runs)
+        summaries = launch_summaries(sweep_dir, record["runs"])
     counts = dict.fromkeys((*COUNTED, PENDING, RUNNING), 0)
     for name, summary in summaries.items():
         counts[launch_status(name, summary, launch_id, record)] += 1

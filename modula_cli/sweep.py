@@ -228,7 +228,7 @@ def _report_progress(sweep_dir: Path, name: str, result: dict) -> None:
     manifest = read_manifest(sweep_dir)
     record = launch_record(sweep_dir, launch, manifest)
     summaries = launch_summaries(sweep_dir, record["runs"])
-    counts = launch_counts(sweep_dir, launch, summaries=summaries)
+    counts = launch_counts(sweep_dir, launch, record, summaries)
     before = len(record["finished_before"])
     ended = sum(counts[s] for s in COUNTED) - before
     left = _time_left(manifest["runs"], summaries, launch, record)
