@@ -43,6 +43,7 @@ from .signals import STOP, StopRequested
 from .threads import configure_threads
 from .sweep import register_resolvers
 from .validate import ConfigError, config_problems, optim_config, resolve_device, unknown_key_problems
+from .variant import variant_of
 
 from .data import DataUnavailable
 
@@ -357,7 +358,7 @@ def _batch_and_networks(cfg: DictConfig, settings: CoordSettings, plan: list, de
     nets: dict[int, Module] = {}
     for _, scale, point in plan:
         if scale not in nets:
-            nets[scale] = build_model(point.arch, data)
+            nets[scale] = build_model(point.arch, data, variant_of(point))
     return x, y, nets
 
 

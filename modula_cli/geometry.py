@@ -116,14 +116,16 @@ def layer_geometry(net: Module, weights: Sequence[Tensor], now: Captured, initia
         h0 = initial.outputs[index] if initial is not None else h
         x = now.inputs[index]
         x = x.float() if x.is_floating_point() else x  # inputs captured under bfloat16 autocast; ids stay ids
-        own = (atom.apply(x, weight.detach().float() - initial_weights[index].float())
+        # Effective weights (``Atom.effective``): the paper variant stores W / forward_scale.
+        weight = atom.effective(weight.detach())
+        own = (atom.apply(x, weight.float() - atom.effective(initial_weights[index]).float())
                if initial_weights is not None else torch.zeros_like(h))
         record = {"act_rms": rms(h), "delta_rms": rms(h.float() - h0.float()), "own_delta_rms": rms(own),
                   "dir_change": direction_change(h, h0, atom.feature_axis),
-                  "stable_rank": stable_rank(atom, weight.detach()),
+                  "stable_rank": stable_rank(atom, weight),
                   "update_ratio": float("nan"), "update_stable_rank": float("nan")}
         if updates is not None and lr is not None:
-            record["update_ratio"] = update_ratio(atom, updates[index], lr * share)
+            record["update_ratio"] = update_ratio(atom, atom.effective(updates[index]), lr * share)
             record["update_stable_rank"] = stable_rank(atom, updates[index])
         records.append(record)
     return records

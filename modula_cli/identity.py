@@ -12,6 +12,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from .variant import non_default, variant_of
+
 # Settings that change how a run is watched, stored or placed, not its numbers.
 NOT_NUMERIC = frozenset({
     "train.progress", "train.rerun", "train.checkpoint_every", "train.log_every", "train.keep_checkpoint",
@@ -22,14 +24,19 @@ NOT_NUMERIC = frozenset({
 # an earlier version keeps its fingerprint (and is not trained again).
 LATER_DEFAULTS = {"optim.warmup_fraction": None, "optim.ortho_dtype": "auto"}
 RUN_GROUPS = ("arch", "data", "optim", "train")
+# The config groups whose choice on the command line names a run folder (``variant=paper``), and every group
+# whose settings change the numbers (the variant's only where they differ from the modular default, so a run
+# finished before variants existed keeps its fingerprint).
+CHOICE_GROUPS = ("arch", "data", "optim", "variant")
+NUMERIC_GROUPS = (*RUN_GROUPS, "variant")
 MAX_NAME_BYTES = 120  # well inside the 255-byte limit of one path component
 # Kept readable when a name must be shortened; everything else is folded into the hash.
-NAME_PRIORITY = ("arch", "data", "optim", "mode", "width", "depth", "block_depth", "blocks_mass", "heads", "context",
-                 "lr", "seed")
+NAME_PRIORITY = ("arch", "data", "optim", "variant", "mode", "width", "depth", "block_depth", "blocks_mass", "heads",
+                 "context", "lr", "seed")
 
 
 def changes_numbers(key: str) -> bool:
-    return key.split(".")[0] in RUN_GROUPS and key not in NOT_NUMERIC
+    return key.split(".")[0] in NUMERIC_GROUPS and key not in NOT_NUMERIC
 
 
 def numeric_settings(cfg: DictConfig) -> dict[str, dict[str, Any]]:
@@ -44,6 +51,8 @@ def numeric_settings(cfg: DictConfig) -> dict[str, dict[str, Any]]:
     lr = relevant["optim"].get("lr")
     if isinstance(lr, int) and not isinstance(lr, bool):  # optim.lr=1 and a packed member's 1.0 are one run
         relevant["optim"]["lr"] = float(lr)
+    if variant := non_default(variant_of(cfg)):
+        relevant["variant"] = variant
     return relevant
 
 
@@ -104,7 +113,7 @@ def run_name(task_overrides: list[str]) -> str:
     items: dict[str, str] = {}
     for override in task_overrides:
         key, _, value = override.lstrip("+~").partition("=")
-        if key in RUN_GROUPS[:3] or changes_numbers(key):
+        if key in CHOICE_GROUPS or changes_numbers(key):
             items[key] = _value_text(key, value)
     short = short_keys(sorted(items))
     parts = sorted((short[k], v) for k, v in items.items())

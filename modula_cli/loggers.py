@@ -196,14 +196,15 @@ class RunLoggers:
     """A run's outputs while it trains: one metrics.jsonl (and wandb run) per member, and the progress bar.
     A context manager: everything is closed on every way out, errors and signals included."""
 
-    def __init__(self, cfg: Any, members: Any, state: Any, lead: bool, show_bar: bool, sweep_dir: Path | None):
+    def __init__(self, cfg: Any, members: Any, state: Any, lead: bool, show_bar: bool, sweep_dir: Path | None,
+                 total: int | None = None):
         self._stack = ExitStack()
         self.metrics: list[JsonlLogger | None] = [None] * len(members)
         self.wandbs: list[WandbLogger | None] = [None] * len(members)
         self.layers: list[JsonlLogger | None] = [None] * len(members)  # layer_stats.jsonl, when measured
         self.bar = self._stack.enter_context(
-            tqdm(total=cfg.train.steps, initial=state.step, desc=members.items[0].run_dir.name, dynamic_ncols=True,
-                 disable=None if show_bar else True, mininterval=1.0,  # None: only on a terminal
+            tqdm(total=total or cfg.train.steps, initial=state.step, desc=members.items[0].run_dir.name,
+                 dynamic_ncols=True, disable=None if show_bar else True, mininterval=1.0,  # None: only on a terminal
                  leave=sweep_dir is None))  # in a sweep the job's progress line stays instead
         if not lead:  # ranks > 0 of a distributed run write nothing
             return

@@ -21,26 +21,27 @@ from omegaconf import DictConfig, OmegaConf
 
 from .data import DATASETS, cause_text
 from .nn import GPT, Module, ResMLP, ResNet, StandardGPT
+from .variant import Variant, apply_variant
 
 DATA_KINDS = ("language", "image")
 
 
-def gpt(arch: Any, data: Any) -> Module:
+def gpt(arch: Any, data: Any, variant: Variant) -> Module:
     return GPT(vocab_size=data.vocab_size, context=data.context, num_heads=arch.heads, width=arch.width,
-               depth=arch.depth, blocks_mass=arch.blocks_mass)
+               depth=arch.depth, blocks_mass=arch.blocks_mass, attention_third=variant.attention_third)
 
 
-def standard_gpt(arch: Any, data: Any) -> Module:
+def standard_gpt(arch: Any, data: Any, variant: Variant) -> Module:
     return StandardGPT(vocab_size=data.vocab_size, context=data.context, num_heads=arch.heads, width=arch.width,
                        depth=arch.depth)
 
 
-def resmlp(arch: Any, data: Any) -> Module:
+def resmlp(arch: Any, data: Any, variant: Variant) -> Module:
     return ResMLP(width=arch.width, depth=arch.depth, block_depth=arch.block_depth,
                   input_dim=math.prod(data.input_shape), output_dim=data.num_classes, blocks_mass=arch.blocks_mass)
 
 
-def resnet(arch: Any, data: Any) -> Module:
+def resnet(arch: Any, data: Any, variant: Variant) -> Module:
     return ResNet(width=arch.width, depth=arch.depth, block_depth=arch.block_depth,
                   in_channels=data.input_shape[0], num_classes=data.num_classes, blocks_mass=arch.blocks_mass,
                   kernel_size=arch.kernel_size)
@@ -48,7 +49,7 @@ def resnet(arch: Any, data: Any) -> Module:
 
 @dataclass(frozen=True)
 class Architecture:
-    build: Callable[[Any, Any], Module]
+    build: Callable[[Any, Any, Variant], Module]  # a user's function takes (arch, data): see ``architecture``
     data_kind: str | None  # the dataset kind it reads: "language" or "image" (None: any, checked by shape)
 
 
@@ -89,7 +90,9 @@ def architecture(name: str) -> Architecture:
     if name in ARCHITECTURES:
         return ARCHITECTURES[name]
     if is_import_path(name):
-        return Architecture(import_builder(name), None)
+        builder = import_builder(name)
+        # The variant's structural choices are the builder's own; its atom-level ones apply to any network.
+        return Architecture(lambda arch, data, variant: builder(arch, data), None)
     raise ModelError(f"unknown arch {name!r}; allowed: {', '.join(ARCHITECTURES)}, or an import path "
                      f"package.module:function of your own")
 
@@ -124,14 +127,15 @@ def _builder_arch(arch: Any) -> Any:
     return copy
 
 
-def build_model(arch: Any, data: Any) -> Module:
-    """The network for this arch config and dataset; a user's function is checked for its type and, by a
-    two-sample forward pass on the CPU, for shapes that fit the dataset."""
+def build_model(arch: Any, data: Any, variant: Variant | None = None) -> Module:
+    """The network for this arch config, dataset and variant (default: modular); a user's function is checked
+    for its type and, by a two-sample forward pass on the CPU, for shapes that fit the dataset."""
     entry = architecture(arch.name)
+    variant = variant or Variant()
     if problem := data_kind_problem(arch, data.name, data.kind):
         raise ModelError(problem)
     try:
-        net = entry.build(_builder_arch(arch), data)
+        net = entry.build(_builder_arch(arch), data, variant)
     except ModelError:
         raise
     except Exception as error:  # noqa: BLE001 - a user's builder may fail in any way: one line, then stop
@@ -141,6 +145,7 @@ def build_model(arch: Any, data: Any) -> Module:
     if not isinstance(net, Module):
         raise ModelError(f"arch.name={arch.name!r} returned {type(net).__name__}, not a modula_cli.nn.Module "
                          f"(build it from the atoms, bonds and compounds of modula_cli.nn)")
+    apply_variant(net, variant)
     if entry.data_kind is None:
         check_fits(net, arch.name, data)
     return net

@@ -222,7 +222,7 @@ def apply_update(net: Module, weights: list[Tensor], grads: list[Tensor], state:
     if active is not None:
         delta = [torch.where(per_member(active, d).bool(), d, torch.zeros_like(d)) for d in delta]
     torch._foreach_sub_(weights, delta)
-    if cfg.wd:
+    if cfg.wd or net.renormalizes_each_step:
         decayed = net.regularize(weights, lr * cfg.wd)
         torch._foreach_copy_(weights, decayed)
     return lr

@@ -24,10 +24,11 @@ from .results import GROUP
 
 
 def series_label(key: tuple) -> str:
-    """``normed adam (gpt, shakespeare)``, and what sets the experiment apart when the folder holds several."""
-    arch, data, optimizer, mode, *setting = key
+    """``normed adam (gpt, shakespeare, modular)``: mode, optimiser, network, data and variant; and what sets the
+    experiment apart when the folder holds several."""
+    arch, data, optimizer, mode, variant, *setting = key
     extra = setting[0] if setting and isinstance(setting[0], str) and setting[0] else ""
-    return f"{mode} {optimizer} ({arch}, {data})" + (f" · {extra}" if extra else "")
+    return f"{mode} {optimizer} ({arch}, {data}, {variant})" + (f" · {extra}" if extra else "")
 
 
 def pyplot():
@@ -85,7 +86,7 @@ def _incomplete(curves: pd.DataFrame, scale) -> bool:
 
 def plot_transfer(table: pd.DataFrame, optimal: pd.DataFrame, metric: str, knob: str | None, path: Path) -> None:
     plt = pyplot()
-    keys = [key for key, _ in table.groupby(list(GROUP), dropna=False)] or [("-", "-", "-", "-", "")]
+    keys = [key for key, _ in table.groupby(list(GROUP), dropna=False)] or [("-", "-", "-", "-", "-", "")]
     fig, axes = plt.subplots(1, len(keys), figsize=(5.2 * len(keys), 4.2), squeeze=False)
     every = _scales(table) if not table.empty else []  # one colour per scale value, the same in every panel
     palette = dict(zip(every, plt.cm.viridis(np.linspace(0, 1, max(2, len(every))))))

@@ -21,6 +21,8 @@ from omegaconf import OmegaConf
 
 from . import atomic
 from .identity import experiment_settings
+from .variant import DEFAULT as DEFAULT_VARIANT
+from .variant import name_of as variant_name_of
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +40,7 @@ COUNTED = (COMPLETED, SKIPPED, DIVERGED, FAILED, INTERRUPTED)  # the closing lin
 SUMMARY_FILE = "summary.json"
 MANIFEST_FILE = "sweep.json"
 SCHEMA_VERSION = 2
-SERIES = ("arch", "data", "optimizer", "mode")
+SERIES = ("arch", "data", "optimizer", "mode", "variant")
 # A series of the report: one experiment. ``setting`` names what sets it apart from other experiments of the
 # same arch, data, optimiser and mode in one folder ("steps=100"; "" when there is no other).
 GROUP = (*SERIES, "setting")
@@ -57,7 +59,7 @@ NUMERIC = ("lr", "seed", "train_loss", "test_loss", "test_acc", "steps_done", "w
 def knobs_of(cfg: Any, lr: float, seed: int) -> dict[str, Any]:
     """The values a sweep table is indexed by, read from one run's composed config."""
     record: dict[str, Any] = {"arch": cfg.arch.name, "data": cfg.data.name, "optimizer": cfg.optim.name,
-                              "mode": cfg.optim.mode}
+                              "mode": cfg.optim.mode, "variant": variant_name_of(cfg)}
     for knob, key in KNOB_KEYS.items():
         value = OmegaConf.select(cfg, key)
         if value is not None:
@@ -198,6 +200,7 @@ def collect(sweep_dir: Path) -> pd.DataFrame:
     # which knobs the launches swept (None: no launch recorded it; the report then infers the scale knob)
     launches = [launch for launch in manifest["launches"].values() if "axes" in launch]
     frame["axes"] = ",".join(sorted({axis for launch in launches for axis in launch["axes"]})) if launches else None
+    frame["variant"] = frame["variant"].fillna(DEFAULT_VARIANT)  # recorded by runs since variants exist
     for column in NUMERIC:
         frame[column] = pd.to_numeric(frame[column], errors="coerce")
     return frame

@@ -14,7 +14,7 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ from .results import (COMPLETED, DIVERGED, FAILED, INTERRUPTED, RUNNING, is_fini
 from .signals import STOP, StopRequested
 from .state import RunState
 from .validate import checked_optim, resolve_device
+from .variant import Variant, explain_scope, variant_of
 
 log = logging.getLogger(__name__)
 BUSY = "busy"  # train(wait=False) found another process training this run
@@ -204,6 +205,7 @@ class RunContext:
     net: Module
     compute: Callable[..., tuple[torch.Tensor, list[torch.Tensor]]]
     eval_batches: list[tuple[torch.Tensor, torch.Tensor]]  # shared by every member (and seed)
+    variant: Variant = field(default_factory=Variant)
     seed_index: torch.Tensor | None = None  # packed: each member's position among the run's seeds
 
     @classmethod
@@ -217,15 +219,24 @@ class RunContext:
         if cfg.train.batch_size % world:
             raise ValueError(f"train.batch_size={cfg.train.batch_size} must divide evenly over {world} processes")
         data = build_dataset(cfg.data.name, **OmegaConf.to_container(cfg.data, resolve=True))
-        ctx = cls(cfg, opt, members, rank, world, device, data, build_model(cfg.arch, data), compute=None,
+        variant = variant_of(cfg)
+        if rank == 0 and (scope := explain_scope(cfg.arch.name, variant)):
+            log.info(scope)
+        ctx = cls(cfg, opt, members, rank, world, device, data, build_model(cfg.arch, data, variant), compute=None,
                   eval_batches=data.eval_batches(cfg.train.eval_batches, cfg.train.batch_size, device),
-                  seed_index=members.seed_index(device) if members.packed else None)
+                  variant=variant, seed_index=members.seed_index(device) if members.packed else None)
         if members.packed:
             ctx.eval_batches = [ctx.stacked(x, y) for x, y in ctx.eval_batches]
         if cfg.train.compile:  # a sweep compiles many configurations in one process: start each afresh
             torch._dynamo.reset()
         ctx.compute = torch.compile(ctx.loss_and_grads) if cfg.train.compile else ctx.loss_and_grads
         return ctx
+
+    @property
+    def iterations(self) -> int:
+        """Training iterations: train.steps, and one more at the schedule's end (LR 0 when it decays to 0)
+        in the paper variant, whose reference loop runs steps + 1."""
+        return self.cfg.train.steps + int(self.variant.extra_step)
 
     @property
     def units(self) -> str:
@@ -313,8 +324,8 @@ def _train(ctx: RunContext, run_dir: Path, rerun: bool, record: _Record) -> list
             checkpoint.save(path, state.state_dict(), members.fingerprint)
 
     loggers = RunLoggers(cfg, members, state, lead=lead, show_bar=lead and cfg.train.progress,
-                         sweep_dir=record.sweep_dir)
-    with loggers as out, Prefetcher(ctx.batch_for, state.step, cfg.train.steps) as batches:
+                         sweep_dir=record.sweep_dir, total=ctx.iterations)
+    with loggers as out, Prefetcher(ctx.batch_for, state.step, ctx.iterations) as batches:
         try:
             _loop(ctx, state, out, batches, save)
         except StopRequested:
@@ -337,12 +348,12 @@ def _train(ctx: RunContext, run_dir: Path, rerun: bool, record: _Record) -> list
 
 def _loop(ctx: RunContext, state: RunState, out: RunLoggers, batches: Prefetcher,
           save: Callable[[RunLoggers], None]) -> None:
-    train, steps = ctx.cfg.train, ctx.cfg.train.steps
+    train, steps = ctx.cfg.train, ctx.cfg.train.steps  # the schedule runs over train.steps
     lrs = ctx.members.lrs(ctx.device)
     active = state.active() if ctx.members.packed else None
     every = train.get("layer_stats_every", 0)
     layers = LayerStats(ctx, every) if every and ctx.rank == 0 else None
-    for t in range(state.step, steps):
+    for t in range(state.step, ctx.iterations):
         tick = time.perf_counter()
         loss, grads = ctx.compute(state.weights, *batches.get(t))
         loss, grads, stop = _all_reduce(ctx, loss, grads)
@@ -351,7 +362,7 @@ def _loop(ctx: RunContext, state: RunState, out: RunLoggers, batches: Prefetcher
                             active=active, compile=train.compile)
         state.record_loss(t, loss)
         state.step, state.elapsed = t + 1, state.elapsed + time.perf_counter() - tick
-        last = t == steps - 1
+        last = t == ctx.iterations - 1
         if t % train.log_every == 0 or last:
             _log_train(ctx, state, out, t, loss, lr)
             active = state.active() if ctx.members.packed else None

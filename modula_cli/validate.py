@@ -14,10 +14,12 @@ from .optim import OptimConfig, validate_optim
 from .stats import METRICS
 from .suggest import unknown_key
 from .threads import threads_problem
+from .variant import variant_problems
 
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("float32", "bfloat16")
-CHECKED_GROUPS = ("arch", "data", "optim", "train", "sweep")  # no key may be added to these from the command line
+# no key may be added to these from the command line
+CHECKED_GROUPS = ("arch", "data", "optim", "train", "sweep", "variant")
 
 
 class ConfigError(ValueError):
@@ -128,7 +130,7 @@ def _sweep_problems(cfg: Any) -> list[str]:
 def config_problems(cfg: Any) -> list[str]:
     """All problems of one composed run config (arch, data, optim, train), loading nothing heavy."""
     problems = _arch_problems(cfg.arch, cfg.data) + data_problems(cfg.data) + _train_problems(cfg.train)
-    problems += _sweep_problems(cfg)
+    problems += _sweep_problems(cfg) + variant_problems(cfg.get("variant"))
     try:
         problems += validate_optim(optim_config(cfg))
     except TypeError as error:

@@ -1,6 +1,8 @@
-"""Markdown tables of a sweep report (optimal_lr.csv and transfer.csv), for docs and papers.
+"""Markdown tables of sweep reports (optimal_lr.csv and transfer.csv), for docs and papers; several report
+folders (e.g. the two variants of one experiment) go into one table, each row named by its variant.
 
     python scripts/results_table.py docs/results/small_gpt_width
+    python scripts/results_table.py docs/results/small_gpt_width docs/results/small_gpt_width_paper
 """
 
 from __future__ import annotations
@@ -16,14 +18,27 @@ def _bound(value: float) -> str:
     return "open" if math.isnan(value) else f"{value:+.2f}"
 
 
+def _label(row) -> str:
+    """``normed adam``, with the variant when the tables hold several (reports before variants: modular)."""
+    return f"{row.mode} {row.optimizer}" + (f" ({row.variant})" if getattr(row, "several", False) else "")
+
+
+def _read(folders: list[Path], name: str) -> pd.DataFrame:
+    frame = pd.concat([pd.read_csv(folder / name) for folder in folders], ignore_index=True)
+    if "variant" not in frame:
+        frame["variant"] = "modular"
+    frame["variant"] = frame["variant"].fillna("modular")
+    return frame.assign(several=frame["variant"].nunique() > 1)
+
+
 def optima_table(optimal: pd.DataFrame, metric: str) -> str:
     knob = optimal["scale_knob"].iloc[0]
     lines = [f"| mode | {knob} | best grid LR | fitted log2 η* [95 % interval] | {metric} (mean ± sd) | seeds |",
              "|---|---|---|---|---|---|"]
-    for row in optimal.sort_values(["mode", "scale"]).itertuples(index=False):
+    for row in optimal.sort_values(["mode", "variant", "scale"]).itertuples(index=False):
         spread = "" if math.isnan(getattr(row, f"{metric}_std")) else f" ± {getattr(row, f'{metric}_std'):.3f}"
         edge = f" (at the {row.edge} edge)" if isinstance(row.edge, str) and row.edge else ""
-        lines.append(f"| {row.mode} {row.optimizer} | {row.scale:g} | 2^{row.log2_optimal_lr:.0f} | "
+        lines.append(f"| {_label(row)} | {row.scale:g} | 2^{row.log2_optimal_lr:.0f} | "
                      f"{row.log2_optimal_lr_fit:+.2f} [{_bound(row.log2_optimal_lr_low)}, "
                      f"{_bound(row.log2_optimal_lr_high)}]{edge} | {getattr(row, metric):.3f}{spread} | {row.seeds} |")
     return "\n".join(lines)
@@ -32,10 +47,10 @@ def optima_table(optimal: pd.DataFrame, metric: str) -> str:
 def transfer_table(transfer: pd.DataFrame) -> str:
     lines = ["| mode | from → to | shift of log2 η* [95 % interval] | regret [95 % interval] | seeds |",
              "|---|---|---|---|---|"]
-    for row in transfer.sort_values("mode").itertuples(index=False):
+    for row in transfer.sort_values(["mode", "variant"]).itertuples(index=False):
         regret = ("diverges" if math.isinf(row.regret) else
                   f"{row.regret:.3f} [{row.regret_low:.3f}, {row.regret_high:.3f}]")
-        lines.append(f"| {row.mode} {row.optimizer} | {row.scale_knob} {row.smallest:g} → {row.largest:g} | "
+        lines.append(f"| {_label(row)} | {row.scale_knob} {row.smallest:g} → {row.largest:g} | "
                      f"{row.shift_log2:+.2f} [{_bound(row.shift_log2_low)}, {_bound(row.shift_log2_high)}] | "
                      f"{regret} | {row.seeds} |")
     return "\n".join(lines)
@@ -43,11 +58,11 @@ def transfer_table(transfer: pd.DataFrame) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("report_dir", type=Path)
+    parser.add_argument("report_dirs", type=Path, nargs="+")
     args = parser.parse_args()
-    transfer = pd.read_csv(args.report_dir / "transfer.csv")
+    transfer = _read(args.report_dirs, "transfer.csv")
     metric = transfer["metric"].iloc[0] if not transfer.empty else "train_loss"
-    print(optima_table(pd.read_csv(args.report_dir / "optimal_lr.csv"), metric))
+    print(optima_table(_read(args.report_dirs, "optimal_lr.csv"), metric))
     print()
     print(transfer_table(transfer))
 

@@ -13,6 +13,13 @@ declare -A GRID=(
   [dualized]="0.03125,0.0625,0.125,0.25,0.5,1.0"                    # 2^-5 … 2^0
   [manifold]="0.03125,0.0625,0.125,0.25,0.5,1.0"                    # 2^-5 … 2^0
 )
+# variant=paper (issue 25): its optima sit higher for normed and dualized Adam (a one-seed pilot at widths 32
+# and 128 over 2^-6 … 2^3 put them at 2^-1 … 2^0), so its grids move up one or two steps.
+if [ "${VARIANT:-modular}" = paper ]; then
+  GRID[normed]="0.0625,0.125,0.25,0.5,1.0,2.0"                       # 2^-4 … 2^1
+  GRID[dualized]="0.0625,0.125,0.25,0.5,1.0,2.0"                     # 2^-4 … 2^1
+  GRID[unnormed]="0.0009765625,0.001953125,0.00390625,0.0078125,0.015625,0.03125,0.0625"  # 2^-10 … 2^-4
+fi
 EXPERIMENTS=${EXPERIMENTS:-small/gpt_width small/gpt_depth}
 MODES=${MODES:-normed unnormed dualized}
 for experiment in $EXPERIMENTS; do

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import TINY_TRAIN
 from modula_cli.report import experiment_labels, write_report
-from modula_cli.results import GROUP, collect
+from modula_cli.results import GROUP, SERIES, collect
 
 LRS = "optim.lr=0.05,0.1,0.2"
 
@@ -134,7 +134,8 @@ def test_results_table_is_sorted_by_numbers(tmp_path):
     for width in (128, 32, 64):
         summary(tmp_path / f"lr=0.25,width={width}", **{"arch.width": width})
     results = write_report(tmp_path, quiet=True)["results"]
-    assert list(results["width"]) == [32, 64, 128] and list(GROUP) == [*GROUP[:4], "setting"]
+    assert list(results["width"]) == [32, 64, 128] and list(GROUP) == [*SERIES, "setting"]
+    assert "variant" in SERIES and set(results["variant"]) == {"modular"}  # written before variants: modular
 
 
 def test_two_lr_sweeps_at_different_contexts_are_two_experiments_not_a_context_sweep(tmp_path, capsys):

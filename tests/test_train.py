@@ -149,28 +149,33 @@ def test_same_seed_reproduces_and_finished_run_is_skipped(tmp_path, tiny_text_ro
     assert not rerun.get("skipped") and rerun["train_loss"] == first["train_loss"]
 
 
+def interrupted_at(monkeypatch, step: int, run) -> None:
+    """``run()`` with a SIGTERM sent during optimiser step ``step``: it must stop (after that step)."""
+    import modula_cli.run as run_module
+
+    original = run_module.optimizer_step
+
+    def step_then_sigterm(net, weights, grads, state, cfg_, t, total, **kwargs):
+        if t == step:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return original(net, weights, grads, state, cfg_, t, total, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(run_module, "optimizer_step", step_then_sigterm)
+        with pytest.raises(StopRequested):
+            run()
+
+
 @pytest.mark.parametrize("mode", ["normed", "dualized"])
 def test_preemption_checkpoints_and_resume_is_exact(mode, tmp_path, tiny_text_root, monkeypatch):
     overrides = tiny_gpt(tiny_text_root, f"optim.mode={mode}", "train.steps=30", "train.checkpoint_every=7",
                          "train.eval_every=5")
     cfg = compose_config(*overrides)
     reference = train(cfg, tmp_path / "reference")
-
-    import modula_cli.run as run_module
-
-    original = run_module.optimizer_step
-
-    def step_then_sigterm(net, weights, grads, state, cfg_, t, total, **kwargs):
-        if t == 17:  # the signal arrives during step 17; the loop checkpoints before step 18
-            os.kill(os.getpid(), signal.SIGTERM)
-        return original(net, weights, grads, state, cfg_, t, total, **kwargs)
-
-    monkeypatch.setattr(run_module, "optimizer_step", step_then_sigterm)
-    with pytest.raises(StopRequested):
-        train(cfg, tmp_path / "resumed")
+    # the signal arrives during step 17; the loop checkpoints before step 18
+    interrupted_at(monkeypatch, 17, lambda: train(cfg, tmp_path / "resumed"))
     assert torch.load(tmp_path / "resumed" / "checkpoint.pt", weights_only=False)["state"]["step"] == 18
     assert json.loads((tmp_path / "resumed" / "summary.json").read_text())["status"] == "interrupted"
-    monkeypatch.setattr(run_module, "optimizer_step", original)
     resumed = train(cfg, tmp_path / "resumed")
     assert read_losses(tmp_path / "resumed") == read_losses(tmp_path / "reference")
     assert resumed["train_loss"] == reference["train_loss"] and resumed["test_loss"] == reference["test_loss"]

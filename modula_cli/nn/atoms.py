@@ -32,6 +32,10 @@ class MatrixAtom(Atom):
     d_out: int
     d_in: int
     slice_count: int = 1
+    init_std: float | None = None
+    # normalize: True scales each slice to the target on its own (the reference's Conv2D); False scales the
+    # whole weight by its largest slice, which is the atom norm's own normalisation.
+    normalize_slices: bool = False
 
     def matrices(self, weight: Tensor) -> Tensor:
         """View the weight as a batch of (d_out, d_in) slices: shape (…, slices, d_out, d_in), where …
@@ -46,6 +50,10 @@ class MatrixAtom(Atom):
         """Scale of ``U Vᵀ`` that has atom norm 1."""
         return math.sqrt(self.d_out / self.d_in) / self.slice_count
 
+    @property
+    def natural_scale(self) -> float:
+        return self.polar_scale if self.init_std is None else 1.0
+
     def atom_norm(self, weight: Tensor) -> float:
         sigma = exact_spectral_norm(self.matrices(weight)).max()
         return float(sigma) / self.polar_scale
@@ -55,12 +63,20 @@ class MatrixAtom(Atom):
         exact ones otherwise."""
         if norms is None:
             norms = exact_spectral_norm(self.matrices(update))
+        if self.normalize_slices:
+            return self._normalize_slices(update, target, norms)
         sigma = norms.amax(dim=-1)  # over the slices: one σ per network
         if isinstance(target, Tensor):
             target = target.to(sigma.device)
         factor = target * self.polar_scale / sigma.clamp_min(1e-30)
         factor = torch.where(sigma > 0, factor, torch.zeros_like(factor)).to(update.dtype)
         return update * factor.reshape(factor.shape + (1,) * (update.ndim - factor.ndim))
+
+    def _normalize_slices(self, update: Tensor, target: float | Tensor, norms: Tensor) -> Tensor:
+        """Each slice to spectral norm ``target · polar_scale`` on its own (``norms``: shape (…, slices))."""
+        factor = per_member(target, norms) * self.polar_scale / norms.clamp_min(1e-30)
+        factor = torch.where(norms > 0, factor, torch.zeros_like(factor)).to(update.dtype)
+        return self.from_matrices(self.matrices(update) * factor[..., None, None])
 
     def from_polar(self, polar: Tensor, target: float | Tensor) -> Tensor:
         return self.from_matrices(polar * per_member(target * self.polar_scale, polar))
@@ -151,6 +167,8 @@ class Embed(Atom):
     """Lookup table: input indices (one-hot, ℓ1), output an RMS-normed vector per index.
 
     The weight is stored as rows, shape (num_embed, d_embed), so row j is embedding vector j.
+    ``renormalize_each_step``: ``regularize`` resets every row to RMS 1 whatever the strength (the
+    reference code's embedding, whose rows stay on their sphere even without weight decay).
     """
 
     def __init__(self, d_embed: int, num_embed: int, mass: float = 1.0, init_std: float | None = None):
@@ -173,8 +191,15 @@ class Embed(Atom):
             return self.init_std * vectors
         return _rescale_rows(vectors, 1.0)
 
+    @property
+    def natural_scale(self) -> float:
+        return math.sqrt(self.d_embed) if self.init_std is None else 1.0
+
     def atom_norm(self, weight: Tensor) -> float:
         return float(_row_rms(weight.float()).max())
+
+    def regularize_piece(self, weight: Tensor, strength: float | Tensor) -> Tensor:
+        return _rescale_rows(weight, 1.0) if self.renormalize_each_step else super().regularize_piece(weight, strength)
 
     def normalize_piece(self, update: Tensor, target: float | Tensor, norms: Tensor | None = None) -> Tensor:
         # As in the paper's code: every embedding vector is set to RMS τ, the same as the duality map.

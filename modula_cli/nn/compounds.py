@@ -9,7 +9,7 @@ import math
 
 from .atoms import Conv2D, Embed, Linear
 from .bonds import (Abs, AddHeads, AvgPool, Enumerate, Flatten, FunctionalAttention, GELU, Identity, LayerNorm,
-                    MeanSubtract, RemoveHeads, RMSDivide, ScaledGELU)
+                    MeanSubtract, Mul, RemoveHeads, RMSDivide, ScaledGELU)
 from .checks import require_positive_ints
 from .module import Module, named, with_role as role
 
@@ -56,13 +56,24 @@ def ResNet(width: int, depth: int, block_depth: int, in_channels: int, num_class
     return named(net, f"ResNet(width={width}, depth={depth}, block_depth={block_depth})")
 
 
-def Attention(num_heads: int, d_embed: int, d_query: int, d_value: int, causal: bool = True) -> Module:
+ATTENTION_THIRDS = ("output", "qkv")
+
+
+def Attention(num_heads: int, d_embed: int, d_query: int, d_value: int, causal: bool = True,
+              third: str = "output") -> Module:
+    """Multi-head attention. The tuple (Q, K, V) has sensitivity 3, and a 1/3 brings the block back to 1:
+    ``third="output"`` scales the attention's output; ``"qkv"`` scales each of q, k and v (attention logits
+    × 1/9, output × 1/3), which is what the reference code's ``W @ FA * 1/3 @ (Q, K, V)`` computes, since
+    Python applies ``* 1/3`` to what stands on its right. Same masses, sensitivities and shares."""
     require_positive_ints("Attention", num_heads=num_heads, d_embed=d_embed, d_query=d_query, d_value=d_value)
+    if third not in ATTENTION_THIRDS:
+        raise ValueError(f"Attention: third={third!r}; allowed: {', '.join(ATTENTION_THIRDS)}")
     Q = AddHeads(num_heads) @ role(Linear(num_heads * d_query, d_embed), "attn.q")
     K = AddHeads(num_heads) @ role(Linear(num_heads * d_query, d_embed), "attn.k")
     V = AddHeads(num_heads) @ role(Linear(num_heads * d_value, d_embed), "attn.v")
     exit_ = role(Linear(d_embed, num_heads * d_value), "attn.out") @ RemoveHeads()
-    # The tuple (Q, K, V) has sensitivity 3; the 1/3 brings the whole block back to 1.
+    if third == "qkv":
+        return named(exit_ @ FunctionalAttention(causal) @ Mul(1 / 3) @ (Q, K, V), f"Attention(heads={num_heads})")
     return named(exit_ @ ((1 / 3) * FunctionalAttention(causal)) @ (Q, K, V), f"Attention(heads={num_heads})")
 
 
@@ -73,7 +84,7 @@ def _check_heads(owner: str, width: int, num_heads: int) -> None:
 
 
 def GPT(vocab_size: int, context: int, num_heads: int, width: int, depth: int,
-        blocks_mass: float = 5.0) -> Module:
+        blocks_mass: float = 5.0, attention_third: str = "output") -> Module:
     require_positive_ints("GPT", vocab_size=vocab_size, context=context, num_heads=num_heads, width=width, depth=depth)
     _positive_mass("GPT", blocks_mass)
     _check_heads("GPT", width, num_heads)
@@ -85,7 +96,7 @@ def GPT(vocab_size: int, context: int, num_heads: int, width: int, depth: int,
     def residual(residue: Module) -> Module:
         return ((1 - 1 / (2 * depth)) * Identity()) + ((1 / (2 * depth)) * residue)
 
-    att_block = residual(Attention(num_heads, width, d_head, d_head) @ LayerNorm())
+    att_block = residual(Attention(num_heads, width, d_head, d_head, third=attention_third) @ LayerNorm())
     mlp = role(Linear(width, 4 * width), "mlp.out") @ ScaledGELU() @ role(Linear(4 * width, width), "mlp.in")
     mlp_block = residual(mlp @ LayerNorm())
     blocks = named(((mlp_block @ att_block) ** depth).tare(blocks_mass), f"Blocks(depth={depth})")

@@ -68,7 +68,9 @@ class Module:
                    dtype: torch.dtype = torch.float32) -> Weights:
         """Fresh weights, identical for the same seed on any device (drawn on the CPU, then moved)."""
         generator = torch.Generator().manual_seed(seed)
-        return [atom.init_weight(generator).to(device=device, dtype=dtype) for atom in self.atoms()]
+        atoms = list(self.atoms())
+        weights = _stored(atoms, [atom.init_weight(generator) for atom in atoms])
+        return [w.to(device=device, dtype=dtype) for w in weights]
 
     # --- norms and the maps the optimiser uses ----------------------------------------------------
 
@@ -96,7 +98,8 @@ class Module:
     def dualize(self, g: Sequence[Tensor], target_norm: float | Tensor = 1.0, method: str = "polar_express",
                 steps: int | None = None, iter_dtype: torch.dtype | None = None) -> Weights:
         """Duality map of the modular norm: one tensor per atom, whole update of modular norm τ."""
-        return dualize_atoms(list(self.atoms()), g, self.target_shares(), target_norm, method, steps, iter_dtype)
+        atoms = list(self.atoms())
+        return _stored(atoms, dualize_atoms(atoms, g, self.target_shares(), target_norm, method, steps, iter_dtype))
 
     def normalize(self, u: Sequence[Tensor], target_norm: float | Tensor = 1.0,
                   state: PowerIterationState | None = None) -> Weights:
@@ -109,28 +112,42 @@ class Module:
             matrices = {i: atom.matrices(piece) for i, (atom, piece, share) in enumerate(zip(atoms, u, shares))
                         if share > 0}
             norms = state.spectral_norms({i: stack for i, stack in matrices.items() if stack is not None})
-        return [atom.normalize_piece(piece, target_norm * share, norms.get(index)) if share > 0
-                else torch.zeros_like(piece)
-                for index, (atom, piece, share) in enumerate(zip(atoms, u, shares))]
+        # The normalised piece does not depend on the input's scale: a stored piece gives the effective update.
+        return _stored(atoms, [atom.normalize_piece(piece, target_norm * share, norms.get(index)) if share > 0
+                               else torch.zeros_like(piece)
+                               for index, (atom, piece, share) in enumerate(zip(atoms, u, shares))])
 
     def manifold_update(self, w: Sequence[Tensor], u: Sequence[Tensor], target_norm: float | Tensor,
                         settings: DualAscent, state: ManifoldState) -> Weights:
         """Manifold mode (SPEC §10): the change Δ that moves each atom along its manifold by its share of τ
         (matrices: manifold Muon then retraction; embedding rows: hyperspherical descent)."""
-        return manifold_update(list(self.atoms()), w, u, self.target_shares(), target_norm, settings, state)
+        atoms = list(self.atoms())
+        return _stored(atoms, manifold_update(atoms, _effective(atoms, w), u, self.target_shares(), target_norm,
+                                              settings, state))
 
     def onto_manifold(self, w: Sequence[Tensor]) -> Weights:
         """Each matrix on its scaled Stiefel manifold, each embedding row at RMS 1 (to float precision)."""
-        return onto_manifold(list(self.atoms()), w)
+        atoms = list(self.atoms())
+        return _stored(atoms, onto_manifold(atoms, _effective(atoms, w)))
 
     def regularize(self, w: Sequence[Tensor], strength: float | Tensor) -> Weights:
-        """Weight decay split like a target norm: each atom's weights shrink by (1 − its share)."""
-        return [piece * (1.0 - per_member(strength * share, piece))
-                for piece, share in zip(w, self.target_shares(), strict=True)]
+        """Weight decay split like a target norm: each atom's weights shrink by (1 − strength × its share);
+        an atom that ``renormalizes_each_step`` is put back on its sphere instead, whatever the strength."""
+        atoms = list(self.atoms())
+        return _stored(atoms, [atom.regularize_piece(piece, per_member(strength * share, piece))
+                               for atom, piece, share in zip(atoms, _effective(atoms, w), self.target_shares(),
+                                                             strict=True)])
+
+    @property
+    def renormalizes_each_step(self) -> bool:
+        """Whether ``regularize`` must run after every step, even without weight decay."""
+        return any(atom.renormalize_each_step for atom in self.atoms())
 
     def project(self, w: Sequence[Tensor]) -> Weights:
         """Put every atom's weights back on their unit ball, as at initialisation."""
-        return [atom.project_piece(piece) for atom, piece in zip(self.atoms(), w, strict=True)]
+        atoms = list(self.atoms())
+        return _stored(atoms, [atom.project_piece(piece) for atom, piece in zip(atoms, _effective(atoms, w),
+                                                                                  strict=True)])
 
     def tare(self, mass: float = 1.0) -> Module:
         """Rescale every mass in the subtree by one factor so that the total becomes ``mass``."""
@@ -228,6 +245,12 @@ class Atom(Module):
     role: str | None = None
     repeat: tuple[int, ...] = ()
     feature_axis: int = -1  # the axis of the output that holds one feature vector (channels for convolutions)
+    # Where the atom's constant factor lives. 1: folded into the stored weight (the modular variant). Else the
+    # stored weight is W / forward_scale and the forward pass multiplies the output by forward_scale, as the
+    # paper's reference code does: the same function and the same normed or dualized steps, but a plain
+    # optimiser's step on the stored weight moves W forward_scale times as far. Every map works on W.
+    forward_scale: float = 1.0
+    renormalize_each_step: bool = False  # regularize puts the weight back on its sphere (the reference's embedding)
 
     def __init__(self, mass: float = 1.0, sensitivity: float = 1.0):
         self._mass = float(mass)
@@ -249,10 +272,22 @@ class Atom(Module):
         yield self
 
     def forward(self, x: Any, w: Sequence[Tensor]) -> Any:
-        return self.apply(x, w[0])
+        y = self.apply(x, w[0])
+        return y if self.forward_scale == 1.0 else self.forward_scale * y
 
     def apply(self, x: Any, weight: Tensor) -> Any:
+        """The atom's function of its effective weight W (``forward`` applies it to the stored one)."""
         raise NotImplementedError
+
+    def effective(self, stored: Tensor) -> Tensor:
+        """The weight the atom computes with, from the stored one."""
+        return stored if self.forward_scale == 1.0 else stored * self.forward_scale
+
+    @property
+    def natural_scale(self) -> float:
+        """The atom's constant factor: the output scale of a weight with unit singular values (matrices) or
+        unit rows (embeddings); 1 for an atom without one (Gaussian initialisation)."""
+        return 1.0
 
     def init_weight(self, generator: torch.Generator) -> Tensor:
         raise NotImplementedError
@@ -261,7 +296,11 @@ class Atom(Module):
         raise NotImplementedError
 
     def norm(self, w: Sequence[Tensor]) -> float:
-        return self.atom_norm(w[0])
+        return self.atom_norm(self.effective(w[0]))
+
+    def regularize_piece(self, weight: Tensor, strength: float | Tensor) -> Tensor:
+        """Weight decay of the effective weight by ``strength`` (a float, or per member)."""
+        return weight * (1.0 - strength)
 
     def _shares(self, target: float) -> list[float]:
         return [target if self.mass > 0 else 0.0]
@@ -334,6 +373,8 @@ class Add(Bond):
 
 
 class Mul(Bond):
+    """``scalar · x``; a tuple input is multiplied entry by entry."""
+
     def __init__(self, scalar: float):
         if not isinstance(scalar, (int, float)) or isinstance(scalar, bool) or scalar == 0:
             raise ValueError(f"Mul needs a nonzero number, got {scalar!r}")
@@ -341,6 +382,8 @@ class Mul(Bond):
         self._sensitivity = abs(self.scalar)
 
     def apply(self, x):
+        if isinstance(x, (tuple, list)):
+            return tuple(self.scalar * part for part in x)
         return self.scalar * x
 
     def describe(self) -> str:
@@ -494,6 +537,17 @@ def _chain_features(children: Sequence[Module]) -> tuple[int | None, int | None]
         seen_reshape = seen_reshape or child.features_in is None
         current = child.features_out
     return first_in, current
+
+
+def _effective(atoms: Sequence[Atom], pieces: Sequence[Tensor]) -> Weights:
+    """Stored weights (or changes of them) → the atoms' effective ones."""
+    return [atom.effective(piece) for atom, piece in zip(atoms, pieces, strict=True)]
+
+
+def _stored(atoms: Sequence[Atom], pieces: Sequence[Tensor]) -> Weights:
+    """Effective weights (or changes of them) → what the atoms store."""
+    return [piece if atom.forward_scale == 1.0 else piece / atom.forward_scale
+            for atom, piece in zip(atoms, pieces, strict=True)]
 
 
 def with_role(atom: Atom, role: str) -> Atom:

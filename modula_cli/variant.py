@@ -1,0 +1,109 @@
+"""Which reading of the modular-norm paper a run trains (``variant=modular|paper``; docs/variants.md).
+
+``modular`` is the maths as this project specifies it. ``paper`` is what the authors' reference code
+(jxbz/modula at commit eccf3cca, the code the paper's figures came from) computes: the same module tree,
+masses and sensitivities, but five details differ, and for a plain (unnormed) optimiser one of them changes
+what a learning rate means. Each difference is one field here, so a single one can be switched to measure
+its effect (``variant=paper variant.scales=weights``). The paper variant's YAML also sets
+``optim.power_iterations: 1`` (the reference's one warm-started step per update).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from .nn import Conv2D, Embed, MatrixAtom, Module
+from .nn.compounds import ATTENTION_THIRDS
+
+
+@dataclass(frozen=True)
+class Variant:
+    attention_third: str = "output"  # the attention's 1/3: on its output | on each of q, k, v ("qkv")
+    scales: str = "weights"          # atoms' constant factors: folded into the weights | applied in "forward"
+    embed_rows: str = "decay"        # embedding rows: shrunk by weight decay only | reset to RMS 1 every step ("unit")
+    conv_normalize: str = "kernel"   # normed Conv2D: whole kernel by its largest slice | each "slice" on its own
+    extra_step: bool = False    # one more iteration after train.steps, at learning rate 0 (the reference's loop)
+
+
+ALLOWED: dict[str, tuple] = {"attention_third": ATTENTION_THIRDS, "scales": ("weights", "forward"),
+                             "embed_rows": ("decay", "unit"), "conv_normalize": ("kernel", "slice"),
+                             "extra_step": (False, True)}
+VARIANTS = {"modular": Variant(),
+            "paper": Variant(attention_third="qkv", scales="forward", embed_rows="unit", conv_normalize="slice",
+                             extra_step=True)}
+DEFAULT = "modular"
+BUILT_IN_NETWORKS = ("gpt", "resmlp", "resnet")  # the paper's networks, which the reference code defines
+
+
+def variant_problems(node: Any) -> list[str]:
+    """One line per bad field of the ``variant`` config (a missing node is the modular variant)."""
+    if node is None:
+        return []
+    problems = []
+    for key, value in OmegaConf.to_container(node, resolve=True).items():
+        allowed = ALLOWED.get(key)
+        if allowed is None:
+            problems.append(f"variant.{key} is not a setting; the variant's settings: {', '.join(ALLOWED)}")
+        elif value not in allowed or isinstance(value, bool) != isinstance(allowed[0], bool):
+            problems.append(f"variant.{key}={value!r}; allowed: {', '.join(map(str, allowed))}")
+    return problems
+
+
+def variant_of(cfg: Any) -> Variant:
+    """The run's variant; a config written before variants existed trained the modular one."""
+    node = cfg.get("variant") if hasattr(cfg, "get") else None
+    if node is None:
+        return Variant()
+    return Variant(**OmegaConf.to_container(node, resolve=True))
+
+
+def variant_name(variant: Variant) -> str:
+    """``modular``, ``paper``, or ``custom`` for a mixture (the report then names the fields that differ)."""
+    return next((name for name, known in VARIANTS.items() if known == variant), "custom")
+
+
+def name_of(cfg: Any) -> str:
+    return variant_name(variant_of(cfg))
+
+
+def non_default(variant: Variant) -> dict[str, Any]:
+    """The fields that differ from the modular variant (what a run's fingerprint adds)."""
+    modular = asdict(VARIANTS[DEFAULT])
+    return {key: value for key, value in asdict(variant).items() if modular[key] != value}
+
+
+def apply_variant(net: Module, variant: Variant) -> Module:
+    """Set the atom-level differences on every atom of ``net`` (the attention's is set when it is built).
+
+    Atoms with a Gaussian initialisation (``init_std``: the standard GPT) have no constant factor and no
+    sphere: the reference code has no such atoms, so they are left as they are."""
+    for atom in net.atoms():
+        modular_init = getattr(atom, "init_std", None) is None
+        atom.forward_scale = atom.natural_scale if variant.scales == "forward" and modular_init else 1.0
+        if isinstance(atom, Embed):
+            atom.renormalize_each_step = variant.embed_rows == "unit" and modular_init
+        if isinstance(atom, MatrixAtom):
+            atom.normalize_slices = variant.conv_normalize == "slice" and isinstance(atom, Conv2D)
+    return net
+
+
+def explain_scope(arch_name: str, variant: Variant) -> str | None:
+    """What a non-modular variant changes in an architecture that is not one of the paper's networks (None for
+    those and for the modular variant): logged once per run, so a user knows what ``paper`` meant."""
+    if variant == VARIANTS[DEFAULT] or arch_name in BUILT_IN_NETWORKS:
+        return None
+    name = variant_name(variant)
+    if arch_name == "standard_gpt":
+        return (f"variant={name} with arch=standard_gpt: its Gaussian-initialised layers have no constant factors "
+                f"and no embedding sphere, so only the training loop's differences apply (final LR-0 step, power "
+                f"iterations); the reference code has no standard GPT")
+    attention = (" Where attention puts its 1/3 is your builder's choice: modula_cli.nn.Attention(..., "
+                 "third='qkv') is the reference's." if variant.attention_third == "qkv" else "")
+    return (f"variant={name} with arch.name={arch_name}: applied to its atoms (constant factors "
+            f"{'in the forward pass' if variant.scales == 'forward' else 'in the weights'}, embedding rows "
+            f"{'reset to RMS 1 every step' if variant.embed_rows == 'unit' else 'decayed'}, Conv2D normalised "
+            f"{'per slice' if variant.conv_normalize == 'slice' else 'per kernel'}) and to the loop "
+            f"({'a final LR-0 step' if variant.extra_step else 'no extra step'}).{attention}")

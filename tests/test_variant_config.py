@@ -1,0 +1,118 @@
+"""The variant config group as a user meets it: composition, identity, bad input, runs, packing, resume, report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from conftest import compose_config, tiny_gpt, tiny_image
+from modula_cli.config import CONFIG_DIR
+from modula_cli.identity import fingerprint, run_name
+from modula_cli.run import train
+from modula_cli.validate import config_problems
+from modula_cli.variant import VARIANTS
+from test_train import assert_same_losses, interrupted_at, read_losses
+
+PAPER_FIELDS = {"attention_third": "qkv", "scales": "forward", "embed_rows": "unit", "conv_normalize": "slice",
+                "extra_step": True}
+PAPER_EXPERIMENTS = sorted(p.stem for p in (CONFIG_DIR / "experiment" / "paper").glob("fig*.yaml"))
+
+
+def test_the_default_is_modular_and_paper_sets_every_difference():
+    modular, paper = compose_config(), compose_config("variant=paper")
+    assert OmegaConf.to_container(modular.variant) == {"attention_third": "output", "scales": "weights",
+                                                       "embed_rows": "decay", "conv_normalize": "kernel",
+                                                       "extra_step": False}
+    assert OmegaConf.to_container(paper.variant) == PAPER_FIELDS
+    assert (modular.optim.power_iterations, paper.optim.power_iterations) == (2, 1)
+    # a user's own setting still wins over the variant's
+    assert compose_config("variant=paper", "optim.power_iterations=3").optim.power_iterations == 3
+
+
+@pytest.mark.parametrize("experiment", PAPER_EXPERIMENTS)
+def test_every_paper_experiment_selects_the_paper_variant(experiment):
+    cfg = compose_config(f"experiment=paper/{experiment}")
+    assert OmegaConf.to_container(cfg.variant) == PAPER_FIELDS and cfg.optim.power_iterations == 1
+    if cfg.arch.name == "gpt":
+        assert cfg.arch.heads == 8  # the paper's sweeps (paper/sweep/sweep.sh) and main.py's default
+
+
+def test_modular_runs_keep_their_fingerprints_and_paper_runs_differ():
+    modular = compose_config("optim.lr=0.25")
+    without_variant = OmegaConf.create({k: v for k, v in OmegaConf.to_container(modular).items() if k != "variant"})
+    assert fingerprint(modular) == fingerprint(without_variant)  # a run finished before variants existed
+    assert fingerprint(compose_config("optim.lr=0.25", "variant=paper")) != fingerprint(modular)
+    custom = compose_config("optim.lr=0.25", "variant.extra_step=true")
+    paper = compose_config("optim.lr=0.25", "variant=paper")
+    assert fingerprint(custom) not in (fingerprint(modular), fingerprint(paper))
+
+
+def test_the_variant_names_the_run_folder():
+    assert run_name(["variant=paper", "optim.lr=0.25", "arch.width=64"]) == "lr=0.25,variant=paper,width=64"
+    assert run_name(["variant.extra_step=true", "optim.lr=0.25"]) == "extra_step=true,lr=0.25"
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("variant.scales=fwd", "variant.scales='fwd'; allowed: weights, forward"),
+    ("variant.extra_step=1", "variant.extra_step=1; allowed: False, True"),
+    ("variant.attention_third=query", "variant.attention_third='query'; allowed: output, qkv"),
+])
+def test_bad_variant_settings_are_named(override, message):
+    assert message in config_problems(compose_config("variant=paper", override))
+
+
+def steps_and_lrs(run_dir: Path) -> list[tuple[int, float]]:
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [(r["step"], r["lr"]) for r in records if "lr" in r]
+
+
+def test_a_paper_run_takes_one_more_step_at_lr_zero_and_says_so(tmp_path, tiny_text_root):
+    paper = train(compose_config(*tiny_gpt(tiny_text_root, "variant=paper", "train.steps=6", "optim.lr=0.2")),
+                  tmp_path / "paper")
+    modular = train(compose_config(*tiny_gpt(tiny_text_root, "train.steps=6", "optim.lr=0.2")), tmp_path / "modular")
+    assert (paper["variant"], paper["steps_done"]) == ("paper", 7)
+    assert (modular["variant"], modular["steps_done"]) == ("modular", 6)
+    assert steps_and_lrs(tmp_path / "paper")[-1] == (6, 0.0)
+    assert steps_and_lrs(tmp_path / "modular")[-1] == (5, pytest.approx(0.2 / 6))
+    assert paper["settings"]["variant.scales"] == "forward" and "variant.scales" not in modular["settings"]
+
+
+@pytest.mark.parametrize("arch, mode, lrs", [("gpt", "unnormed", (0.003, 0.01)), ("gpt", "normed", (0.05, 0.2)),
+                                             ("resnet", "normed", (0.1, 0.2))])
+def test_paper_packed_run_matches_separate_runs(arch, mode, lrs, tmp_path, tiny_text_root, cifar_root):
+    def config(*extra):
+        common = ["variant=paper", f"optim.mode={mode}", "train.steps=8", *extra]
+        return compose_config(*(tiny_gpt(tiny_text_root, *common) if arch == "gpt"
+                                else tiny_image(arch, cifar_root, *common)))
+
+    result = train(config(f"optim.lr=[{lrs[0]},{lrs[1]}]"), tmp_path / "pack")
+    for lr, member in zip(lrs, result["members"]):
+        separate = train(config(f"optim.lr={lr}"), tmp_path / f"separate_{lr}")
+        assert_same_losses(tmp_path / "pack" / f"lr={lr!r}", tmp_path / f"separate_{lr}")
+        assert member["fingerprint"] == separate["fingerprint"] and member["steps_done"] == 9
+
+
+def test_paper_run_resumes_exactly_through_its_extra_step(tmp_path, tiny_text_root, monkeypatch):
+    cfg = compose_config(*tiny_gpt(tiny_text_root, "variant=paper", "train.steps=12", "train.checkpoint_every=5"))
+    reference = train(cfg, tmp_path / "reference")
+    interrupted_at(monkeypatch, 12, lambda: train(cfg, tmp_path / "resumed"))  # during the extra step
+    assert torch.load(tmp_path / "resumed" / "checkpoint.pt", weights_only=False)["state"]["step"] == 13
+    resumed = train(cfg, tmp_path / "resumed")
+    assert read_losses(tmp_path / "resumed") == read_losses(tmp_path / "reference")
+    assert resumed["train_loss"] == reference["train_loss"] and resumed["steps_done"] == 13
+
+
+def test_the_paper_variant_reaches_the_network_that_trains(tmp_path, tiny_text_root):
+    """Through the config, not only in unit tests: the run's network has the reference's scales."""
+    from modula_cli.models import build_model
+    from modula_cli.variant import variant_of
+
+    cfg = compose_config(*tiny_gpt(tiny_text_root, "variant=paper"))
+    assert variant_of(cfg) == VARIANTS["paper"]
+    data = type("Data", (), {"name": "shakespeare", "kind": "language", "vocab_size": 11, "context": 16})()
+    net = build_model(cfg.arch, data, variant_of(cfg))
+    assert next(net.atoms()).forward_scale == pytest.approx(4.0)  # √16: the token embedding
