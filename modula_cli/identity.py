@@ -28,6 +28,7 @@ RUN_GROUPS = ("arch", "data", "optim", "train")
 # whose settings change the numbers (the variant's only where they differ from the modular default, so a run
 # finished before variants existed keeps its fingerprint).
 CHOICE_GROUPS = ("arch", "data", "optim", "variant")
+HISTORICAL_VARIANT = "modular"
 NUMERIC_GROUPS = (*RUN_GROUPS, "variant")
 MAX_NAME_BYTES = 120  # well inside the 255-byte limit of one path component
 # Kept readable when a name must be shortened; everything else is folded into the hash.
@@ -113,6 +114,8 @@ def run_name(task_overrides: list[str]) -> str:
     items: dict[str, str] = {}
     for override in task_overrides:
         key, _, value = override.lstrip("+~").partition("=")
+        if key == "variant" and value == HISTORICAL_VARIANT:
+            continue  # what every run was before variants: its folders keep their names
         if key in CHOICE_GROUPS or changes_numbers(key):
             items[key] = _value_text(key, value)
     short = short_keys(sorted(items))

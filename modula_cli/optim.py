@@ -172,7 +172,10 @@ MODE_MAPS: dict[str, Callable[..., list[Tensor]]] = {"unnormed": unnormed, "norm
 # --- schedules ------------------------------------------------------------------------------------------
 
 def schedule_factor(kind: str, t: int, total: int, warmup: int = 0) -> float:
-    """Multiplier of the base LR at step t (0-based) of ``total``; linear decays to 0 over the run."""
+    """Multiplier of the base LR at step t (0-based) of ``total``; linear decays to 0 over the run. Past the
+    end (the paper variant's extra iteration, t = total) it is 0 whatever the schedule."""
+    if t >= total:
+        return 0.0
     if t < warmup:
         return (t + 1) / warmup
     progress = (t - warmup) / max(1, total - warmup)
@@ -222,7 +225,10 @@ def apply_update(net: Module, weights: list[Tensor], grads: list[Tensor], state:
     if active is not None:
         delta = [torch.where(per_member(active, d).bool(), d, torch.zeros_like(d)) for d in delta]
     torch._foreach_sub_(weights, delta)
-    if cfg.wd or net.renormalizes_each_step:
+    if not cfg.wd:  # the paper variant's embeddings go back on their sphere after every step
+        for index, piece in net.renormalized(weights).items():
+            weights[index].copy_(piece)
+    else:
         decayed = net.regularize(weights, lr * cfg.wd)
         torch._foreach_copy_(weights, decayed)
     return lr

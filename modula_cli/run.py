@@ -368,7 +368,8 @@ def _loop(ctx: RunContext, state: RunState, out: RunLoggers, batches: Prefetcher
             active = state.active() if ctx.members.packed else None
             if all(s == DIVERGED for s in state.statuses):
                 break
-        if (train.eval_every and (t + 1) % train.eval_every == 0) or last:
+        # (not at train.steps when the paper variant's extra iteration follows: the same weights, evaluated last)
+        if (train.eval_every and (t + 1) % train.eval_every == 0 and t + 1 < steps) or last:
             _log_eval(ctx, state, out, t + 1)
         if before is not None:  # after this step's logs: W&B drops a step lower than one it has seen
             running = [s == RUNNING for s in state.statuses]

@@ -40,6 +40,7 @@ from .run import BUSY, train
 from .signals import STOP, StopRequested
 from .threads import configure_threads
 from .validate import ConfigError, check_config, optim_config
+from .variant import folder_suffix, variant_of
 
 log = logging.getLogger(__name__)
 LAUNCH_ENV = "MODULA_SWEEP_LAUNCH"  # the launch id, inherited by the jobs of every launcher
@@ -59,6 +60,8 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("run_dirname", lambda overrides: run_name(list(overrides)))
     if not OmegaConf.has_resolver("folder_name"):  # my_models:my_mlp → my_models-my_mlp in folder names
         OmegaConf.register_new_resolver("folder_name", lambda name: re.sub(r"[^\w.=+-]", "-", str(name)))
+    if not OmegaConf.has_resolver("variant_folder"):  # the sweep folder's suffix: _paper, none for modular
+        OmegaConf.register_new_resolver("variant_folder", lambda node: folder_suffix(variant_of({"variant": node})))
 
 
 # --- before launch: every job composed and checked, its runs planned --------------------------------------

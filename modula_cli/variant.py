@@ -10,6 +10,8 @@ its effect (``variant=paper variant.scales=weights``). The paper variant's YAML 
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -57,7 +59,7 @@ def variant_of(cfg: Any) -> Variant:
     node = cfg.get("variant") if hasattr(cfg, "get") else None
     if node is None:
         return Variant()
-    return Variant(**OmegaConf.to_container(node, resolve=True))
+    return Variant(**(OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node))
 
 
 def variant_name(variant: Variant) -> str:
@@ -67,6 +69,17 @@ def variant_name(variant: Variant) -> str:
 
 def name_of(cfg: Any) -> str:
     return variant_name(variant_of(cfg))
+
+
+def folder_suffix(variant: Variant) -> str:
+    """A sweep folder's suffix: none for the modular variant (so the folders of sweeps made before variants
+    existed stay theirs), ``_paper``, or ``_custom-<hash>``: a sweep of one variant never retrains another's
+    runs in place."""
+    name = variant_name(variant)
+    if name == "custom":
+        digest = hashlib.sha256(json.dumps(non_default(variant), sort_keys=True).encode()).hexdigest()[:6]
+        return f"_custom-{digest}"
+    return "" if name == "modular" else f"_{name}"
 
 
 def non_default(variant: Variant) -> dict[str, Any]:
@@ -82,7 +95,7 @@ def apply_variant(net: Module, variant: Variant) -> Module:
     sphere: the reference code has no such atoms, so they are left as they are."""
     for atom in net.atoms():
         modular_init = getattr(atom, "init_std", None) is None
-        atom.forward_scale = atom.natural_scale if variant.scales == "forward" and modular_init else 1.0
+        atom.forward_scale = atom.natural_scale if variant.scales == "forward" else 1.0  # 1 for Gaussian atoms
         if isinstance(atom, Embed):
             atom.renormalize_each_step = variant.embed_rows == "unit" and modular_init
         if isinstance(atom, MatrixAtom):

@@ -121,6 +121,7 @@ def test_schedules():
     assert schedule_factor("linear", 0, 100) == 1.0 and schedule_factor("linear", 50, 100) == 0.5
     assert schedule_factor("cosine", 50, 100) == pytest.approx(0.5)
     assert schedule_factor("constant", 99, 100) == 1.0
+    assert schedule_factor("constant", 100, 100) == schedule_factor("linear", 100, 100) == 0.0  # past the end
     assert schedule_factor("linear", 4, 100, warmup=10) == pytest.approx(0.5)
 
 

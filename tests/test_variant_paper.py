@@ -86,23 +86,27 @@ def test_forward_matches_the_reference(arch):
 
 @pytest.mark.parametrize("case", sorted(REFERENCE["training"]))
 def test_two_training_steps_match_the_reference(case):
-    """Two steps of the reference loop (SGD or Adam; unnormed, or normed with one warm-started power-iteration
-    step from the recorded start vectors; embedding rows back on the sphere after each), then the loss."""
-    arch, optimizer, mode = case.split("/")
+    """Steps of the reference loop (SGD or Adam; unnormed, or normed with one warm-started power-iteration
+    step from the recorded start vectors; embedding rows back on the sphere after each), then the loss: two
+    at a constant LR without weight decay, or paper/main.py's whole loop (``linear+wd``: 3 steps of linear
+    decay and weight decay 0.1, then the extra iteration at LR 0), as the run loop drives the optimiser."""
+    arch, optimizer, mode, *whole_loop = case.split("/")
     expected = REFERENCE["training"][case]
     net = network(arch)
     weights = [w.requires_grad_() for w in stored_weights(net)]
-    cfg = OptimConfig(name=optimizer, mode=mode, lr=expected["lr"], schedule="constant", power_iterations=1)
+    steps = expected.get("steps", 2)
+    cfg = OptimConfig(name=optimizer, mode=mode, lr=expected["lr"], schedule="linear" if whole_loop else "constant",
+                      wd=expected.get("wd", 0.0), power_iterations=1)
     state = init_state(weights, cfg)
     if state.power is not None:
         state.power.vectors = start_vectors(net)
     x, y = batch(arch)
     losses = []
-    for t in range(2):
+    for t in range(steps + 1 if whole_loop else steps):
         loss = loss_of(net, weights, x, y)
         grads = torch.autograd.grad(loss, weights)
         losses.append(float(loss.detach()))
-        optimizer_step(net, weights, list(grads), state, cfg, t, total_steps=2)
+        optimizer_step(net, weights, list(grads), state, cfg, t, total_steps=steps)
     with torch.no_grad():
         final = float(loss_of(net, weights, x, y))
     assert all(close(a, b) for a, b in zip(losses, expected["losses"], strict=True)), (losses, expected["losses"])

@@ -33,8 +33,8 @@ class MatrixAtom(Atom):
     d_in: int
     slice_count: int = 1
     init_std: float | None = None
-    # normalize: True scales each slice to the target on its own (the reference's Conv2D); False scales the
-    # whole weight by its largest slice, which is the atom norm's own normalisation.
+    # normalize_piece: True scales each slice to the target on its own (the reference's Conv2D); False scales
+    # the whole weight by its largest slice, which is the atom norm's own normalisation.
     normalize_slices: bool = False
 
     def matrices(self, weight: Tensor) -> Tensor:
@@ -199,7 +199,9 @@ class Embed(Atom):
         return float(_row_rms(weight.float()).max())
 
     def regularize_piece(self, weight: Tensor, strength: float | Tensor) -> Tensor:
-        return _rescale_rows(weight, 1.0) if self.renormalize_each_step else super().regularize_piece(weight, strength)
+        if self.renormalize_each_step:  # rows at RMS 1 in the forward pass: 1 / forward_scale as stored
+            return _rescale_rows(weight, 1.0 / self.forward_scale)
+        return super().regularize_piece(weight, strength)
 
     def normalize_piece(self, update: Tensor, target: float | Tensor, norms: Tensor | None = None) -> Tensor:
         # As in the paper's code: every embedding vector is set to RMS τ, the same as the duality map.

@@ -63,8 +63,9 @@ def Attention(num_heads: int, d_embed: int, d_query: int, d_value: int, causal: 
               third: str = "output") -> Module:
     """Multi-head attention. The tuple (Q, K, V) has sensitivity 3, and a 1/3 brings the block back to 1:
     ``third="output"`` scales the attention's output; ``"qkv"`` scales each of q, k and v (attention logits
-    × 1/9, output × 1/3), which is what the reference code's ``W @ FA * 1/3 @ (Q, K, V)`` computes, since
-    Python applies ``* 1/3`` to what stands on its right. Same masses, sensitivities and shares."""
+    × 1/9, output × 1/3). The reference code's ``W @ FA * 1/3 @ (Q, K, V)`` parses left to right as
+    ``(((W @ FA) * 1) / 3) @ (Q, K, V)``, and ``module * scalar`` puts the scalar on the module's input side:
+    between the tuple and the attention, so "qkv". Same masses, sensitivities and shares either way."""
     require_positive_ints("Attention", num_heads=num_heads, d_embed=d_embed, d_query=d_query, d_value=d_value)
     if third not in ATTENTION_THIRDS:
         raise ValueError(f"Attention: third={third!r}; allowed: {', '.join(ATTENTION_THIRDS)}")

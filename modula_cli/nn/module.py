@@ -132,16 +132,15 @@ class Module:
 
     def regularize(self, w: Sequence[Tensor], strength: float | Tensor) -> Weights:
         """Weight decay split like a target norm: each atom's weights shrink by (1 − strength × its share);
-        an atom that ``renormalizes_each_step`` is put back on its sphere instead, whatever the strength."""
-        atoms = list(self.atoms())
-        return _stored(atoms, [atom.regularize_piece(piece, per_member(strength * share, piece))
-                               for atom, piece, share in zip(atoms, _effective(atoms, w), self.target_shares(),
-                                                             strict=True)])
+        an atom that ``renormalize_each_step`` is put back on its sphere instead, whatever the strength."""
+        return [atom.regularize_piece(piece, per_member(strength * share, piece))
+                for atom, piece, share in zip(self.atoms(), w, self.target_shares(), strict=True)]
 
-    @property
-    def renormalizes_each_step(self) -> bool:
-        """Whether ``regularize`` must run after every step, even without weight decay."""
-        return any(atom.renormalize_each_step for atom in self.atoms())
+    def renormalized(self, w: Sequence[Tensor]) -> dict[int, Tensor]:
+        """Without weight decay, ``regularize`` changes only the atoms that ``renormalize_each_step``: their
+        new weights, by index (the optimiser calls this after every step, so the rest is not touched)."""
+        return {i: atom.regularize_piece(piece, 0.0) for i, (atom, piece) in enumerate(zip(self.atoms(), w))
+                if atom.renormalize_each_step}
 
     def project(self, w: Sequence[Tensor]) -> Weights:
         """Put every atom's weights back on their unit ball, as at initialisation."""
@@ -248,7 +247,9 @@ class Atom(Module):
     # Where the atom's constant factor lives. 1: folded into the stored weight (the modular variant). Else the
     # stored weight is W / forward_scale and the forward pass multiplies the output by forward_scale, as the
     # paper's reference code does: the same function and the same normed or dualized steps, but a plain
-    # optimiser's step on the stored weight moves W forward_scale times as far. Every map works on W.
+    # optimiser's step moves W further: forward_scale times with Adam (its step ignores the gradient's
+    # scale), forward_scale² with SGD (the stored weight's gradient is forward_scale times W's). Every map
+    # below works on W.
     forward_scale: float = 1.0
     renormalize_each_step: bool = False  # regularize puts the weight back on its sphere (the reference's embedding)
 
@@ -299,7 +300,7 @@ class Atom(Module):
         return self.atom_norm(self.effective(w[0]))
 
     def regularize_piece(self, weight: Tensor, strength: float | Tensor) -> Tensor:
-        """Weight decay of the effective weight by ``strength`` (a float, or per member)."""
+        """Weight decay of the stored weight by ``strength`` (a float, or per member): scale-free."""
         return weight * (1.0 - strength)
 
     def _shares(self, target: float) -> list[float]:
