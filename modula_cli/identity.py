@@ -12,7 +12,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from .variant import non_default, variant_of
+from .variant import HISTORICAL as HISTORICAL_VARIANT
+from .variant import differences, variant_of
 
 # Settings that change how a run is watched, stored or placed, not its numbers.
 NOT_NUMERIC = frozenset({
@@ -28,7 +29,6 @@ RUN_GROUPS = ("arch", "data", "optim", "train")
 # whose settings change the numbers (the variant's only where they differ from the modular default, so a run
 # finished before variants existed keeps its fingerprint).
 CHOICE_GROUPS = ("arch", "data", "optim", "variant")
-HISTORICAL_VARIANT = "modular"
 NUMERIC_GROUPS = (*RUN_GROUPS, "variant")
 MAX_NAME_BYTES = 120  # well inside the 255-byte limit of one path component
 # Kept readable when a name must be shortened; everything else is folded into the hash.
@@ -52,7 +52,7 @@ def numeric_settings(cfg: DictConfig) -> dict[str, dict[str, Any]]:
     lr = relevant["optim"].get("lr")
     if isinstance(lr, int) and not isinstance(lr, bool):  # optim.lr=1 and a packed member's 1.0 are one run
         relevant["optim"]["lr"] = float(lr)
-    if variant := non_default(variant_of(cfg)):
+    if variant := differences(variant_of(cfg)):
         relevant["variant"] = variant
     return relevant
 

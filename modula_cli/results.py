@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 
 from . import atomic
 from .identity import experiment_settings
-from .variant import DEFAULT as DEFAULT_VARIANT
+from .variant import HISTORICAL as HISTORICAL_VARIANT
 from .variant import name_of as variant_name_of
 
 log = logging.getLogger(__name__)
@@ -200,7 +200,7 @@ def collect(sweep_dir: Path) -> pd.DataFrame:
     # which knobs the launches swept (None: no launch recorded it; the report then infers the scale knob)
     launches = [launch for launch in manifest["launches"].values() if "axes" in launch]
     frame["axes"] = ",".join(sorted({axis for launch in launches for axis in launch["axes"]})) if launches else None
-    frame["variant"] = frame["variant"].fillna(DEFAULT_VARIANT)  # recorded by runs since variants exist
+    frame["variant"] = frame["variant"].fillna(HISTORICAL_VARIANT)  # recorded by runs since variants exist
     for column in NUMERIC:
         frame[column] = pd.to_numeric(frame[column], errors="coerce")
     return frame

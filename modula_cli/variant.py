@@ -36,7 +36,8 @@ ALLOWED: dict[str, tuple] = {"attention_third": ATTENTION_THIRDS, "scales": ("we
 VARIANTS = {"modular": Variant(),
             "paper": Variant(attention_third="qkv", scales="forward", embed_rows="unit", conv_normalize="slice",
                              extra_step=True)}
-DEFAULT = "modular"
+# What every run was before variants existed: its fingerprint, folder names and summaries stay as they were.
+HISTORICAL = "modular"
 BUILT_IN_NETWORKS = ("gpt", "resmlp", "resnet")  # the paper's networks, which the reference code defines
 
 
@@ -77,14 +78,14 @@ def folder_suffix(variant: Variant) -> str:
     runs in place."""
     name = variant_name(variant)
     if name == "custom":
-        digest = hashlib.sha256(json.dumps(non_default(variant), sort_keys=True).encode()).hexdigest()[:6]
+        digest = hashlib.sha256(json.dumps(differences(variant), sort_keys=True).encode()).hexdigest()[:6]
         return f"_custom-{digest}"
     return "" if name == "modular" else f"_{name}"
 
 
-def non_default(variant: Variant) -> dict[str, Any]:
+def differences(variant: Variant) -> dict[str, Any]:
     """The fields that differ from the modular variant (what a run's fingerprint adds)."""
-    modular = asdict(VARIANTS[DEFAULT])
+    modular = asdict(VARIANTS[HISTORICAL])
     return {key: value for key, value in asdict(variant).items() if modular[key] != value}
 
 
@@ -106,7 +107,7 @@ def apply_variant(net: Module, variant: Variant) -> Module:
 def explain_scope(arch_name: str, variant: Variant) -> str | None:
     """What a non-modular variant changes in an architecture that is not one of the paper's networks (None for
     those and for the modular variant): logged once per run, so a user knows what ``paper`` meant."""
-    if variant == VARIANTS[DEFAULT] or arch_name in BUILT_IN_NETWORKS:
+    if variant == VARIANTS[HISTORICAL] or arch_name in BUILT_IN_NETWORKS:
         return None
     name = variant_name(variant)
     if arch_name == "standard_gpt":
