@@ -36,12 +36,12 @@ SMALL = ["experiment=small/gpt_width", "arch.width=64", "sweep.pack=true",
          "train.seed=0,1,2"]
 # (label, overrides): the modular variant, one difference at a time, and the paper variant
 TOGGLES = [
-    ("modular", []),
-    ("attention 1/3 on q, k, v", ["variant.attention_third=qkv"]),
-    ("embedding rows reset every step", ["variant.embed_rows=unit"]),
-    ("1 power-iteration step", ["optim.power_iterations=1"]),
-    ("steps + 1 iterations", ["variant.extra_step=true"]),
-    ("constant factors in forward", ["variant.scales=forward"]),
+    ("modular", ["variant=modular"]),
+    ("attention 1/3 on q, k, v", ["variant=modular", "variant.attention_third=qkv"]),
+    ("embedding rows reset every step", ["variant=modular", "variant.embed_rows=unit"]),
+    ("1 power-iteration step", ["variant=modular", "optim.power_iterations=1"]),
+    ("steps + 1 iterations", ["variant=modular", "variant.extra_step=true"]),
+    ("constant factors in forward", ["variant=modular", "variant.scales=forward"]),
     ("paper (all of them)", ["variant=paper"]),
 ]
 MODES = {"normed": "0.25,0.5", "unnormed": "0.015625,0.03125"}

@@ -61,6 +61,11 @@ def compose_config(*overrides: str):
         return compose("config", overrides=list(overrides))
 
 
+def iterations(cfg) -> int:
+    """The training iterations a run of ``cfg`` takes: train.steps, and the paper variant's extra one at LR 0."""
+    return cfg.train.steps + int(cfg.variant.extra_step)
+
+
 TINY_TRAIN = ["train.batch_size=8", "train.eval_batches=2", "train.eval_every=10", "train.log_every=1",
               "train.progress=false", "train.device=cpu", "train.checkpoint_every=0"]
 

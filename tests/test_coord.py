@@ -246,12 +246,15 @@ def test_gpt_normed_and_dualized_are_width_stable_unnormed_is_not(tiny_text_root
             assert _slopes_of(slope_table, mode, quantity).abs().max() <= 0.3
     assert verdict["unnormed"].startswith("not width-stable")
     assert _slopes_of(slope_table, "unnormed", "delta_rms").max() >= 0.5
-    # Normed: the power iteration only underestimates σ, so the ratio is ≥ 1; its warm start (two iterations
-    # a step from the last vector) brings it to 1: the first step's worst is far off, the fourth's close.
-    normed = table[(table["mode"] == "normed") & (table["step"] > 0)]
+    # Normed: the power iteration only underestimates σ, so a matrix's ratio is ≥ 1; its warm start (one
+    # step per update in the paper variant, the default) brings it towards 1: the first step's worst is far
+    # off, the fourth's closer. (The paper variant's embeddings go back on their sphere after the step, so
+    # their applied change is not the normed update: they are left out.)
+    normed = table[(table["mode"] == "normed") & (table["step"] > 0) & ~table["layer"].str.startswith("embed")]
     assert normed["update_ratio"].min() >= 1 - 1e-4
     worst = normed.groupby("step")["update_ratio"].max()
-    assert worst[4] <= 1.1 and worst[4] < worst[1]
+    # measured: the fourth step's worst is 1.5 with the paper's one power-iteration step, ≤ 1.1 with two
+    assert worst[4] <= (1.1 if cfg.optim.power_iterations >= 2 else 1.6) and worst[4] < worst[1]
     dualized = table[(table["mode"] == "dualized") & (table["step"] > 0)]
     assert dualized["update_ratio"].to_numpy() == pytest.approx(1.0, abs=0.05)
     # Files: the tables as returned, the verdict and a PNG.
@@ -446,7 +449,10 @@ def test_layer_stats_during_training_packed_equals_separate(tiny_text_root, tmp_
 
     from modula_cli.run import train
 
-    common = ["optim.mode=normed", "train.steps=12", "train.layer_stats_every=4", "optim.schedule=constant"]
+    # the modular variant: its embeddings' applied change is exactly the normed update (the paper variant puts
+    # them back on their sphere after it)
+    common = ["variant=modular", "optim.mode=normed", "train.steps=12", "train.layer_stats_every=4",
+              "optim.schedule=constant"]
     train(compose_config(*tiny_gpt(tiny_text_root, *common, "optim.lr=[0.05,0.2]", "train.seed=[0,1]")),
           tmp_path / "packed")
     train(compose_config(*tiny_gpt(tiny_text_root, *common, "optim.lr=0.2", "train.seed=1")), tmp_path / "alone")
@@ -569,8 +575,9 @@ def test_layer_stats_never_log_a_step_before_the_train_loss_of_an_earlier_one(ti
                         lambda self, k, step, records: (steps.append(step), emit_layers(self, k, step, records)))
     run_module.train(compose_config(*tiny_gpt(tiny_text_root, "train.steps=10", "train.log_every=3",
                                               "train.eval_every=5", "train.layer_stats_every=5")), tmp_path / "run")
-    # train losses at 0, 3, 6, 9 (the last step); evaluations and layer records at 5 and 10
-    assert steps == [0, 3, 5, 5, 6, 9, 10, 10]
+    # train losses at 0, 3, 6, 9 and 10 (the paper variant's extra iteration, the last); evaluations at 5 and
+    # 11 (after the last); layer records at 5 and 10
+    assert steps == [0, 3, 5, 5, 6, 9, 10, 10, 11]
 
 
 # --- W&B output -------------------------------------------------------------------------------------------

@@ -38,7 +38,8 @@ def test_worked_example_sweeps_and_coordinate_checks_from_its_own_folder(tmp_pat
                  "arch.width=16,32", "optim.lr=0.0625,0.25", "train.steps=10", "train.eval_every=0",
                  "train.eval_batches=1", "train.batch_size=8")
     assert sweep.returncode == 0, sweep.stderr
-    sweep_dir = folder / "outputs" / "sweeps" / "width" / "my_models-my_mlp_cifar10"  # ':' kept out of folder names
+    # ':' kept out of folder names; the default variant, paper, named at the end
+    sweep_dir = folder / "outputs" / "sweeps" / "width" / "my_models-my_mlp_cifar10_paper"
     transfer = pd.read_csv(sweep_dir / "transfer.csv")
     assert transfer[["arch", "scale_knob", "smallest", "largest"]].values.tolist() == [
         ["my_models:my_mlp", "width", 16, 32]]

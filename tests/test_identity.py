@@ -1,6 +1,7 @@
 """Finished runs keep their fingerprints: the values below were computed by the version before the report
 recorded experiment settings and before train.threads existed (commit 8e23858). A change that alters them
-would make every user's finished runs train again."""
+would make every user's finished runs train again. Those runs were all of the modular variant, which a
+relaunch now names (`variant=modular`: the default became `paper`, issue 25)."""
 
 import pytest
 
@@ -19,9 +20,10 @@ PINNED = {
 
 @pytest.mark.parametrize("overrides", list(PINNED))
 def test_fingerprints_are_unchanged(overrides):
-    cfg = compose_config(*overrides)
+    cfg = compose_config(*overrides, "variant=modular")
     assert fingerprint(cfg) == PINNED[overrides]
-    assert fingerprint(compose_config(*overrides, "train.threads=1")) == PINNED[overrides]  # not a number setting
+    assert fingerprint(compose_config(*overrides, "variant=modular", "train.threads=1")) == PINNED[overrides]
+    assert fingerprint(compose_config(*overrides)) != PINNED[overrides]  # the paper variant, the default
 
 
 def test_experiment_settings_are_the_fingerprinted_settings_less_lr_and_seed():

@@ -128,3 +128,25 @@ def test_offline_wheels_cover_the_dependencies_but_not_the_cuda_stack():
     assert "pytest" not in wheels.closure(set(), skip=set())  # only the extras asked for
     with pytest.raises(SystemExit, match="allowed: dev, ray"):
         wheels.closure({"gpu"}, skip=set())
+
+
+def test_compare_variants_pairs_each_seed_at_each_variants_best_lr():
+    import pandas as pd
+
+    sys.path.insert(0, str(SCRIPTS))
+    from compare_variants import compare
+
+    def results(losses: dict[float, list[float]], diverged_lr: float | None = None) -> pd.DataFrame:
+        rows = [{"mode": "normed", "width": 32, "lr": lr, "seed": seed, "train_loss": loss,
+                 "status": "diverged" if lr == diverged_lr and seed == 0 else "completed"}
+                for lr, values in losses.items() for seed, loss in enumerate(values)]
+        return pd.DataFrame(rows)
+
+    modular = results({0.25: [2.0, 2.2, 2.1], 0.5: [2.3, 2.3, 2.3]})
+    # 1.0 has the lowest mean but diverged in one seed: not a candidate
+    paper = results({0.5: [1.9, 2.0, 2.1], 1.0: [1.0, 1.0, 1.0]}, diverged_lr=1.0)
+    row = compare(modular, paper).iloc[0]
+    assert (row.lr_modular, row.lr_paper) == (0.25, 0.5)
+    assert row.difference == pytest.approx(-0.1)  # (−0.1, −0.2, 0.0) paired by seed
+    half = 4.30 * 0.1 / 3**0.5  # t(2) · sd / √3
+    assert (row.low, row.high) == (pytest.approx(-0.1 - half), pytest.approx(-0.1 + half))

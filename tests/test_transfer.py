@@ -26,7 +26,9 @@ def test_normed_adam_transfers_across_width_and_plain_adam_does_not(tmp_path):
     (tmp_path / "data" / "shakespeare").mkdir(parents=True)
     shutil.copy(SHAKESPEARE, tmp_path / "data" / "shakespeare" / "input.txt")
     sweep_dir = tmp_path / "sweep"
-    common = ["arch.width=16,64", "arch.depth=1", "arch.heads=2", "arch.loss_window=10",
+    # the modular variant, whose optima these grids hold (the paper variant's normed optimum sits at 2^-1 … 2^0
+    # on this data, docs/results/small_gpt_width_paper)
+    common = ["variant=modular", "arch.width=16,64", "arch.depth=1", "arch.heads=2", "arch.loss_window=10",
               f"data.root={tmp_path / 'data'}", "data.context=32", "train.batch_size=16", "train.steps=100",
               "train.eval_every=0", "train.eval_batches=2", "train.progress=false", "train.checkpoint_every=0",
               "train.seed=0,1", "sweep.pack=true", f"hydra.sweep.dir={sweep_dir}"]

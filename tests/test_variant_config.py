@@ -14,7 +14,7 @@ from modula_cli.config import CONFIG_DIR
 from modula_cli.identity import fingerprint, run_name
 from modula_cli.run import train
 from modula_cli.validate import config_problems
-from modula_cli.variant import VARIANTS
+from modula_cli.variant import VARIANTS, Variant, folder_suffix
 from test_train import assert_same_losses, interrupted_at, read_losses
 
 PAPER_FIELDS = {"attention_third": "qkv", "scales": "forward", "embed_rows": "unit", "conv_normalize": "slice",
@@ -22,15 +22,15 @@ PAPER_FIELDS = {"attention_third": "qkv", "scales": "forward", "embed_rows": "un
 PAPER_EXPERIMENTS = sorted(p.stem for p in (CONFIG_DIR / "experiment" / "paper").glob("fig*.yaml"))
 
 
-def test_the_default_is_modular_and_paper_sets_every_difference():
-    modular, paper = compose_config(), compose_config("variant=paper")
+def test_the_default_is_paper_and_modular_is_the_earlier_behaviour():
+    modular, paper = compose_config("variant=modular"), compose_config()
     assert OmegaConf.to_container(modular.variant) == {"attention_third": "output", "scales": "weights",
                                                        "embed_rows": "decay", "conv_normalize": "kernel",
                                                        "extra_step": False}
     assert OmegaConf.to_container(paper.variant) == PAPER_FIELDS
     assert (modular.optim.power_iterations, paper.optim.power_iterations) == (2, 1)
     # a user's own setting still wins over the variant's
-    assert compose_config("variant=paper", "optim.power_iterations=3").optim.power_iterations == 3
+    assert compose_config("optim.power_iterations=3").optim.power_iterations == 3
 
 
 @pytest.mark.parametrize("experiment", PAPER_EXPERIMENTS)
@@ -42,17 +42,19 @@ def test_every_paper_experiment_selects_the_paper_variant(experiment):
 
 
 def test_modular_runs_keep_their_fingerprints_and_paper_runs_differ():
-    modular = compose_config("optim.lr=0.25")
+    modular = compose_config("optim.lr=0.25", "variant=modular")
     without_variant = OmegaConf.create({k: v for k, v in OmegaConf.to_container(modular).items() if k != "variant"})
     assert fingerprint(modular) == fingerprint(without_variant)  # a run finished before variants existed
     assert fingerprint(compose_config("optim.lr=0.25", "variant=paper")) != fingerprint(modular)
-    custom = compose_config("optim.lr=0.25", "variant.extra_step=true")
+    custom = compose_config("optim.lr=0.25", "variant=modular", "variant.extra_step=true")
     paper = compose_config("optim.lr=0.25", "variant=paper")
     assert fingerprint(custom) not in (fingerprint(modular), fingerprint(paper))
 
 
 def test_the_variant_names_the_run_folder():
     assert run_name(["variant=paper", "optim.lr=0.25", "arch.width=64"]) == "lr=0.25,variant=paper,width=64"
+    # what every run was before variants: a relaunch naming it finds their folders
+    assert run_name(["variant=modular", "optim.lr=0.25", "arch.width=64"]) == "lr=0.25,width=64"
     assert run_name(["variant.extra_step=true", "optim.lr=0.25"]) == "extra_step=true,lr=0.25"
 
 
@@ -73,7 +75,8 @@ def steps_and_lrs(run_dir: Path) -> list[tuple[int, float]]:
 def test_a_paper_run_takes_one_more_step_at_lr_zero_and_says_so(tmp_path, tiny_text_root):
     paper = train(compose_config(*tiny_gpt(tiny_text_root, "variant=paper", "train.steps=6", "optim.lr=0.2")),
                   tmp_path / "paper")
-    modular = train(compose_config(*tiny_gpt(tiny_text_root, "train.steps=6", "optim.lr=0.2")), tmp_path / "modular")
+    modular = train(compose_config(*tiny_gpt(tiny_text_root, "variant=modular", "train.steps=6", "optim.lr=0.2")),
+                    tmp_path / "modular")
     assert (paper["variant"], paper["steps_done"]) == ("paper", 7)
     assert (modular["variant"], modular["steps_done"]) == ("modular", 6)
     assert steps_and_lrs(tmp_path / "paper")[-1] == (6, 0.0)
@@ -116,3 +119,12 @@ def test_the_paper_variant_reaches_the_network_that_trains(tmp_path, tiny_text_r
     data = type("Data", (), {"name": "shakespeare", "kind": "language", "vocab_size": 11, "context": 16})()
     net = build_model(cfg.arch, data, variant_of(cfg))
     assert next(net.atoms()).forward_scale == pytest.approx(4.0)  # √16: the token embedding
+
+
+def test_each_variant_sweeps_into_a_folder_of_its_own():
+    """outputs/sweeps/quick/gpt_shakespeare holds modular runs (every sweep before variants), …_paper the
+    default's: a sweep of one variant never retrains another's finished runs in place."""
+    assert folder_suffix(VARIANTS["modular"]) == "" and folder_suffix(VARIANTS["paper"]) == "_paper"
+    custom = folder_suffix(Variant(extra_step=True))
+    assert custom.startswith("_custom-") and custom != folder_suffix(Variant(embed_rows="unit"))
+    assert "${variant_folder:${variant}}" in (CONFIG_DIR / "config.yaml").read_text()
