@@ -234,8 +234,8 @@ class RunContext:
 
     @property
     def iterations(self) -> int:
-        """Training iterations: train.steps, and one more at the schedule's end (LR 0 when it decays to 0)
-        in the paper variant, whose reference loop runs steps + 1."""
+        """Training iterations: train.steps, and in the paper variant one more at LR 0, as its reference loop
+        runs steps + 1 (``schedule_factor`` is 0 past the end)."""
         return self.cfg.train.steps + int(self.variant.extra_step)
 
     @property

@@ -238,17 +238,19 @@ def test_paper_conv_normalisation_is_per_slice():
         assert torch.allclose(ratio, expected, rtol=1e-5)
 
 
-def test_paper_dualized_update_is_the_scaled_polar_factor():
-    """Dualizing is the same map in both variants: each matrix to lr · share · sqrt(d_out/d_in) · U Vᵀ (SVD),
-    each embedding row to RMS lr · share; the paper variant stores it divided by the atom's factor."""
-    net = network("gpt")
+@pytest.mark.parametrize("arch", list(ARCHS))
+def test_paper_dualized_update_is_the_scaled_polar_factor(arch):
+    """The reference code has no dualized mode: the paper variant dualizes with the same map as the modular
+    one. Each matrix (each kernel slice) to lr · share · sqrt(d_out/d_in) / k² · U Vᵀ (SVD), each embedding row
+    to RMS lr · share; stored divided by the atom's factor."""
+    net = network(arch)
     grads = [torch.randn(w.shape, generator=gen(50 + i)) for i, w in enumerate(net.initialize(seed=0))]
     stored = net.dualize(grads, 0.25, method="svd")
     for atom, g, d, share in zip(net.atoms(), grads, stored, net.target_shares()):
         effective = atom.effective(d)
-        if isinstance(atom, Linear):
-            U, _, Vh = torch.linalg.svd(g, full_matrices=False)
-            expected = 0.25 * share * math.sqrt(atom.d_out / atom.d_in) * (U @ Vh)
+        if isinstance(atom, (Linear, Conv2D)):
+            U, _, Vh = torch.linalg.svd(atom.matrices(g), full_matrices=False)
+            expected = atom.from_matrices(0.25 * share * atom.polar_scale * (U @ Vh))
         else:
             expected = 0.25 * share * g / g.pow(2).mean(dim=-1, keepdim=True).sqrt()
         assert torch.allclose(effective, expected, rtol=1e-4, atol=1e-7)
