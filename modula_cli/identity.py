@@ -12,7 +12,6 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from .variant import HISTORICAL as HISTORICAL_VARIANT
 from .variant import differences, variant_of
 
 # Settings that change how a run is watched, stored or placed, not its numbers.
@@ -25,14 +24,14 @@ NOT_NUMERIC = frozenset({
 # an earlier version keeps its fingerprint (and is not trained again).
 LATER_DEFAULTS = {"optim.warmup_fraction": None, "optim.ortho_dtype": "auto"}
 RUN_GROUPS = ("arch", "data", "optim", "train")
-# The config groups whose choice on the command line names a run folder (``variant=paper``), and every group
-# whose settings change the numbers (the variant's only where they differ from the modular default, so a run
-# finished before variants existed keeps its fingerprint).
-CHOICE_GROUPS = ("arch", "data", "optim", "variant")
+# The config groups whose choice on the command line names a run folder, and every group whose settings change
+# the numbers (the variant's only where they differ from the modular variant, so a run finished before variants
+# existed keeps its fingerprint; its sweep folder, not its run folder, names it).
+CHOICE_GROUPS = ("arch", "data", "optim")
 NUMERIC_GROUPS = (*RUN_GROUPS, "variant")
 MAX_NAME_BYTES = 120  # well inside the 255-byte limit of one path component
 # Kept readable when a name must be shortened; everything else is folded into the hash.
-NAME_PRIORITY = ("arch", "data", "optim", "variant", "mode", "width", "depth", "block_depth", "blocks_mass", "heads",
+NAME_PRIORITY = ("arch", "data", "optim", "mode", "width", "depth", "block_depth", "blocks_mass", "heads",
                  "context", "lr", "seed")
 
 
@@ -114,8 +113,9 @@ def run_name(task_overrides: list[str]) -> str:
     items: dict[str, str] = {}
     for override in task_overrides:
         key, _, value = override.lstrip("+~").partition("=")
-        if key == "variant" and value == HISTORICAL_VARIANT:
-            continue  # what every run was before variants: its folders keep their names
+        if key.partition(".")[0] == "variant":
+            continue  # the sweep folder names the variant (…_paper): typing the default changes no run folder
+
         if key in CHOICE_GROUPS or changes_numbers(key):
             items[key] = _value_text(key, value)
     short = short_keys(sorted(items))

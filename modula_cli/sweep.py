@@ -40,7 +40,7 @@ from .run import BUSY, train
 from .signals import STOP, StopRequested
 from .threads import configure_threads
 from .validate import ConfigError, check_config, optim_config
-from .variant import folder_suffix, variant_of
+from .variant import folder_suffix, variant_name, variant_of
 
 log = logging.getLogger(__name__)
 LAUNCH_ENV = "MODULA_SWEEP_LAUNCH"  # the launch id, inherited by the jobs of every launcher
@@ -106,6 +106,7 @@ def validate_grid(config: DictConfig, prepare_data: bool = False) -> dict[str, d
     problems: list[str] = []
     planned: dict[str, dict] = {}
     needs: list[tuple[dict, set[str]]] = []  # each job's data group and the runs it trains
+    folders: dict[str, str] = {}  # each variant's sweep-folder suffix: one launch, one variant
     for job in grid_overrides(config):
         try:
             parsed = parser.parse_overrides(job)
@@ -115,6 +116,8 @@ def validate_grid(config: DictConfig, prepare_data: bool = False) -> dict[str, d
             job_cfg = copy.deepcopy(composed[groups])
             ConfigLoaderImpl._apply_overrides_to_config([o for o in parsed if o.input_line not in groups], job_cfg)
             check_config(job_cfg, job)
+            variant = variant_of(job_cfg)
+            folders.setdefault(folder_suffix(variant), variant_name(variant))
             runs = planned_runs(job, job_cfg)
             planned.update(runs)
             needs.append((OmegaConf.to_container(job_cfg.data, resolve=True), set(runs)))
@@ -122,6 +125,9 @@ def validate_grid(config: DictConfig, prepare_data: bool = False) -> dict[str, d
             problems += [f"[{' '.join(job)}] {issue}" for issue in error.problems]
         except Exception as error:  # noqa: BLE001 - composition errors are problems to report too
             problems.append(f"[{' '.join(job)}] {str(error).splitlines()[0]}")
+    if len(folders) > 1:  # run folders do not name the variant: its sweep folder does
+        problems.append(f"this launch sweeps {len(folders)} variants ({', '.join(sorted(folders.values()))}); each "
+                        f"variant sweeps into a folder of its own: launch them one at a time")
     if not problems and prepare_data:
         done = finished_runs(config, planned)
         datasets = {json.dumps(data, sort_keys=True, default=str): data for data, runs in needs if runs - done}

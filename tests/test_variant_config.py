@@ -51,11 +51,23 @@ def test_modular_runs_keep_their_fingerprints_and_paper_runs_differ():
     assert fingerprint(custom) not in (fingerprint(modular), fingerprint(paper))
 
 
-def test_the_variant_names_the_run_folder():
-    assert run_name(["variant=paper", "optim.lr=0.25", "arch.width=64"]) == "lr=0.25,variant=paper,width=64"
-    # what every run was before variants: a relaunch naming it finds their folders
-    assert run_name(["variant=modular", "optim.lr=0.25", "arch.width=64"]) == "lr=0.25,width=64"
-    assert run_name(["variant.extra_step=true", "optim.lr=0.25"]) == "extra_step=true,lr=0.25"
+def test_run_folders_do_not_name_the_variant_its_sweep_folder_does():
+    """Typing the default (variant=paper) or the variant of every earlier run (variant=modular) finds the same
+    run folders as leaving it out: the sweep folder (…_paper, or none for modular) tells the variants apart."""
+    for variant in ("variant=paper", "variant=modular", "variant.extra_step=true"):
+        assert run_name([variant, "optim.lr=0.25", "arch.width=64"]) == "lr=0.25,width=64"
+
+
+def test_one_launch_sweeps_one_variant(tmp_path, tiny_text_root):
+    import subprocess
+    import sys
+
+    args = tiny_gpt(tiny_text_root, "train.steps=2", "variant=modular,paper", f"hydra.sweep.dir={tmp_path / 's'}")
+    result = subprocess.run([sys.executable, "-m", "modula_cli.train", "-m", *args], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    assert "this launch sweeps 2 variants (modular, paper)" in result.stdout + result.stderr
+    assert not any((tmp_path / "s").glob("*/summary.json"))  # refused before any run
 
 
 @pytest.mark.parametrize(("override", "message"), [
