@@ -76,11 +76,11 @@ def one_step_effects() -> list[tuple[str, str]]:
                                                                      "output"))
                  + " at width 64 (all 1 in modular; normed and dualized steps are the same)"))
 
-    rms = embedding_rms_after_training(arch, data, x, y)
+    rms = embedding_rms_after_training(arch, data)
     rows.append(("embedding rows reset every step", f"modular, normed Adam at LR 2^-1, 200 steps: token-embedding "
                  f"rows end at RMS {rms[0]:.2f} (median; max {rms[1]:.2f}); paper keeps them at 1"))
 
-    err1, err2 = power_iteration_error(arch, data, x, y)
+    err1, err2 = power_iteration_error(arch, data)
     rows.append(("1 power-iteration step", f"σ estimate of the Adam update over 50 normed steps: mean relative "
                  f"error {100 * err1:.2f} % with 1 warm-started step, {100 * err2:.3f} % with 2"))
 
@@ -88,7 +88,7 @@ def one_step_effects() -> list[tuple[str, str]]:
     return rows
 
 
-def embedding_rms_after_training(arch, data, x, y, steps: int = 200) -> tuple[float, float]:
+def embedding_rms_after_training(arch, data, steps: int = 200) -> tuple[float, float]:
     net = build_model(arch, data, VARIANTS["modular"])
     weights = [w.requires_grad_() for w in net.initialize(seed=0)]
     cfg = OptimConfig(name="adam", mode="normed", lr=0.5)
@@ -102,7 +102,7 @@ def embedding_rms_after_training(arch, data, x, y, steps: int = 200) -> tuple[fl
     return float(row_rms.median()), float(row_rms.max())
 
 
-def power_iteration_error(arch, data, x, y, steps: int = 50) -> tuple[float, float]:
+def power_iteration_error(arch, data, steps: int = 50) -> tuple[float, float]:
     """Relative error of the warm-started σ estimate (one step vs two) along a real normed-Adam run."""
     net = build_model(arch, data, VARIANTS["modular"])
     weights = [w.requires_grad_() for w in net.initialize(seed=0)]

@@ -54,6 +54,14 @@ class Module:
         for child in self.children:
             yield from child.atoms()
 
+    def atom_list(self) -> tuple[Atom, ...]:
+        """``atoms()`` as a tuple, cached: the tree never changes, and the optimiser asks after every step
+        (a deep network's recursive walk costs more than its flat list)."""
+        cached = self.__dict__.get("_atoms_cache")
+        if cached is None:
+            cached = self._atoms_cache = tuple(self.atoms())
+        return cached
+
     # --- the function ---------------------------------------------------------------------------
 
     def forward(self, x: Any, w: Sequence[Tensor]) -> Any:
@@ -139,7 +147,7 @@ class Module:
     def renormalized(self, w: Sequence[Tensor]) -> dict[int, Tensor]:
         """Without weight decay, ``regularize`` changes only the atoms that ``renormalize_each_step``: their
         new weights, by index (the optimiser calls this after every step, so the rest is not touched)."""
-        return {i: atom.regularize_piece(piece, 0.0) for i, (atom, piece) in enumerate(zip(self.atoms(), w))
+        return {i: atom.regularize_piece(w[i], 0.0) for i, atom in enumerate(self.atom_list())
                 if atom.renormalize_each_step}
 
     def project(self, w: Sequence[Tensor]) -> Weights:
@@ -283,6 +291,10 @@ class Atom(Module):
     def effective(self, stored: Tensor) -> Tensor:
         """The weight the atom computes with, from the stored one."""
         return stored if self.forward_scale == 1.0 else stored * self.forward_scale
+
+    def stored(self, effective: Tensor) -> Tensor:
+        """What the atom stores for an effective weight (or a change of one)."""
+        return effective if self.forward_scale == 1.0 else effective / self.forward_scale
 
     @property
     def natural_scale(self) -> float:
@@ -547,8 +559,7 @@ def _effective(atoms: Sequence[Atom], pieces: Sequence[Tensor]) -> Weights:
 
 def _stored(atoms: Sequence[Atom], pieces: Sequence[Tensor]) -> Weights:
     """Effective weights (or changes of them) → what the atoms store."""
-    return [piece if atom.forward_scale == 1.0 else piece / atom.forward_scale
-            for atom, piece in zip(atoms, pieces, strict=True)]
+    return [atom.stored(piece) for atom, piece in zip(atoms, pieces, strict=True)]
 
 
 def with_role(atom: Atom, role: str) -> Atom:
