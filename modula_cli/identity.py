@@ -22,7 +22,9 @@ NOT_NUMERIC = frozenset({
 })
 # Settings added after runs were first fingerprinted: at these values they are left out, so a run finished by
 # an earlier version keeps its fingerprint (and is not trained again).
-LATER_DEFAULTS = {"optim.warmup_fraction": None, "optim.ortho_dtype": "auto"}
+LATER_DEFAULTS = {"optim.warmup_fraction": None, "optim.ortho_dtype": "auto",
+                  # empty: every layer at a fixed radius, manifold mode before issue 26
+                  "optim.manifold_scaled": [], "optim.manifold_free": []}
 RUN_GROUPS = ("arch", "data", "optim", "train")
 # The config groups whose choice on the command line names a run folder, and every group whose settings change
 # the numbers (the variant's only where they differ from the modular variant, so a run finished before variants

@@ -8,6 +8,7 @@ docs/extending.md).
 
 from __future__ import annotations
 
+import functools
 import importlib
 import math
 import os
@@ -20,7 +21,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from .data import DATASETS, cause_text
-from .nn import GPT, Module, ResMLP, ResNet, StandardGPT
+from .nn import GPT, Module, ResMLP, ResNet, StandardGPT, layer_roles
 from .variant import Variant, apply_variant
 
 DATA_KINDS = ("language", "image")
@@ -178,3 +179,29 @@ def check_fits(net: Module, name: str, data: Any, samples: int = 2) -> None:
         shape = tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
         raise ModelError(f"arch.name={name!r} outputs {shape} for input {tuple(x.shape)} of data={data.name}; "
                          f"the logits must have shape {expected}")
+
+
+@functools.cache
+def builtin_roles() -> dict[str, tuple[str, ...]]:
+    """Each built-in architecture's layer roles (the same at every size: read off a tiny instance)."""
+    tiny = {"gpt": GPT(vocab_size=3, context=2, num_heads=1, width=2, depth=1),
+            "standard_gpt": StandardGPT(vocab_size=3, context=2, num_heads=1, width=2, depth=1),
+            "resmlp": ResMLP(width=2, depth=1, block_depth=1, input_dim=2, output_dim=2),
+            "resnet": ResNet(width=2, depth=1, block_depth=1, in_channels=1, num_classes=2)}
+    return {name: tuple(dict.fromkeys(layer_roles(net))) for name, net in tiny.items()}
+
+
+def role_problems(key: str, listed: Any, present: tuple[str, ...] | None) -> list[str]:
+    """``optim.manifold_free=[outptu]``: every listed role must be a layer role of this network (``present``)
+    or of a built-in architecture (so one list serves them all; a role the network lacks selects nothing).
+    ``present`` None: a user's network not built yet, whose roles are checked once it is."""
+    if not isinstance(listed, (list, tuple)) or not all(isinstance(role, str) for role in listed):
+        return [f"{key}={listed}; must be a list of layer roles, e.g. [output, attn.q]"]
+    if present is None:
+        return []
+    known = dict.fromkeys(role for roles in builtin_roles().values() for role in roles)
+    known.update(dict.fromkeys(present))
+    unknown = [role for role in listed if role not in known]
+    if not unknown:
+        return []
+    return [f"{key}: no layer has the role {', '.join(map(repr, unknown))}; roles: {', '.join(known)}"]

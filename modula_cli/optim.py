@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from .nn import Module, PowerIterationState
-from .nn.manifold import DualAscent, ManifoldState
+from .nn import Module, PowerIterationState, layer_roles
+from .nn.manifold import DualAscent, ManifoldState, atom_kinds
 from .nn.module import per_member
 from .nn.orthogonalize import ITER_DTYPES as ORTHO_DTYPES
 from .nn.orthogonalize import METHODS as ORTHO_METHODS
@@ -42,6 +42,12 @@ DEFAULT_LR = {
 }
 
 
+# Manifold mode's defaults (issue 26, measured in docs/manifold.md): the temperatures (readout, attention
+# scores) free, every other layer on its manifold with a learned radius.
+MANIFOLD_FREE = ("output", "attn.q", "attn.k")
+MANIFOLD_SCALED = ("embed.token", "embed.position", "attn.v", "attn.out", "mlp.in", "mlp.out", "input", "hidden")
+
+
 @dataclass
 class OptimConfig:
     name: str = "adam"
@@ -63,6 +69,9 @@ class OptimConfig:
     manifold_step: float = 1.0
     manifold_tolerance: float = 1e-3
     manifold_warm_start: bool = True
+    # manifold mode: the layers (by role) whose radius is learned, and those trained off the manifold (dualized)
+    manifold_scaled: list[str] = field(default_factory=lambda: list(MANIFOLD_SCALED))
+    manifold_free: list[str] = field(default_factory=lambda: list(MANIFOLD_FREE))
 
     @property
     def lrs(self) -> list[float]:
@@ -161,7 +170,11 @@ def dualized(net: Module, w: list[Tensor], u: list[Tensor], lr: Tensor, state: O
 def manifold(net: Module, w: list[Tensor], u: list[Tensor], lr: Tensor, state: OptimState,
              cfg: OptimConfig) -> list[Tensor]:
     settings = DualAscent(cfg.manifold_iterations, cfg.manifold_step, cfg.manifold_tolerance, cfg.manifold_warm_start)
-    return net.manifold_update(w, u, lr, settings, state.manifold)
+    if state.manifold.kinds is None:
+        state.manifold.kinds = atom_kinds(layer_roles(net), cfg.manifold_scaled, cfg.manifold_free)
+    free_dualize = {"method": cfg.ortho, "steps": cfg.ortho_steps,
+                    "iter_dtype": iteration_dtype(cfg.ortho_dtype, w[0].device)}
+    return net.manifold_update(w, u, lr, settings, state.manifold, state.manifold.kinds, free_dualize)
 
 
 # Each maps the base direction u to the change Δ of the weights w (w ← w − Δ).
@@ -225,12 +238,12 @@ def apply_update(net: Module, weights: list[Tensor], grads: list[Tensor], state:
     if active is not None:
         delta = [torch.where(per_member(active, d).bool(), d, torch.zeros_like(d)) for d in delta]
     torch._foreach_sub_(weights, delta)
-    if not cfg.wd:  # the paper variant's embeddings go back on their sphere after every step
-        for index, piece in net.renormalized(weights).items():
-            weights[index].copy_(piece)
-    else:
+    if cfg.wd:
         decayed = net.regularize(weights, lr * cfg.wd)
         torch._foreach_copy_(weights, decayed)
+    elif cfg.mode != "manifold":  # the paper variant's embeddings back on their sphere (manifold: already held)
+        for index, piece in net.renormalized(weights).items():
+            weights[index].copy_(piece)
     return lr
 
 

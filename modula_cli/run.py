@@ -26,12 +26,13 @@ from omegaconf import DictConfig, OmegaConf
 from . import atomic, checkpoint
 from .data import Dataset, DataUnavailable, build_dataset
 from .identity import member_overrides
+from . import temperatures
 from .layer_stats import LayerStats
 from .locks import RunLocks
 from .loggers import RunLoggers
 from .members import Members
-from .models import ModelError, build_model
-from .nn import Module
+from .models import ModelError, build_model, is_import_path, role_problems
+from .nn import Module, layer_roles
 from .nn.orthogonalize import iteration_dtype
 from .optim import OptimConfig, init_state, optimizer_step
 from .prefetch import Prefetcher
@@ -227,6 +228,11 @@ class RunContext:
                   variant=variant, seed_index=members.seed_index(device) if members.packed else None)
         if members.packed:
             ctx.eval_batches = [ctx.stacked(x, y) for x, y in ctx.eval_batches]
+        if opt.mode == "manifold" and is_import_path(cfg.arch.name):  # a user's roles are known once it is built
+            roles = tuple(layer_roles(ctx.net))
+            if problems := [*role_problems("optim.manifold_scaled", opt.manifold_scaled, roles),
+                            *role_problems("optim.manifold_free", opt.manifold_free, roles)]:
+                raise ValueError("; ".join(problems))
         if cfg.train.compile:  # a sweep compiles many configurations in one process: start each afresh
             torch._dynamo.reset()
         ctx.compute = torch.compile(ctx.loss_and_grads) if cfg.train.compile else ctx.loss_and_grads
@@ -401,6 +407,7 @@ def _log_train(ctx: RunContext, state: RunState, out: RunLoggers, t: int, loss: 
                lr: torch.Tensor) -> None:
     losses, lrs = loss.tolist(), lr.reshape(-1).tolist()
     manifold = state.optim.manifold.means() if state.optim.manifold is not None else None
+    learned = _temperatures(ctx, state)
     for k, status in enumerate(state.statuses):
         if status != RUNNING:
             continue
@@ -410,6 +417,7 @@ def _log_train(ctx: RunContext, state: RunState, out: RunLoggers, t: int, loss: 
                   ctx.units: (t + 1) * ctx.units_per_step}
         if manifold is not None:  # the dual ascent, averaged over the steps since the last log
             record["tangency"], record["dual_iterations"] = manifold[0][k], manifold[1][k]
+        record.update({name: values[k] for name, values in learned.items()})
         out.emit(k, record)
         if not math.isfinite(losses[k]) or losses[k] > ctx.cfg.train.diverge_factor * initial:
             state.diverge(k, t + 1)  # packed: frozen, the other members go on
@@ -417,6 +425,16 @@ def _log_train(ctx: RunContext, state: RunState, out: RunLoggers, t: int, loss: 
     rate = state.step * ctx.units_per_step * len(losses) / max(state.elapsed, 1e-9)
     out.bar.set_postfix(loss=f"{min(running, default=losses[0]):.4f}", lr=f"{max(lrs):.3g}",
                         **{f"{ctx.units}/s": f"{rate:,.0f}"})
+
+
+def _temperatures(ctx: RunContext, state: RunState) -> dict[str, list[float]]:
+    """Per member: the logits' RMS on the probe, and manifold mode's learned-radius and free layers' scales."""
+    packed = ctx.members.packed
+    x = temperatures.probe(ctx.eval_batches[0], packed)
+    values = {"logit_rms": temperatures.logit_rms(ctx.net, state.weights, x, packed)}
+    if state.optim.manifold is not None and state.optim.manifold.kinds is not None:
+        values.update(temperatures.role_scales(ctx.net, state.weights, state.optim.manifold.kinds, packed))
+    return {name: value.reshape(-1).tolist() for name, value in values.items()}
 
 
 def _log_eval(ctx: RunContext, state: RunState, out: RunLoggers, step: int) -> None:

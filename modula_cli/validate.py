@@ -8,7 +8,8 @@ import torch
 from omegaconf import ListConfig, OmegaConf
 
 from .data import CONFIG_ONLY_KEYS, DATASETS
-from .models import ARCHITECTURES, DATA_KINDS, ModelError, data_kind_problem, import_builder, is_import_path
+from .models import (ARCHITECTURES, DATA_KINDS, ModelError, builtin_roles, data_kind_problem, import_builder,
+                     is_import_path, role_problems)
 from .nn.checks import positive_int_problem
 from .optim import OptimConfig, validate_optim
 from .stats import METRICS
@@ -132,9 +133,18 @@ def config_problems(cfg: Any) -> list[str]:
     problems = _arch_problems(cfg.arch, cfg.data) + data_problems(cfg.data) + _train_problems(cfg.train)
     problems += _sweep_problems(cfg) + variant_problems(cfg.get("variant"))
     try:
-        problems += validate_optim(optim_config(cfg))
+        opt = optim_config(cfg)
     except TypeError as error:
-        problems.append(f"optim: {error}")
+        return problems + [f"optim: {error}"]
+    problems += validate_optim(opt)
+    if opt.mode == "manifold":
+        present = builtin_roles().get(cfg.arch.name)  # a user's network: checked again once built
+        problems += role_problems("optim.manifold_scaled", opt.manifold_scaled, present)
+        problems += role_problems("optim.manifold_free", opt.manifold_free, present)
+        lists = all(isinstance(roles, (list, tuple)) for roles in (opt.manifold_scaled, opt.manifold_free))
+        if lists and (both := sorted(set(opt.manifold_scaled) & set(opt.manifold_free))):
+            problems.append(f"optim.manifold_scaled and optim.manifold_free both name {', '.join(both)}; "
+                            f"a layer is either scaled on the manifold or free of it")
     return problems
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # CPU evidence for LR transfer (issue 14): the small GPT width sweep (widths 32 … 256) and depth sweep
-# (2, 4, 8 blocks at width 64) for normed, unnormed and dualized Adam (and manifold Adam, issue 18, with
-# MODES=manifold EXPERIMENTS=small/gpt_width), three seeds each, every scale point's
+# (2, 4, 8 blocks at width 64) for normed, unnormed and dualized Adam (and manifold Adam, issues 18 and 26,
+# with MODES=manifold EXPERIMENTS=small/gpt_width), three seeds each, every scale point's
 # LRs × seeds packed into one run; then the reports, copied to docs/results/. The LR grids are the paper's
 # narrowed to the region holding each mode's optimum on this data (about 2 h on a 2-core CPU).
 # VARIANT=modular (the results in docs/results/small_gpt_*) or paper (the default variant since issue 25:
@@ -22,6 +22,8 @@ if [ "$VARIANT" = paper ]; then
   GRID[normed]="0.0625,0.125,0.25,0.5,1.0,2.0"                       # 2^-4 … 2^1
   GRID[dualized]="0.0625,0.125,0.25,0.5,1.0,2.0"                     # 2^-4 … 2^1
   GRID[unnormed]="0.0009765625,0.001953125,0.00390625,0.0078125,0.015625,0.03125,0.0625"  # 2^-10 … 2^-4
+  # manifold with its learned scales (issue 26): optimum 2^-1 at widths 32 and 64 (scripts/manifold_candidates.sh)
+  GRID[manifold]="0.0625,0.125,0.25,0.5,1.0,2.0"                     # 2^-4 … 2^1, as dualized
 fi
 suffix=$([ "$VARIANT" = modular ] && echo "" || echo "_$VARIANT")  # each variant sweeps into its own folder
 # paper is the default: named by no override, its runs are those of a plain `modula-sweep experiment=…`

@@ -11,7 +11,8 @@ from modula_cli.identity import experiment_settings, fingerprint
 PINNED = {
     (): "4a0609297a8e60b1",
     ("optim.mode=dualized",): "fd06626de186bd64",
-    ("optim.mode=manifold",): "8ce18275eebb4226",
+    # manifold mode's design before issue 26 (every layer at a fixed radius): its runs keep their fingerprints
+    ("optim.mode=manifold", "optim.manifold_scaled=[]", "optim.manifold_free=[]"): "8ce18275eebb4226",
     ("arch=resmlp", "data=cifar10"): "9e762f254ccd2378",
     ("optim=sgd", "optim.mode=unnormed", "optim.lr=1"): "a1dcdf1344f79c73",
     ("sweep=quick",): "c4c8e1d51191be7a",

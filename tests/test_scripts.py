@@ -150,3 +150,26 @@ def test_compare_variants_pairs_each_seed_at_each_variants_best_lr():
     assert row.difference == pytest.approx(-0.1)  # (−0.1, −0.2, 0.0) paired by seed
     half = 4.30 * 0.1 / 3**0.5  # t(2) · sd / √3
     assert (row.low, row.high) == (pytest.approx(-0.1 - half), pytest.approx(-0.1 + half))
+
+
+def test_manifold_candidates_pairs_manifold_with_dualized_by_seed(tmp_path):
+    import pandas as pd
+
+    sys.path.insert(0, str(SCRIPTS))
+    from manifold_candidates import rows
+
+    folder = tmp_path / "manifold_candidates_example" / "gpt_shakespeare_paper"
+    folder.mkdir(parents=True)
+    runs = [{"mode": "manifold", "width": width, "lr": lr, "seed": seed, "status": "completed",
+             "train_loss": loss + 0.01 * seed}
+            for width, best in ((32, 0.5), (64, 0.25)) for lr in (0.25, 0.5) for seed in range(3)
+            for loss in [2.0 if lr == best else 2.5]]
+    pd.DataFrame(runs).to_csv(folder / "results.csv", index=False)
+    pd.DataFrame([{"mode": "manifold", "shift_log2": -1.0, "shift_log2_low": -1.5, "shift_log2_high": None,
+                   "edges": "width 64 at the low edge"}]).to_csv(folder / "transfer.csv", index=False)
+    dualized = pd.DataFrame([{"width": w, "seed": s, "train_loss": 1.9 + 0.02 * s} for w in (32, 64) for s in range(3)])
+    lines = rows(folder, dualized)
+    # gaps by seed: 0.10, 0.09, 0.08 → mean 0.09, sd 0.01, half-width t(2)·0.01/√3 = 0.025
+    assert lines[0] == "| example | 32 | 2^-1 | 2.010 ± 0.010 | 1.920 | +0.090 [+0.065, +0.115] |  |"
+    assert lines[1].startswith("| example | 64 | 2^-2 |")
+    assert lines[1].endswith("| -1.00 [-1.50, ?] (width 64 at the low edge) |")

@@ -169,7 +169,7 @@ def interrupted_at(monkeypatch, step: int, run) -> None:
             run()
 
 
-@pytest.mark.parametrize("mode", ["normed", "dualized"])
+@pytest.mark.parametrize("mode", ["normed", "dualized", "manifold"])
 def test_preemption_checkpoints_and_resume_is_exact(mode, tmp_path, tiny_text_root, monkeypatch):
     overrides = tiny_gpt(tiny_text_root, f"optim.mode={mode}", "train.steps=30", "train.checkpoint_every=7",
                          "train.eval_every=5")

@@ -126,12 +126,14 @@ class Module:
                                for index, (atom, piece, share) in enumerate(zip(atoms, u, shares))])
 
     def manifold_update(self, w: Sequence[Tensor], u: Sequence[Tensor], target_norm: float | Tensor,
-                        settings: DualAscent, state: ManifoldState) -> Weights:
+                        settings: DualAscent, state: ManifoldState, kinds: Sequence[str] | None = None,
+                        free_dualize: dict | None = None) -> Weights:
         """Manifold mode (SPEC §10): the change Δ that moves each atom along its manifold by its share of τ
-        (matrices: manifold Muon then retraction; embedding rows: hyperspherical descent)."""
+        (matrices: manifold Muon then retraction; embedding rows: hyperspherical descent). ``kinds``: how
+        each atom is held (``manifold.KINDS``: fixed radius, learned radius, or free under the duality map)."""
         atoms = list(self.atoms())
         return _stored(atoms, manifold_update(atoms, _effective(atoms, w), u, self.target_shares(), target_norm,
-                                              settings, state))
+                                              settings, state, kinds, free_dualize))
 
     def onto_manifold(self, w: Sequence[Tensor]) -> Weights:
         """Each matrix on its scaled Stiefel manifold, each embedding row at RMS 1 (to float precision)."""
