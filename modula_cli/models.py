@@ -8,6 +8,7 @@ docs/extending.md).
 
 from __future__ import annotations
 
+import difflib
 import functools
 import importlib
 import math
@@ -204,4 +205,6 @@ def role_problems(key: str, listed: Any, present: tuple[str, ...] | None) -> lis
     unknown = [role for role in listed if role not in known]
     if not unknown:
         return []
-    return [f"{key}: no layer has the role {', '.join(map(repr, unknown))}; roles: {', '.join(known)}"]
+    guesses = [guess for role in unknown for guess in difflib.get_close_matches(role, list(known), n=1)]
+    hint = f"; did you mean {', '.join(guesses)}?" if guesses else ";"
+    return [f"{key}: no layer has the role {', '.join(map(repr, unknown))}{hint} roles: {', '.join(known)}"]

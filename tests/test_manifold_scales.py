@@ -89,7 +89,8 @@ def test_manifold_roles_are_checked_before_launch(tiny_text_root):
         return config_problems(compose_config(*tiny_gpt(tiny_text_root, "optim.mode=manifold", *extra)))
 
     typo = problems("optim.manifold_free=[outptu]")
-    assert any(p.startswith("optim.manifold_free: no layer has the role 'outptu'; roles: embed.token") for p in typo)
+    assert any(p.startswith("optim.manifold_free: no layer has the role 'outptu'; did you mean output? roles: "
+                            "embed.token") for p in typo)
     both = problems("optim.manifold_free=[output]", "optim.manifold_scaled=[output]")
     assert any("both name output" in p for p in both)
     assert any("must be a list of layer roles" in p for p in problems("optim.manifold_scaled=output"))
