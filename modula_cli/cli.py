@@ -1,6 +1,6 @@
 """The command line's front door: the ``modula-sweep`` and ``modula-coord-check`` entry points.
 
-Both run the Hydra applications (``modula_cli.train.main``, ``modula_cli.coord.main``) with two changes to
+Both run the Hydra applications (``modula_cli.train.main``, ``modula_cli.coord.check.main``) with two changes to
 how Hydra treats the command line:
 
 - Powers written ``B^E`` (B a number, E an integer) in an override's value are rewritten to floats before
@@ -43,7 +43,7 @@ from omegaconf import DictConfig
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
 from .config import CONFIG_DIR
-from .suggest import unknown_key
+from .plumbing.suggest import unknown_key
 
 USAGE_STATUS = 2  # a rejected command line, as argparse exits
 POWER = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)\^([+-]?\d+)(?![\w.])")
@@ -267,4 +267,4 @@ def sweep() -> None:
 
 def coord_check() -> None:
     """``modula-coord-check``: the coordinate check."""
-    run("modula-coord-check", _main_of("modula_cli.coord"))
+    run("modula-coord-check", _main_of("modula_cli.coord.check"))

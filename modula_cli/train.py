@@ -13,10 +13,10 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from .config import CONFIG_DIR
-from .run import remove_if_empty, run_or_exit
-from .sweep import register_resolvers, sweep_job
-from .threads import configure_threads
-from .validate import ConfigError, check_config
+from .config.validate import ConfigError, check_config
+from .plumbing.threads import configure_threads
+from .run.trainer import remove_if_empty, run_or_exit
+from .sweep.launch import register_resolvers, sweep_job
 
 log = logging.getLogger(__name__)
 register_resolvers()

@@ -38,7 +38,7 @@ from modula_cli.models import build_model
 from modula_cli.nn import orthogonalize
 from modula_cli.nn.orthogonalize import DEFAULT_STEPS, iteration_dtype
 from modula_cli.optim import OptimConfig, init_state, optimizer_step
-from modula_cli.run import grads_of, losses_and_hits
+from modula_cli.run.trainer import grads_of, losses_and_hits
 
 MODES = ("unnormed", "normed", "dualized", "manifold")
 COMPILED_MODES = ("unnormed", "normed", "dualized")  # manifold's dual ascent stops on a host-side test

@@ -1,7 +1,7 @@
 """Does the training loop cost anything beyond the step? The same configuration timed two ways, side by
 side in one process, the modes taking turns:
 
-- ``loop``: the real run (``modula_cli.run.train`` on Shakespeare: data, prefetch, logging, evaluation off
+- ``loop``: the real run (``modula_cli.run.trainer.train`` on Shakespeare: data, prefetch, logging, evaluation off
   the clock), its own throughput from summary.json, the first ``--warmup`` steps left out;
 - ``step``: ``scripts/bench.py``'s bare step (loss and gradient → optimiser update) on a fixed batch,
   timed one step at a time, the median kept as for the loop.
@@ -27,7 +27,7 @@ from bench import MODES, StepBench, load_arch  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 
 from modula_cli.config import CONFIG_DIR  # noqa: E402
-from modula_cli.run import train  # noqa: E402
+from modula_cli.run.trainer import train  # noqa: E402
 
 
 def loop_ms(mode: str, args, folder: Path) -> float:

@@ -18,7 +18,7 @@ import argparse
 
 import numpy as np
 
-from modula_cli.stats import interval, optimum
+from modula_cli.analysis.stats import interval, optimum
 
 GRID = np.arange(-6.0, 3.0)
 TRUTH = -1.6

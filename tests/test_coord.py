@@ -13,12 +13,12 @@ import pandas as pd
 import pytest
 import torch
 
-from modula_cli import coord
-from modula_cli.coord import fitted_slope, judge, measure, run_coord_check, verdicts
-from modula_cli.geometry import direction_change, stable_rank
+from modula_cli.coord import check as coord
+from modula_cli.coord.check import fitted_slope, judge, measure, run_coord_check, verdicts
+from modula_cli.analysis.geometry import direction_change, stable_rank
 from modula_cli.nn import GPT, Embed, Linear, ResMLP, ResNet, StandardGPT, layer_names, layer_roles
 from modula_cli.optim import OptimConfig
-from modula_cli.signals import StopRequested
+from modula_cli.plumbing.signals import StopRequested
 
 
 def compose_coord(*overrides: str):
@@ -357,8 +357,8 @@ def test_bad_settings_are_all_reported_before_any_work(tiny_text_root):
 
 def test_command_line_rejects_bad_input_before_any_work(tiny_text_root, tmp_path):
     """(The command's successful run is tested from a user's folder in test_extending.py.)"""
-    base = [sys.executable, "-m", "modula_cli.coord", "arch.depth=1", "arch.heads=2", f"data.root={tiny_text_root}",
-            "data.context=16", "train.device=cpu"]
+    base = [sys.executable, "-m", "modula_cli.coord.check", "arch.depth=1", "arch.heads=2",
+            f"data.root={tiny_text_root}", "data.context=16", "train.device=cpu"]
     bad = subprocess.run([*base, "coord.modes=[normed,bogus]", "coord.steps=0", f"hydra.run.dir={tmp_path / 'bad'}"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 1
@@ -376,7 +376,7 @@ def test_command_line_missing_data_is_one_line_and_writes_nothing(tmp_path):
     dead = "http://127.0.0.1:9"  # nothing listens: the download fails at once, as it does without a network
     env = {**os.environ, "http_proxy": dead, "https_proxy": dead, "HTTP_PROXY": dead, "HTTPS_PROXY": dead,
            "no_proxy": "", "NO_PROXY": ""}
-    result = subprocess.run([sys.executable, "-m", "modula_cli.coord", f"data.root={empty}", "train.device=cpu",
+    result = subprocess.run([sys.executable, "-m", "modula_cli.coord.check", f"data.root={empty}", "train.device=cpu",
                              "coord.widths=[16,32,128]", "coord.steps=1"], cwd=tmp_path, env=env,
                             capture_output=True, text=True, timeout=120)
     lines = (result.stdout + result.stderr).strip().splitlines()
@@ -447,7 +447,7 @@ def _layer_records(run_dir):
 def test_layer_stats_during_training_packed_equals_separate(tiny_text_root, tmp_path):
     from conftest import compose_config, tiny_gpt
 
-    from modula_cli.run import train
+    from modula_cli.run.trainer import train
 
     # the modular variant: its embeddings' applied change is exactly the normed update (the paper variant puts
     # them back on their sphere after it)
@@ -474,7 +474,7 @@ def test_layer_stats_during_training_packed_equals_separate(tiny_text_root, tmp_
 
 
 def test_layer_stats_resume_drops_records_past_the_checkpoint(tmp_path):
-    from modula_cli.loggers import keep_until
+    from modula_cli.run.loggers import keep_until
 
     path = tmp_path / "layer_stats.jsonl"
     lines = [json.dumps({"step": s, "layer": "a", "act_rms": 1.0}) for s in (4, 8, 12)]
@@ -485,7 +485,7 @@ def test_layer_stats_resume_drops_records_past_the_checkpoint(tmp_path):
 
 def _interrupted_at_step_12(cfg, run_dir, monkeypatch) -> None:
     """Train ``cfg`` into ``run_dir`` until a SIGTERM arrives during step 12 (checkpointed at step 13)."""
-    import modula_cli.run as run_module
+    import modula_cli.run.trainer as run_module
 
     original = run_module.optimizer_step
 
@@ -504,7 +504,7 @@ def test_layer_stats_of_a_resumed_run_equal_an_uninterrupted_one(tiny_text_root,
     """SIGTERM at step 12 of 20 (measured every 5, checkpoint every 7): the resumed file equals the reference."""
     from conftest import compose_config, tiny_gpt
 
-    import modula_cli.run as run_module
+    import modula_cli.run.trainer as run_module
 
     cfg = compose_config(*tiny_gpt(tiny_text_root, "optim.mode=dualized", "train.steps=20", "train.checkpoint_every=7",
                                    "train.layer_stats_every=5"))
@@ -524,7 +524,7 @@ def test_layer_stats_in_bfloat16_and_when_turned_on_for_a_resumed_run(tiny_text_
     without layer stats starts its file at the resumed step."""
     from conftest import compose_config, tiny_gpt
 
-    import modula_cli.run as run_module
+    import modula_cli.run.trainer as run_module
 
     bf16 = compose_config(*tiny_gpt(tiny_text_root, "train.steps=4", "train.layer_stats_every=2",
                                     "train.dtype=bfloat16"))
@@ -542,8 +542,8 @@ def test_layer_stats_reach_disk_at_each_checkpoint(tiny_text_root, tmp_path, mon
     """A process killed after a checkpoint (no chance to close its files) keeps the records it covers."""
     from conftest import compose_config, tiny_gpt
 
-    import modula_cli.loggers as loggers
-    import modula_cli.run as run_module
+    import modula_cli.run.loggers as loggers
+    import modula_cli.run.trainer as run_module
 
     cfg = compose_config(*tiny_gpt(tiny_text_root, "train.steps=20", "train.checkpoint_every=7",
                                    "train.layer_stats_every=5"))
@@ -564,8 +564,8 @@ def test_layer_stats_never_log_a_step_before_the_train_loss_of_an_earlier_one(ti
     """W&B drops a step lower than one it has seen: every record of one member goes out in step order."""
     from conftest import compose_config, tiny_gpt
 
-    import modula_cli.loggers as loggers
-    import modula_cli.run as run_module
+    import modula_cli.run.loggers as loggers
+    import modula_cli.run.trainer as run_module
 
     steps = []
     emit, emit_layers = loggers.RunLoggers.emit, loggers.RunLoggers.emit_layers
@@ -589,12 +589,12 @@ def test_wandb_prints_one_line_per_run_instead_of_its_summary(tiny_text_root, tm
 
     from conftest import compose_config, tiny_gpt
 
-    from modula_cli.run import train
+    from modula_cli.run.trainer import train
 
     for variable in ("WANDB_SILENT", "WANDB_QUIET", "WANDB_API_KEY", "WANDB_CONSOLE"):
         monkeypatch.delenv(variable, raising=False)
     cfg = compose_config(*tiny_gpt(tiny_text_root, "logger=wandb", "logger.mode=offline", "train.steps=3"))
-    with caplog.at_level(logging.INFO, logger="modula_cli.loggers"):
+    with caplog.at_level(logging.INFO, logger="modula_cli.run.loggers"):
         assert train(cfg, tmp_path / "run")["status"] == "completed"
     out, err = capfd.readouterr()
     printed = [line for line in (out + err).splitlines() if line.startswith("wandb:")]

@@ -14,8 +14,8 @@ import torch
 from conftest import compose_config, tiny_gpt
 from test_train import assert_same_losses, read_losses
 
-from modula_cli.run import train
-from modula_cli.signals import StopRequested
+from modula_cli.run.trainer import train
+from modula_cli.plumbing.signals import StopRequested
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -48,7 +48,7 @@ def test_packed_run_matches_separate_runs_on_cuda(tmp_path, tiny_text_root):
 def test_sigterm_on_cuda_resumes_on_cuda_and_on_cpu(tmp_path, tiny_text_root, monkeypatch):
     """A run stopped on the GPU resumes from its checkpoint, on the GPU or (train.device is not part of a
     run's identity) on the CPU, and ends where the uninterrupted run ends."""
-    import modula_cli.run as run_module
+    import modula_cli.run.trainer as run_module
 
     common = ["optim.mode=normed", "train.steps=20", "train.checkpoint_every=5"]
     train(on_cuda(tiny_text_root, *common), tmp_path / "reference")

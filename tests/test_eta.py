@@ -3,8 +3,8 @@
 
 import pytest
 
-from modula_cli.eta import coefficients, time_left
-from modula_cli.sweep import _time_left
+from modula_cli.sweep.eta import coefficients, time_left
+from modula_cli.sweep.launch import _time_left
 
 GRID = 9  # LRs per width, as in the quick sweep
 QUICK = {32: 13.0, 64: 20.0, 128: 55.0}  # seconds per run, `modula-sweep sweep=quick`, widths 4× apart, 1 thread
@@ -66,7 +66,7 @@ RECORD = {"started": 100.0, "runs": [], "finished_before": ["w128_0"]}
 
 
 def test_progress_line_counts_packed_members_and_ignores_earlier_launches(monkeypatch):
-    monkeypatch.setattr("modula_cli.sweep.time.time", lambda: 130.0)  # 30 s into the launch
+    monkeypatch.setattr("modula_cli.sweep.launch.time.time", lambda: 130.0)  # 30 s into the launch
     planned = {f"w{w}_{i}": runs(w, 1)[0] for w in (32, 128) for i in range(3)}
     summaries = {name: None for name in planned}
     for i in range(3):  # this launch trained width 32 as one packed run of 3 members: 30 s in all
@@ -78,7 +78,7 @@ def test_progress_line_counts_packed_members_and_ignores_earlier_launches(monkey
 
 
 def test_a_diverged_run_counts_by_the_steps_it_trained_and_stale_runs_are_still_to_do(monkeypatch):
-    monkeypatch.setattr("modula_cli.sweep.time.time", lambda: 130.0)
+    monkeypatch.setattr("modula_cli.sweep.launch.time.time", lambda: 130.0)
     planned = {name: runs(32, 1)[0] for name in ("a", "b", "stale")}
     summaries = {"a": {**planned["a"], "status": "completed", "launch": "L", "wall_time_s": 20.0, "steps_done": 400},
                  "b": {**planned["b"], "status": "diverged", "launch": "L", "wall_time_s": 1.0, "steps_done": 20},

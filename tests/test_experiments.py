@@ -7,7 +7,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from modula_cli.config import CONFIG_DIR
-from modula_cli.sweep import grid_overrides, register_resolvers, validate_grid
+from modula_cli.sweep.launch import grid_overrides, register_resolvers, validate_grid
 
 EXPERIMENTS = sorted(str(p.relative_to(CONFIG_DIR / "experiment").with_suffix(""))
                      for p in (CONFIG_DIR / "experiment").rglob("*.yaml") if not p.name.startswith("_"))

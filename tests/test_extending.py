@@ -17,8 +17,8 @@ from conftest import compose_config, tiny_gpt, write_cifar_batches
 from modula_cli.models import ModelError, build_model
 from modula_cli.nn import Linear
 from modula_cli.optim import OptimConfig, init_state, optimizer_step
-from modula_cli.results import knobs_of
-from modula_cli.validate import config_problems
+from modula_cli.analysis.results import knobs_of
+from modula_cli.config.validate import config_problems
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "my_mlp"
 BIN = Path(sys.executable).parent  # the console scripts a user runs, installed beside this Python
@@ -119,7 +119,7 @@ def test_user_architecture_imports_from_the_working_folder_and_is_validated_befo
 
 def test_a_run_of_an_unfit_architecture_stops_with_one_line_and_leaves_nothing(bad_models, cifar_root):
     """The network is built before the run writes anything: its fresh folder goes, an earlier run's stays."""
-    from modula_cli.run import run_or_exit
+    from modula_cli.run.trainer import run_or_exit
 
     cfg = compose_config("arch.name=bad_models:wrong_output", "arch.width=8", "data=cifar10",
                          f"data.root={cifar_root}", "train.device=cpu", "train.progress=false")
@@ -139,7 +139,7 @@ def test_a_run_of_an_unfit_architecture_stops_with_one_line_and_leaves_nothing(b
 
 def test_a_sweep_records_an_unfit_architecture_as_failed(bad_models, cifar_root):
     """In a sweep the report must count the run: it is recorded as failed (and the run folder kept)."""
-    from modula_cli.run import train
+    from modula_cli.run.trainer import train
 
     cfg = compose_config("arch.name=bad_models:wrong_output", "arch.width=8", "data=cifar10",
                          f"data.root={cifar_root}", "train.device=cpu", "train.progress=false")

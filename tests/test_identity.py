@@ -6,7 +6,7 @@ relaunch now names (`variant=modular`: the default became `paper`, issue 25)."""
 import pytest
 
 from conftest import compose_config
-from modula_cli.identity import experiment_settings, fingerprint
+from modula_cli.config.identity import experiment_settings, fingerprint
 
 PINNED = {
     (): "4a0609297a8e60b1",

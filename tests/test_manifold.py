@@ -11,9 +11,9 @@ from conftest import compose_config, iterations, tiny_gpt, tiny_image
 from modula_cli.nn import GPT, Conv2D, Embed, Linear, ResMLP, ResNet
 from modula_cli.nn.manifold import DualAscent, atom_kinds, msign, sphere_step, tangent_direction
 from modula_cli.optim import OptimConfig, init_state, optimizer_step
-from modula_cli.run import train
-from modula_cli.temperatures import layer_scale
-from modula_cli.validate import config_problems, optim_config
+from modula_cli.run.trainer import train
+from modula_cli.analysis.temperatures import layer_scale
+from modula_cli.config.validate import config_problems, optim_config
 from test_train import assert_same_losses
 
 
@@ -185,7 +185,7 @@ def test_manifold_settings_and_weight_decay_are_checked(tiny_text_root):
     assert any(p.startswith("optim.manifold_iterations=-1") for p in problems)
     assert any(p.startswith("optim.manifold_step=0") for p in problems)
     # Its settings belong to manifold runs only: another mode's fingerprint ignores them.
-    from modula_cli.identity import fingerprint
+    from modula_cli.config.identity import fingerprint
 
     normed = [compose_config(*tiny_gpt(tiny_text_root, f"optim.manifold_iterations={k}")) for k in (2, 8)]
     assert fingerprint(normed[0]) == fingerprint(normed[1])
@@ -222,7 +222,7 @@ def test_conv_slices_are_each_on_their_manifold():
 def test_coordinate_check_of_manifold_adam_is_width_stable(design, tiny_text_root, tmp_path):
     from test_coord import tiny_gpt_coord
 
-    from modula_cli.coord import run_coord_check
+    from modula_cli.coord.check import run_coord_check
 
     fixed = ["optim.manifold_scaled=[]", "optim.manifold_free=[]"] if design == "fixed" else []
     cfg = tiny_gpt_coord(tiny_text_root, "coord.widths=[16,32,64]", "coord.modes=[manifold]", *fixed)

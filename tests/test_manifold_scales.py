@@ -11,9 +11,9 @@ from conftest import compose_config, tiny_gpt, tiny_image
 from modula_cli.models import builtin_roles
 from modula_cli.nn import Embed, Linear
 from modula_cli.nn.manifold import DualAscent, ManifoldState, atom_kinds, radius_step, sphere_step
-from modula_cli.run import train
-from modula_cli.temperatures import layer_scale, logit_rms
-from modula_cli.validate import config_problems
+from modula_cli.run.trainer import train
+from modula_cli.analysis.temperatures import layer_scale, logit_rms
+from modula_cli.config.validate import config_problems
 
 
 def _polar(X):

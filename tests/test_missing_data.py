@@ -18,8 +18,8 @@ from omegaconf import OmegaConf
 from conftest import TINY_TRAIN, compose_config, tiny_gpt
 from modula_cli.data import DataUnavailable, build_dataset, prepare_dataset
 from modula_cli.models import ModelError, build_model
-from modula_cli.run import train
-from modula_cli.validate import config_problems
+from modula_cli.run.trainer import train
+from modula_cli.config.validate import config_problems
 
 BIN = Path(sys.executable).parent  # the console scripts a user runs, installed beside this Python
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "my_mlp"
@@ -206,7 +206,7 @@ def test_a_sweep_run_without_data_is_recorded_as_failed_and_a_single_run_writes_
 def test_skip_message_names_the_rerun_knob_of_its_context(tmp_path, tiny_text_root, caplog):
     cfg = compose_config(*tiny_gpt(tiny_text_root, "train.steps=2"))
     train(cfg, tmp_path / "run")
-    with caplog.at_level(logging.INFO, logger="modula_cli.run"):
+    with caplog.at_level(logging.INFO, logger="modula_cli.run.trainer"):
         assert train(cfg, tmp_path / "run")["skipped"]
         assert train(cfg, tmp_path / "run", sweep_dir=tmp_path)["skipped"]
     skips = [r.getMessage() for r in caplog.records if "already finished" in r.getMessage()]

@@ -138,7 +138,7 @@ def test_settings_added_later_keep_old_fingerprints():
     relaunched sweep skips it; a non-default value is a different run."""
     from omegaconf import OmegaConf
 
-    from modula_cli.identity import LATER_DEFAULTS, fingerprint
+    from modula_cli.config.identity import LATER_DEFAULTS, fingerprint
     from conftest import compose_config
 
     current = compose_config("optim.mode=dualized")

@@ -14,10 +14,10 @@ import pytest
 import torch
 
 from conftest import TINY_TRAIN, compose_config, iterations, tiny_gpt
-from modula_cli.identity import MAX_NAME_BYTES, member_overrides, run_name
-from modula_cli.report import write_report
-from modula_cli.run import train
-from modula_cli.signals import StopRequested
+from modula_cli.config.identity import MAX_NAME_BYTES, member_overrides, run_name
+from modula_cli.analysis.report import write_report
+from modula_cli.run.trainer import train
+from modula_cli.plumbing.signals import StopRequested
 
 pytestmark = pytest.mark.slow
 CLI = [sys.executable, "-m", "modula_cli.train"]
@@ -86,7 +86,7 @@ def test_corrupt_summaries_are_retrained_and_never_crash_the_report(text_tmp, ca
     (runs[2] / "summary.json").write_text('{"status": "completed", "tra')   # truncated
     frame = write_report(sweep_dir, quiet=True)["results"]  # the report reads them as not finished
     assert len(frame) == 3 and set(frame["status"]) == {"pending"}
-    report = subprocess.run([sys.executable, "-m", "modula_cli.report", str(sweep_dir)], capture_output=True,
+    report = subprocess.run([sys.executable, "-m", "modula_cli.analysis.report", str(sweep_dir)], capture_output=True,
                             text=True, timeout=120)
     assert report.returncode == 0 and "Traceback" not in report.stderr
     assert "is corrupt" in report.stdout + report.stderr
@@ -101,7 +101,7 @@ def test_corrupt_summaries_are_retrained_and_never_crash_the_report(text_tmp, ca
 def test_truncated_checkpoint_warns_and_starts_afresh(tmp_path, tiny_text_root, monkeypatch, caplog):
     cfg = compose_config(*tiny_gpt(tiny_text_root, "train.steps=12", "train.checkpoint_every=4"))
     reference = train(cfg, tmp_path / "reference")
-    import modula_cli.run as run_module
+    import modula_cli.run.trainer as run_module
 
     original = run_module.optimizer_step
 

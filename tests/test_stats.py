@@ -7,9 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from modula_cli.report import write_report
-from modula_cli.stats import (interval, mean_curve, optimum, regret, resampled_means, shift, small_sample_factor,
-                              vertices)
+from modula_cli.analysis.report import write_report
+from modula_cli.analysis.stats import (interval, mean_curve, optimum, regret, resampled_means, shift,
+                                       small_sample_factor, vertices)
 
 GRID = np.arange(-6.0, 3.0)  # log2 of the paper's normed grid, 2^-6 … 2^2
 

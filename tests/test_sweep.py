@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from conftest import TINY_TRAIN
-from modula_cli.report import write_report
-from modula_cli.identity import run_name
+from modula_cli.analysis.report import write_report
+from modula_cli.config.identity import run_name
 from modula_cli.optim import lr_grid
 
 pytestmark = pytest.mark.slow
@@ -149,7 +149,7 @@ def test_seeds_are_an_axis_of_every_preset_and_pack_with_the_lrs(preset, scale_p
     from omegaconf import open_dict
 
     from modula_cli.config import CONFIG_DIR
-    from modula_cli.sweep import grid_overrides, register_resolvers
+    from modula_cli.sweep.launch import grid_overrides, register_resolvers
 
     register_resolvers()
     with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
@@ -233,7 +233,7 @@ def test_report_on_hand_made_sweep(tmp_path, capsys):
 
 
 def test_report_cli_on_missing_dir(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "modula_cli.report", str(tmp_path / "nope")],
+    result = subprocess.run([sys.executable, "-m", "modula_cli.analysis.report", str(tmp_path / "nope")],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode != 0 and "no sweep directory" in result.stderr
 
@@ -257,7 +257,7 @@ def test_report_puts_several_modes_on_one_figure(tmp_path):
 
 
 def test_pack_arguments_folds_only_swept_lrs_and_seeds():
-    from modula_cli.packing import pack_arguments
+    from modula_cli.config.packing import pack_arguments
 
     assert pack_arguments(["arch.width=32,64", "optim.lr=0.25,0.5", "train.seed=range(3)", "optim.mode=normed",
                            "train.steps=5"]) == ["arch.width=32,64", "optim.lr=[0.25,0.5]", "train.seed=[0,1,2]",

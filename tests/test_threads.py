@@ -4,8 +4,8 @@ import os
 
 import torch
 
-from modula_cli import threads
-from modula_cli.threads import auto_threads, configure_threads, threads_problem
+from modula_cli.plumbing import threads
+from modula_cli.plumbing.threads import auto_threads, configure_threads, threads_problem
 
 
 def test_auto_takes_the_free_cores_and_shares_them_between_parallel_jobs():

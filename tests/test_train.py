@@ -15,9 +15,9 @@ from hydra.errors import ConfigCompositionException
 from conftest import compose_config, iterations, tiny_gpt, tiny_image
 from modula_cli.nn import Linear, ResMLP
 from modula_cli.optim import OptimConfig, ema_weight, init_state, optimizer_step, schedule_factor
-from modula_cli.run import train
-from modula_cli.signals import StopRequested
-from modula_cli.validate import ConfigError
+from modula_cli.run.trainer import train
+from modula_cli.plumbing.signals import StopRequested
+from modula_cli.config.validate import ConfigError
 
 # A sensible LR per architecture, optimiser and mode for these tiny models (checked on this data).
 NORMED = {"adam": 0.1, "sgd": 0.1}
@@ -154,7 +154,7 @@ def test_same_seed_reproduces_and_finished_run_is_skipped(tmp_path, tiny_text_ro
 
 def interrupted_at(monkeypatch, step: int, run) -> None:
     """``run()`` with a SIGTERM sent during optimiser step ``step``: it must stop (after that step)."""
-    import modula_cli.run as run_module
+    import modula_cli.run.trainer as run_module
 
     original = run_module.optimizer_step
 

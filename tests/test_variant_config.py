@@ -11,10 +11,10 @@ from omegaconf import OmegaConf
 
 from conftest import compose_config, tiny_gpt, tiny_image
 from modula_cli.config import CONFIG_DIR
-from modula_cli.identity import fingerprint, run_name
-from modula_cli.run import train
-from modula_cli.validate import config_problems
-from modula_cli.variant import VARIANTS, Variant, folder_suffix
+from modula_cli.config.identity import fingerprint, run_name
+from modula_cli.run.trainer import train
+from modula_cli.config.validate import config_problems
+from modula_cli.models.variant import VARIANTS, Variant, folder_suffix
 from test_train import assert_same_losses, interrupted_at, read_losses
 
 PAPER_FIELDS = {"attention_third": "qkv", "scales": "forward", "embed_rows": "unit", "conv_normalize": "slice",
@@ -124,7 +124,7 @@ def test_paper_run_resumes_exactly_through_its_extra_step(tmp_path, tiny_text_ro
 def test_the_paper_variant_reaches_the_network_that_trains(tmp_path, tiny_text_root):
     """Through the config, not only in unit tests: the run's network has the reference's scales."""
     from modula_cli.models import build_model
-    from modula_cli.variant import variant_of
+    from modula_cli.models.variant import variant_of
 
     cfg = compose_config(*tiny_gpt(tiny_text_root, "variant=paper"))
     assert variant_of(cfg) == VARIANTS["paper"]

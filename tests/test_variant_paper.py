@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 from modula_cli.models import build_model
 from modula_cli.nn import Conv2D, Embed, Linear, PowerIterationState
 from modula_cli.optim import OptimConfig, init_state, optimizer_step
-from modula_cli.variant import VARIANTS, Variant, explain_scope, variant_name
+from modula_cli.models.variant import VARIANTS, Variant, explain_scope, variant_name
 
 REFERENCE = json.loads((Path(__file__).parent / "data" / "reference_paper.json").read_text())
 ARCHS = {"gpt": {"name": "gpt", "width": 8, "depth": 2, "heads": 2, "blocks_mass": 5.0},

@@ -8,7 +8,7 @@ from typing import Any
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from omegaconf import DictConfig, OmegaConf
 
-from modula_cli.packing import pack_arguments
+from modula_cli.config.packing import pack_arguments
 
 
 class PackingSweeper(BasicSweeper):

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from .. import atomic
+from ..plumbing import atomic
 
 REPO_DATA = Path(__file__).resolve().parents[2] / "data"
 FULL_CHECKSUM_LIMIT = 512 * 2**20  # bigger files are checked by size only on load (a full hash takes minutes)

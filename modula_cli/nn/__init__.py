@@ -1,9 +1,9 @@
 """The modular-norm library: modules, atoms, bonds, compounds and the fast maps of SPEC §2–6."""
 
 from .atoms import Conv2D, Embed, Linear, MatrixAtom
-from .bonds import (Abs, Add, AddHeads, AvgPool, Enumerate, Flatten, FunctionalAttention, GELU, Identity,
-                    LayerNorm, MeanSubtract, Mul, ReLU, RemoveHeads, RMSDivide, ScaledGELU, ScaledReLU)
-from .compounds import GPT, Attention, ResMLP, ResNet, Residual, StandardGPT
+from .bonds import (GELU, Abs, Add, AddHeads, AvgPool, Enumerate, Flatten, FunctionalAttention, Identity, LayerNorm,
+                    MeanSubtract, Mul, ReLU, RemoveHeads, RMSDivide, ScaledGELU, ScaledReLU)
+from .compounds import GPT, Attention, Residual, ResMLP, ResNet, StandardGPT
 from .module import Atom, Bond, Composite, Module, TupleModule, layer_names, layer_roles, named, with_role
 from .orthogonalize import METHODS as ORTHOGONALIZE_METHODS
 from .orthogonalize import orthogonalize

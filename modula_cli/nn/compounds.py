@@ -8,10 +8,11 @@ from __future__ import annotations
 import math
 
 from .atoms import Conv2D, Embed, Linear
-from .bonds import (Abs, AddHeads, AvgPool, Enumerate, Flatten, FunctionalAttention, GELU, Identity, LayerNorm,
+from .bonds import (GELU, Abs, AddHeads, AvgPool, Enumerate, Flatten, FunctionalAttention, Identity, LayerNorm,
                     MeanSubtract, Mul, RemoveHeads, RMSDivide, ScaledGELU)
 from .checks import require_positive_ints
-from .module import Module, named, with_role as role
+from .module import Module, named
+from .module import with_role as role
 
 
 def _positive_mass(owner: str, mass: float) -> None:

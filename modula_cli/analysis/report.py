@@ -35,12 +35,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from . import atomic
-from .identity import short_keys
+from ..config.identity import short_keys
+from ..plumbing import atomic
 from .plots import plot_scale, plot_transfer, series_label
 from .results import (COMPLETED, DIVERGED, FAILED, FINISHED, GROUP, KNOB_KEYS, KNOBS, SCALE_KNOBS, SERIES, collect,
                       status_counts)
-
 from .stats import DEFAULT_RESAMPLES, METRICS, Optimum, optimum, regret, shift, signed
 
 log = logging.getLogger(__name__)

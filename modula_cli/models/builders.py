@@ -21,8 +21,8 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from .data import DATASETS, cause_text
-from .nn import GPT, Module, ResMLP, ResNet, StandardGPT, layer_roles
+from ..data import DATASETS, cause_text
+from ..nn import GPT, Module, ResMLP, ResNet, StandardGPT, layer_roles
 from .variant import Variant, apply_variant
 
 DATA_KINDS = ("language", "image")

@@ -14,9 +14,9 @@ import os
 import re
 import time
 import uuid
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,20 +27,20 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from .identity import member_overrides, run_name
-from .members import Members
-from .optim import lr_grid
-from .packing import pack_arguments
-from .data import DataUnavailable, prepare_dataset
+from ..analysis.results import (COMPLETED, COUNTED, DIVERGED, FAILED, FINISHED, INTERRUPTED, PENDING, RUNNING, SKIPPED,
+                                is_finished, launch_counts, launch_record, launch_status, launch_summaries,
+                                read_manifest, read_summary, record_launch)
+from ..config.identity import member_overrides, run_name
+from ..config.members import Members
+from ..config.packing import pack_arguments
+from ..config.validate import ConfigError, check_config, optim_config
+from ..data import DataUnavailable, prepare_dataset
+from ..models.variant import folder_suffix, variant_name, variant_of
+from ..optim import lr_grid
+from ..plumbing.signals import STOP, StopRequested
+from ..plumbing.threads import configure_threads
+from ..run.trainer import BUSY, train
 from .eta import time_left
-from .results import (COMPLETED, COUNTED, DIVERGED, FAILED, FINISHED, INTERRUPTED, PENDING, RUNNING, SKIPPED,
-                      is_finished, launch_counts, launch_record, launch_status, launch_summaries, read_manifest,
-                      read_summary, record_launch)
-from .run import BUSY, train
-from .signals import STOP, StopRequested
-from .threads import configure_threads
-from .validate import ConfigError, check_config, optim_config
-from .variant import folder_suffix, variant_name, variant_of
 
 log = logging.getLogger(__name__)
 LAUNCH_ENV = "MODULA_SWEEP_LAUNCH"  # the launch id, inherited by the jobs of every launcher
@@ -325,7 +325,7 @@ class SweepCallback(Callback):
 
 def _write_sweep_report(config: DictConfig, sweep_dir: Path) -> None:
     """The report (one writer at a time: several processes may end a sweep of one folder together)."""
-    from .report import write_report
+    from ..analysis.report import write_report
 
     try:
         with FileLock(str(sweep_dir / ".sweep.lock")):
@@ -337,7 +337,7 @@ def _write_sweep_report(config: DictConfig, sweep_dir: Path) -> None:
 
 
 def log_report_to_wandb(config: DictConfig, sweep_dir: Path) -> None:
-    from .loggers import sweep_group, wandb_location, wandb_mode, wandb_settings
+    from ..run.loggers import sweep_group, wandb_location, wandb_mode, wandb_settings
 
     mode = wandb_mode(config.logger.get("mode"), sweep_dir)
     try:

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from . import atomic
-from .plots import pyplot
+from ..analysis.plots import pyplot
+from ..plumbing import atomic
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
-from .geometry import Captured, captured, layer_geometry
-from .nn import layer_names, layer_roles
+from ..analysis.geometry import Captured, captured, layer_geometry
+from ..nn import layer_names, layer_roles
 
 PROBE_SAMPLES = 4
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import atomic
+from ..plumbing import atomic
 from .results import GROUP
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from . import atomic
+from ..plumbing import atomic
 
 log = logging.getLogger(__name__)
 CHECKPOINT_FILE = "checkpoint.pt"

@@ -19,10 +19,10 @@ import pandas as pd
 from filelock import FileLock
 from omegaconf import OmegaConf
 
-from . import atomic
-from .identity import experiment_settings
-from .variant import HISTORICAL as HISTORICAL_VARIANT
-from .variant import name_of as variant_name_of
+from ..config.identity import experiment_settings
+from ..models.variant import HISTORICAL as HISTORICAL_VARIANT
+from ..models.variant import name_of as variant_name_of
+from ..plumbing import atomic
 
 log = logging.getLogger(__name__)
 

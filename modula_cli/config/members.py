@@ -14,9 +14,9 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, ListConfig, open_dict
 
+from ..analysis.results import knobs_of
+from ..optim import OptimConfig
 from .identity import fingerprint
-from .optim import OptimConfig
-from .results import knobs_of
 
 
 def seeds_of(cfg: DictConfig) -> tuple[list[int], bool]:

@@ -18,8 +18,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from .nn import Conv2D, Embed, MatrixAtom, Module
-from .nn.compounds import ATTENTION_THIRDS
+from ..nn import Conv2D, Embed, MatrixAtom, Module
+from ..nn.compounds import ATTENTION_THIRDS
 
 
 @dataclass(frozen=True)

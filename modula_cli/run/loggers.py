@@ -18,7 +18,7 @@ from urllib.parse import urlparse
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
-from . import atomic
+from ..plumbing import atomic
 
 log = logging.getLogger(__name__)
 

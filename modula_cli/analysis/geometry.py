@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from .nn import Atom, Module
+from ..nn import Atom, Module
 
 QUANTITIES = ("act_rms", "delta_rms", "own_delta_rms", "dir_change", "update_ratio", "stable_rank",
               "update_stable_rank")

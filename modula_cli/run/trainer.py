@@ -23,25 +23,26 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from omegaconf import DictConfig, OmegaConf
 
-from . import atomic, checkpoint
-from .data import Dataset, DataUnavailable, build_dataset
-from .identity import member_overrides
-from . import temperatures
+from ..analysis import temperatures
+from ..analysis.results import (COMPLETED, DIVERGED, FAILED, INTERRUPTED, RUNNING, is_finished, read_summary,
+                                summary_record, write_summary)
+from ..config.identity import member_overrides
+from ..config.members import Members
+from ..config.validate import checked_optim, resolve_device
+from ..data import Dataset, DataUnavailable, build_dataset
+from ..models import ModelError, build_model, is_import_path, role_problems
+from ..models.variant import Variant, explain_scope, variant_of
+from ..nn import Module, layer_roles
+from ..nn.orthogonalize import iteration_dtype
+from ..optim import OptimConfig, init_state, optimizer_step
+from ..plumbing import atomic
+from ..plumbing.locks import RunLocks
+from ..plumbing.signals import STOP, StopRequested
+from . import checkpoint
 from .layer_stats import LayerStats
-from .locks import RunLocks
 from .loggers import RunLoggers
-from .members import Members
-from .models import ModelError, build_model, is_import_path, role_problems
-from .nn import Module, layer_roles
-from .nn.orthogonalize import iteration_dtype
-from .optim import OptimConfig, init_state, optimizer_step
 from .prefetch import Prefetcher
-from .results import (COMPLETED, DIVERGED, FAILED, INTERRUPTED, RUNNING, is_finished, read_summary, summary_record,
-                      write_summary)
-from .signals import STOP, StopRequested
 from .state import RunState
-from .validate import checked_optim, resolve_device
-from .variant import Variant, explain_scope, variant_of
 
 log = logging.getLogger(__name__)
 BUSY = "busy"  # train(wait=False) found another process training this run

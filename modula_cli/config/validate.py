@@ -7,15 +7,15 @@ from typing import Any
 import torch
 from omegaconf import ListConfig, OmegaConf
 
-from .data import CONFIG_ONLY_KEYS, DATASETS
-from .models import (ARCHITECTURES, DATA_KINDS, ModelError, builtin_roles, data_kind_problem, import_builder,
-                     is_import_path, role_problems)
-from .nn.checks import positive_int_problem
-from .optim import OptimConfig, validate_optim
-from .stats import METRICS
-from .suggest import unknown_key
-from .threads import threads_problem
-from .variant import variant_problems
+from ..analysis.stats import METRICS
+from ..data import CONFIG_ONLY_KEYS, DATASETS
+from ..models import (ARCHITECTURES, DATA_KINDS, ModelError, builtin_roles, data_kind_problem, import_builder,
+                      is_import_path, role_problems)
+from ..models.variant import variant_problems
+from ..nn.checks import positive_int_problem
+from ..optim import OptimConfig, validate_optim
+from ..plumbing.suggest import unknown_key
+from ..plumbing.threads import threads_problem
 
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("float32", "bfloat16")

@@ -29,23 +29,21 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from . import atomic
-from .config import CONFIG_DIR
-from .coord_plot import plot_coord
-from .data import build_dataset
-from .geometry import QUANTITIES, captured, layer_geometry
-from .identity import fingerprint
-from .models import ModelError, build_model
-from .nn import Module, layer_names, layer_roles
-from .optim import MODES, OptimConfig, init_state, optimizer_step
-from .run import grads_of, losses_and_hits, remove_if_empty
-from .signals import STOP, StopRequested
-from .threads import configure_threads
-from .sweep import register_resolvers
-from .validate import ConfigError, config_problems, optim_config, resolve_device, unknown_key_problems
-from .variant import variant_of
-
-from .data import DataUnavailable
+from ..analysis.geometry import QUANTITIES, captured, layer_geometry
+from ..config import CONFIG_DIR
+from ..config.identity import fingerprint
+from ..config.validate import ConfigError, config_problems, optim_config, resolve_device, unknown_key_problems
+from ..data import DataUnavailable, build_dataset
+from ..models import ModelError, build_model
+from ..models.variant import variant_of
+from ..nn import Module, layer_names, layer_roles
+from ..optim import MODES, OptimConfig, init_state, optimizer_step
+from ..plumbing import atomic
+from ..plumbing.signals import STOP, StopRequested
+from ..plumbing.threads import configure_threads
+from ..run.trainer import grads_of, losses_and_hits, remove_if_empty
+from ..sweep.launch import register_resolvers
+from .plot import plot_coord
 
 log = logging.getLogger(__name__)
 
@@ -420,7 +418,7 @@ def main(cfg: DictConfig) -> None:
           f"Tables and plot: {out_dir / CSV_FILE}, {out_dir / SLOPES_FILE}, {out_dir / PLOT_FILE}")
 
 
-if __name__ == "__main__":  # python -m modula_cli.coord: the same front door as modula-coord-check
-    from .cli import run
+if __name__ == "__main__":  # python -m modula_cli.coord.check: the same front door as modula-coord-check
+    from ..cli import run
 
     run("modula-coord-check", main)

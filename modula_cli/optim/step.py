@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from .nn import Module, PowerIterationState, layer_roles
-from .nn.manifold import DualAscent, ManifoldState, atom_kinds
-from .nn.module import per_member
-from .nn.orthogonalize import ITER_DTYPES as ORTHO_DTYPES
-from .nn.orthogonalize import METHODS as ORTHO_METHODS
-from .nn.orthogonalize import iteration_dtype
+from ..nn import Module, PowerIterationState, layer_roles
+from ..nn.manifold import DualAscent, ManifoldState, atom_kinds
+from ..nn.module import per_member
+from ..nn.orthogonalize import ITER_DTYPES as ORTHO_DTYPES
+from ..nn.orthogonalize import METHODS as ORTHO_METHODS
+from ..nn.orthogonalize import iteration_dtype
 
 OPTIMIZERS = ("sgd", "adam")
 MODES = ("unnormed", "normed", "dualized", "manifold")

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from .nn import Module, layer_roles
+from ..nn import Module, layer_roles
 
 PROBE_SAMPLES = 4  # logits of the first evaluation batch's first samples: the same probe at every log
 

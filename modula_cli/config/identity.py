@@ -12,7 +12,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from .variant import differences, variant_of
+from ..models.variant import differences, variant_of
 
 # Settings that change how a run is watched, stored or placed, not its numbers.
 NOT_NUMERIC = frozenset({
