@@ -13,17 +13,20 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from .config import CONFIG_DIR
+from .config.resolvers import register_config
 from .config.validate import ConfigError, check_config
+from .plumbing.atomic import remove_if_empty
 from .plumbing.threads import configure_threads
-from .run.trainer import remove_if_empty, run_or_exit
-from .sweep.launch import register_resolvers, sweep_job
+from .results.records import Outcome
+from .run.trainer import run_or_exit
+from .sweep.launch import sweep_job
 
 log = logging.getLogger(__name__)
-register_resolvers()
+register_config()
 
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="config")
-def main(cfg: DictConfig) -> dict:
+def main(cfg: DictConfig) -> Outcome:
     hydra_cfg = HydraConfig.get()
     run_dir, overrides = Path(hydra_cfg.runtime.output_dir), list(hydra_cfg.overrides.task)
     if hydra_cfg.mode == RunMode.MULTIRUN:  # the grid was validated before the first job
@@ -34,17 +37,18 @@ def main(cfg: DictConfig) -> dict:
         remove_if_empty(run_dir)  # Hydra made the run folder before the config could be checked
         raise SystemExit(f"modula-sweep: {error}") from None
     configure_threads(cfg.train.threads)
-    summary = run_or_exit(cfg, run_dir, overrides)
-    if summary["status"] == "packed":
-        statuses = [m["status"] for m in summary["members"]]
+    outcome = run_or_exit(cfg, run_dir, overrides)
+    if outcome.packed:
+        statuses = [member["status"] for member in outcome.members]
         log.info("%s: packed run of %d: %s", run_dir.name, len(statuses),
                  ", ".join(f"{statuses.count(s)} {s}" for s in sorted(set(statuses))))
-        return summary
+        return outcome
+    summary = outcome.summary
     loss, test = summary.get("train_loss"), summary.get("test_loss")
     log.info("%s: %s%s, train loss %s, test loss %s", run_dir.name, summary["status"],
-             " (already finished)" if summary.get("skipped") else "", f"{loss:.4f}" if loss is not None else "-",
+             " (already finished)" if outcome.skipped else "", f"{loss:.4f}" if loss is not None else "-",
              f"{test:.4f}" if test is not None else "-")
-    return summary
+    return outcome
 
 
 if __name__ == "__main__":  # python -m modula_cli.train: the same front door as the modula-sweep command

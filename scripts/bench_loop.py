@@ -27,11 +27,13 @@ from bench import MODES, StepBench, load_arch  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 
 from modula_cli.config import CONFIG_DIR  # noqa: E402
+from modula_cli.config.resolvers import register_config  # noqa: E402
 from modula_cli.run.trainer import train  # noqa: E402
 
 
 def loop_ms(mode: str, args, folder: Path) -> float:
     """Median ms of the run's own steps after the warm-up (from the cumulative ``elapsed`` it logs)."""
+    register_config()
     with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
         cfg = compose("config", overrides=[
             f"optim.mode={mode}", f"arch.width={args.width}", f"train.batch_size={args.batch_size}",

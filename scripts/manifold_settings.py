@@ -1,4 +1,4 @@
-"""How the manifold mode's dual-ascent settings trade cost against tangency and loss (SPEC §10).
+"""How the manifold mode's dual-ascent settings trade cost against tangency and loss (docs/design.md, "Manifold mode").
 
 Trains the character GPT on Shakespeare with manifold Adam under each setting, for several seeds, and prints
 per setting: the mean tangency violation RMS(WᵀA + AᵀW) over steps and matrices, the mean iterations used,
@@ -40,7 +40,7 @@ def train(width: int, steps: int, seed: int, setting: tuple, lr: float, data) ->
         loss = F.cross_entropy(net(x, weights).reshape(-1, data.vocab_size), y.reshape(-1))
         grads = torch.autograd.grad(loss, weights)
         optimizer_step(net, weights, list(grads), state, opt, t, steps)
-        violation, iters = state.manifold.means()
+        violation, iters = state.mode_state.means()
         violations.append(violation[0])
         used.append(iters[0])
         losses.append(float(loss.detach()))

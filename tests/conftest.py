@@ -56,7 +56,9 @@ def compose_config(*overrides: str):
     from hydra import compose, initialize_config_dir
 
     from modula_cli.config import CONFIG_DIR
+    from modula_cli.config.resolvers import register_config
 
+    register_config()
     with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
         return compose("config", overrides=list(overrides))
 

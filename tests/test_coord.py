@@ -15,7 +15,7 @@ import torch
 
 from modula_cli.coord import check as coord
 from modula_cli.coord.check import fitted_slope, judge, measure, run_coord_check, verdicts
-from modula_cli.analysis.geometry import direction_change, stable_rank
+from modula_cli.run.geometry import direction_change, stable_rank
 from modula_cli.nn import GPT, Embed, Linear, ResMLP, ResNet, StandardGPT, layer_names, layer_roles
 from modula_cli.optim import OptimConfig
 from modula_cli.plumbing.signals import StopRequested
@@ -25,7 +25,9 @@ def compose_coord(*overrides: str):
     from hydra import compose, initialize_config_dir
 
     from modula_cli.config import CONFIG_DIR
+    from modula_cli.config.resolvers import register_config
 
+    register_config()
     with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
         return compose("coord_check", overrides=list(overrides))
 
@@ -528,12 +530,12 @@ def test_layer_stats_in_bfloat16_and_when_turned_on_for_a_resumed_run(tiny_text_
 
     bf16 = compose_config(*tiny_gpt(tiny_text_root, "train.steps=4", "train.layer_stats_every=2",
                                     "train.dtype=bfloat16"))
-    assert run_module.train(bf16, tmp_path / "bf16")["status"] == "completed"
+    assert run_module.train(bf16, tmp_path / "bf16").status == "completed"
     assert [r["step"] for r in _layer_records(tmp_path / "bf16")][::9] == [2, 4]
 
     plain = tiny_gpt(tiny_text_root, "train.steps=20", "train.checkpoint_every=7")
     _interrupted_at_step_12(compose_config(*plain), tmp_path / "late", monkeypatch)
-    summary = run_module.train(compose_config(*plain, "train.layer_stats_every=5"), tmp_path / "late")
+    summary = run_module.train(compose_config(*plain, "train.layer_stats_every=5"), tmp_path / "late").summary
     assert summary["status"] == "completed"
     assert sorted({r["step"] for r in _layer_records(tmp_path / "late")}) == [15, 20]
 
@@ -595,7 +597,7 @@ def test_wandb_prints_one_line_per_run_instead_of_its_summary(tiny_text_root, tm
         monkeypatch.delenv(variable, raising=False)
     cfg = compose_config(*tiny_gpt(tiny_text_root, "logger=wandb", "logger.mode=offline", "train.steps=3"))
     with caplog.at_level(logging.INFO, logger="modula_cli.run.loggers"):
-        assert train(cfg, tmp_path / "run")["status"] == "completed"
+        assert train(cfg, tmp_path / "run").status == "completed"
     out, err = capfd.readouterr()
     printed = [line for line in (out + err).splitlines() if line.startswith("wandb:")]
     assert printed == [], printed  # unsilenced: "wandb: Run history:", "wandb: Run summary:", … 25 lines

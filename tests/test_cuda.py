@@ -28,7 +28,7 @@ def on_cuda(root, *overrides: str):
 def test_tiny_gpt_learns_on_cuda_in_bfloat16_compiled(mode, tmp_path, tiny_text_root):
     extra = [] if mode == "manifold" else ["train.compile=true"]  # manifold's dual ascent is not compiled
     summary = train(on_cuda(tiny_text_root, f"optim.mode={mode}", "train.steps=30", "train.dtype=bfloat16",
-                            *extra), tmp_path / "run")
+                            *extra), tmp_path / "run").summary
     losses = [loss for _, loss, _ in read_losses(tmp_path / "run") if loss is not None]
     assert summary["status"] == "completed" and all(math.isfinite(x) for x in losses)
     assert summary.get("ortho_dtype") == ("bfloat16" if mode == "dualized" else None)  # optim.ortho_dtype=auto
@@ -39,7 +39,7 @@ def test_packed_run_matches_separate_runs_on_cuda(tmp_path, tiny_text_root):
     lrs = (0.05, 0.2)
     result = train(on_cuda(tiny_text_root, "optim.mode=dualized", "train.steps=10", f"optim.lr=[{lrs[0]},{lrs[1]}]"),
                    tmp_path / "pack")
-    assert result["status"] == "packed"
+    assert result.packed
     for lr in lrs:
         train(on_cuda(tiny_text_root, "optim.mode=dualized", "train.steps=10", f"optim.lr={lr}"), tmp_path / str(lr))
         assert_same_losses(tmp_path / "pack" / f"lr={lr!r}", tmp_path / str(lr), tol=2e-3)
@@ -65,6 +65,7 @@ def test_sigterm_on_cuda_resumes_on_cuda_and_on_cpu(tmp_path, tiny_text_root, mo
             train(on_cuda(tiny_text_root, *common), tmp_path / name)
         assert json.loads((tmp_path / name / "summary.json").read_text())["status"] == "interrupted"
         monkeypatch.setattr(run_module, "optimizer_step", original)
-        resumed = train(compose_config(*tiny_gpt(tiny_text_root, *common, f"train.device={device}")), tmp_path / name)
+        resumed = train(compose_config(*tiny_gpt(tiny_text_root, *common, f"train.device={device}")),
+                        tmp_path / name).summary
         assert resumed["status"] == "completed"
         assert_same_losses(tmp_path / name, tmp_path / "reference", tol=2e-3)

@@ -7,7 +7,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from modula_cli.config import CONFIG_DIR
-from modula_cli.sweep.launch import grid_overrides, register_resolvers, validate_grid
+from modula_cli.config.resolvers import register_config
+from modula_cli.sweep.launch import grid_overrides, validate_grid
 
 EXPERIMENTS = sorted(str(p.relative_to(CONFIG_DIR / "experiment").with_suffix(""))
                      for p in (CONFIG_DIR / "experiment").rglob("*.yaml") if not p.name.startswith("_"))
@@ -26,7 +27,7 @@ CASES = [(e, None) for e in EXPERIMENTS] + [("paper/fig9_gpt_openwebtext_width",
 
 @pytest.mark.parametrize("experiment, pair", CASES)
 def test_experiment_grid_is_valid(experiment, pair):
-    register_resolvers()
+    register_config()
     with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
         overrides = [f"experiment={experiment}"] + ([f"optim={pair[0]}", f"optim.mode={pair[1]}"] if pair else [])
         cfg = compose("config", overrides=overrides, return_hydra_config=True)

@@ -16,6 +16,8 @@ PINNED = {
     ("arch=resmlp", "data=cifar10"): "9e762f254ccd2378",
     ("optim=sgd", "optim.mode=unnormed", "optim.lr=1"): "a1dcdf1344f79c73",
     ("sweep=quick",): "c4c8e1d51191be7a",
+    # numbers typed as integers are hashed as given (the schema's nodes are plain, not typed: issue 27)
+    ("sweep=mass", "arch.blocks_mass=1", "optim.wd=0", "train.diverge_factor=3"): "a1c1ce37ff8678ed",
 }
 
 

@@ -1,5 +1,5 @@
-"""Manifold mode (SPEC §10): the tangent direction, the retraction, hyperspherical descent, and training that
-keeps every weight on its manifold, packed as its separate runs, resumable, in every architecture."""
+"""Manifold mode (docs/design.md, "Manifold mode"): the tangent direction, the retraction, hyperspherical descent,
+and training that keeps every weight on its manifold, packed as its separate runs, resumable, in every architecture."""
 
 import json
 import math
@@ -12,7 +12,7 @@ from modula_cli.nn import GPT, Conv2D, Embed, Linear, ResMLP, ResNet
 from modula_cli.nn.manifold import DualAscent, atom_kinds, msign, sphere_step, tangent_direction
 from modula_cli.optim import OptimConfig, init_state, optimizer_step
 from modula_cli.run.trainer import train
-from modula_cli.analysis.temperatures import layer_scale
+from modula_cli.optim.modes.manifold import layer_scale
 from modula_cli.config.validate import config_problems, optim_config
 from test_train import assert_same_losses
 
@@ -118,13 +118,13 @@ def test_weights_stay_on_their_manifolds_for_many_steps(make_net, batch):
         logits = net(x, weights)
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
         optimizer_step(net, weights, list(torch.autograd.grad(loss, weights)), state, opt, t, 300)
-    kinds = state.manifold.kinds
+    kinds = state.mode_state.kinds
     assert set(kinds) >= {"scaled", "free"}  # the defaults exercise every kind here
     assert _on_manifold_error(net, weights, kinds) < 1e-5
     # and the radii did move: a learned scale is not held at 1
     assert any(abs(float(layer_scale(atom, w, members=False)) - 1) > 0.05
                for atom, w, kind in zip(net.atoms(), weights, kinds) if kind == "scaled")
-    violation, iterations = state.manifold.means()
+    violation, iterations = state.mode_state.means()
     # ‖WᵀA + AᵀW‖_op ≤ 2; by default no ascent (the projected start), so no iterations
     assert 0 <= violation[0] <= 2 and iterations[0] == 0 == opt.manifold_iterations
 
@@ -144,7 +144,7 @@ def test_gaussian_initial_weights_are_put_on_the_manifold(tmp_path, tiny_text_ro
     """The standard GPT starts from Gaussian weights: manifold training starts from their polar factors."""
     cfg = compose_config(*tiny_gpt(tiny_text_root, "arch=standard_gpt", "optim.mode=manifold", "train.steps=3",
                                    "train.keep_checkpoint=true"))
-    assert train(cfg, tmp_path / "run")["status"] == "completed"
+    assert train(cfg, tmp_path / "run").status == "completed"
     saved = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)["state"]["weights"]
     from modula_cli.nn import StandardGPT, layer_roles
 
@@ -163,9 +163,9 @@ def test_packed_manifold_run_matches_separate_runs(arch, tmp_path, tiny_text_roo
                                 else tiny_image(arch, cifar_root, *common)))
 
     result = train(config("optim.lr=[0.1,0.4]", "train.seed=[0,1]"), tmp_path / "pack")
-    for member in result["members"]:
+    for member in result.members:
         name = f"lr={member['lr']!r},seed={member['seed']}"
-        separate = train(config(f"optim.lr={member['lr']}", f"train.seed={member['seed']}"), tmp_path / name)
+        separate = train(config(f"optim.lr={member['lr']}", f"train.seed={member['seed']}"), tmp_path / name).summary
         assert_same_losses(tmp_path / "pack" / name, tmp_path / name)
         assert member["fingerprint"] == separate["fingerprint"]
         logged = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
@@ -202,12 +202,12 @@ def test_manifold_checkpoint_resume_keeps_the_multipliers(tmp_path):
     state = init_state(weights, opt)
     grads = [torch.randn_like(w) for w in weights]
     optimizer_step(net, weights, grads, state, opt, 0, 5)
-    assert set(state.manifold.multipliers) == {0, 1}
+    assert set(state.mode_state.multipliers) == {0, 1}
     restored = init_state(weights, opt)
     restored.load_state_dict(state.state_dict(), "cpu")
-    for key, value in state.manifold.multipliers.items():
-        assert torch.equal(restored.manifold.multipliers[key], value)
-    violation, iterations = state.manifold.means()
+    for key, value in state.mode_state.multipliers.items():
+        assert torch.equal(restored.mode_state.multipliers[key], value)
+    violation, iterations = state.mode_state.means()
     assert math.isfinite(violation[0]) and iterations == [0.0]
 
 

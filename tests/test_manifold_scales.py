@@ -12,7 +12,8 @@ from modula_cli.models import builtin_roles
 from modula_cli.nn import Embed, Linear
 from modula_cli.nn.manifold import DualAscent, ManifoldState, atom_kinds, radius_step, sphere_step
 from modula_cli.run.trainer import train
-from modula_cli.analysis.temperatures import layer_scale, logit_rms
+from modula_cli.run.temperatures import logit_rms
+from modula_cli.optim.modes.manifold import layer_scale
 from modula_cli.config.validate import config_problems
 
 
@@ -156,7 +157,7 @@ def test_a_user_networks_own_roles_are_checked_once_it_is_built(tmp_path, cifar_
         return compose_config(*tiny_image("resmlp", cifar_root, "arch.name=gated_models:net", "optim.mode=manifold",
                                           "train.steps=3", *roles))
 
-    assert train(config("optim.manifold_free=[output,gate]"), tmp_path / "ok")["status"] == "completed"
+    assert train(config("optim.manifold_free=[output,gate]"), tmp_path / "ok").status == "completed"
     logged = json.loads((tmp_path / "ok" / "metrics.jsonl").read_text().splitlines()[0])
     assert {"scale/gate", "scale/output", "scale/input"} <= set(logged)  # input: scaled by default
     with pytest.raises(ValueError, match="optim.manifold_free: no layer has the role 'gait'"):

@@ -207,8 +207,8 @@ def test_skip_message_names_the_rerun_knob_of_its_context(tmp_path, tiny_text_ro
     cfg = compose_config(*tiny_gpt(tiny_text_root, "train.steps=2"))
     train(cfg, tmp_path / "run")
     with caplog.at_level(logging.INFO, logger="modula_cli.run.trainer"):
-        assert train(cfg, tmp_path / "run")["skipped"]
-        assert train(cfg, tmp_path / "run", sweep_dir=tmp_path)["skipped"]
+        assert train(cfg, tmp_path / "run").skipped
+        assert train(cfg, tmp_path / "run", sweep_dir=tmp_path).skipped
     skips = [r.getMessage() for r in caplog.records if "already finished" in r.getMessage()]
     assert skips == ["run already finished; skipping (train.rerun=true retrains)",
                      "run already finished; skipping (sweep.rerun=true retrains)"]

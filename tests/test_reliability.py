@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from conftest import TINY_TRAIN, compose_config, iterations, tiny_gpt
-from modula_cli.config.identity import MAX_NAME_BYTES, member_overrides, run_name
+from modula_cli.config.identity import MAX_NAME_BYTES, run_name
+from modula_cli.config.members import member_overrides
 from modula_cli.analysis.report import write_report
 from modula_cli.run.trainer import train
 from modula_cli.plumbing.signals import StopRequested
@@ -100,7 +101,7 @@ def test_corrupt_summaries_are_retrained_and_never_crash_the_report(text_tmp, ca
 
 def test_truncated_checkpoint_warns_and_starts_afresh(tmp_path, tiny_text_root, monkeypatch, caplog):
     cfg = compose_config(*tiny_gpt(tiny_text_root, "train.steps=12", "train.checkpoint_every=4"))
-    reference = train(cfg, tmp_path / "reference")
+    reference = train(cfg, tmp_path / "reference").summary
     import modula_cli.run.trainer as run_module
 
     original = run_module.optimizer_step
@@ -116,7 +117,7 @@ def test_truncated_checkpoint_warns_and_starts_afresh(tmp_path, tiny_text_root, 
     monkeypatch.setattr(run_module, "optimizer_step", original)
     path = tmp_path / "run" / "checkpoint.pt"
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])  # a node died mid-copy
-    resumed = train(cfg, tmp_path / "run")
+    resumed = train(cfg, tmp_path / "run").summary
     assert "checkpoint.pt is unreadable" in caplog.text and "starting this run afresh" in caplog.text
     assert (tmp_path / "run" / "checkpoint.pt.corrupt").exists()
     assert resumed["status"] == "completed" and resumed["train_loss"] == reference["train_loss"]

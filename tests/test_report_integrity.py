@@ -14,7 +14,7 @@ import pytest
 
 from conftest import TINY_TRAIN
 from modula_cli.analysis.report import experiment_labels, write_report
-from modula_cli.analysis.results import GROUP, SERIES, collect
+from modula_cli.results.records import GROUP, SERIES, collect
 
 LRS = "optim.lr=0.05,0.1,0.2"
 

@@ -149,9 +149,10 @@ def test_seeds_are_an_axis_of_every_preset_and_pack_with_the_lrs(preset, scale_p
     from omegaconf import open_dict
 
     from modula_cli.config import CONFIG_DIR
-    from modula_cli.sweep.launch import grid_overrides, register_resolvers
+    from modula_cli.config.resolvers import register_config
+    from modula_cli.sweep.launch import grid_overrides
 
-    register_resolvers()
+    register_config()
     with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
         cfg = compose("config", overrides=[f"sweep={preset}"], return_hydra_config=True)
     grid = len(lr_grid("adam", "normed"))
@@ -257,7 +258,7 @@ def test_report_puts_several_modes_on_one_figure(tmp_path):
 
 
 def test_pack_arguments_folds_only_swept_lrs_and_seeds():
-    from modula_cli.config.packing import pack_arguments
+    from modula_cli.config.members import pack_arguments
 
     assert pack_arguments(["arch.width=32,64", "optim.lr=0.25,0.5", "train.seed=range(3)", "optim.mode=normed",
                            "train.steps=5"]) == ["arch.width=32,64", "optim.lr=[0.25,0.5]", "train.seed=[0,1,2]",

@@ -43,7 +43,7 @@ def test_every_optimizer_mode_and_architecture_learns(arch, optimizer, mode, tmp
         cfg = compose_config(*tiny_gpt(tiny_text_root, f"arch={arch}", *common))
     else:
         cfg = compose_config(*tiny_image(arch, cifar_root, *common))
-    summary = train(cfg, tmp_path / "run")
+    summary = train(cfg, tmp_path / "run").summary
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     losses = [r["train_loss"] for r in records if "train_loss" in r]
     assert summary["status"] == "completed" and summary["steps_done"] == iterations(cfg)
@@ -129,7 +129,7 @@ def test_schedules():
 
 def test_huge_lr_diverges_and_run_ends_cleanly(tmp_path, tiny_text_root):
     cfg = compose_config(*tiny_gpt(tiny_text_root, "optim.mode=unnormed", "optim.lr=1000", "train.steps=50"))
-    summary = train(cfg, tmp_path / "run")
+    summary = train(cfg, tmp_path / "run").summary
     assert summary["status"] == "diverged" and summary["steps_done"] < 50
     assert summary["train_loss"] is None
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "diverged"
@@ -143,12 +143,13 @@ def read_losses(run_dir):
 
 def test_same_seed_reproduces_and_finished_run_is_skipped(tmp_path, tiny_text_root):
     cfg = compose_config(*tiny_gpt(tiny_text_root, "train.steps=12"))
-    first, second = train(cfg, tmp_path / "a"), train(cfg, tmp_path / "b")
+    first, second = train(cfg, tmp_path / "a").summary, train(cfg, tmp_path / "b").summary
     assert read_losses(tmp_path / "a") == read_losses(tmp_path / "b")
     assert first["train_loss"] == second["train_loss"]
-    again = train(cfg, tmp_path / "a")
+    again = train(cfg, tmp_path / "a").summary
     assert again.get("skipped") is True
-    rerun = train(compose_config(*tiny_gpt(tiny_text_root, "train.steps=12", "train.rerun=true")), tmp_path / "a")
+    rerun = train(compose_config(*tiny_gpt(tiny_text_root, "train.steps=12", "train.rerun=true")),
+                  tmp_path / "a").summary
     assert not rerun.get("skipped") and rerun["train_loss"] == first["train_loss"]
 
 
@@ -174,12 +175,12 @@ def test_preemption_checkpoints_and_resume_is_exact(mode, tmp_path, tiny_text_ro
     overrides = tiny_gpt(tiny_text_root, f"optim.mode={mode}", "train.steps=30", "train.checkpoint_every=7",
                          "train.eval_every=5")
     cfg = compose_config(*overrides)
-    reference = train(cfg, tmp_path / "reference")
+    reference = train(cfg, tmp_path / "reference").summary
     # the signal arrives during step 17; the loop checkpoints before step 18
     interrupted_at(monkeypatch, 17, lambda: train(cfg, tmp_path / "resumed"))
     assert torch.load(tmp_path / "resumed" / "checkpoint.pt", weights_only=False)["state"]["step"] == 18
     assert json.loads((tmp_path / "resumed" / "summary.json").read_text())["status"] == "interrupted"
-    resumed = train(cfg, tmp_path / "resumed")
+    resumed = train(cfg, tmp_path / "resumed").summary
     assert read_losses(tmp_path / "resumed") == read_losses(tmp_path / "reference")
     assert resumed["train_loss"] == reference["train_loss"] and resumed["test_loss"] == reference["test_loss"]
     assert not (tmp_path / "resumed" / "checkpoint.pt").exists()
@@ -237,7 +238,7 @@ def test_wandb_offline_and_wandb_failure_never_stop_training(tmp_path, tiny_text
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     cfg = compose_config(*tiny_gpt(tiny_text_root, "logger=wandb", "logger.mode=offline", "train.steps=3"))
-    assert train(cfg, tmp_path / "offline")["status"] == "completed"
+    assert train(cfg, tmp_path / "offline").status == "completed"
     assert any((tmp_path / "offline" / "wandb").iterdir())
 
     import wandb
@@ -246,7 +247,7 @@ def test_wandb_offline_and_wandb_failure_never_stop_training(tmp_path, tiny_text
         raise RuntimeError("wandb is down")
 
     monkeypatch.setattr(wandb, "init", broken)
-    assert train(cfg, tmp_path / "broken")["status"] == "completed"
+    assert train(cfg, tmp_path / "broken").status == "completed"
 
 
 def run_cli(args, cwd, env_extra=None):
@@ -314,9 +315,9 @@ def test_packed_run_matches_separate_runs(arch, mode, lrs, tmp_path, tiny_text_r
                                 else tiny_image(arch, cifar_root, *common)))
 
     result = train(config(f"optim.lr=[{lrs[0]},{lrs[1]}]"), tmp_path / "pack")
-    assert result["status"] == "packed" and [m["lr"] for m in result["members"]] == list(lrs)
-    for lr, member in zip(lrs, result["members"]):
-        separate = train(config(f"optim.lr={lr}"), tmp_path / f"separate_{lr}")
+    assert result.packed and [m["lr"] for m in result.members] == list(lrs)
+    for lr, member in zip(lrs, result.members):
+        separate = train(config(f"optim.lr={lr}"), tmp_path / f"separate_{lr}").summary
         member_dir = tmp_path / "pack" / f"lr={lr!r}"
         assert (member_dir / "config.yaml").exists() and (member_dir / "summary.json").exists()
         assert_same_losses(member_dir, tmp_path / f"separate_{lr}")
@@ -333,11 +334,11 @@ def test_packed_lrs_and_seeds_match_separate_runs(arch, mode, tmp_path, tiny_tex
                                 else tiny_image(arch, cifar_root, *common)))
 
     result = train(config("optim.lr=[0.05,0.2]", "train.seed=[3,7]"), tmp_path / "pack")
-    members = result["members"]
+    members = result.members
     assert [(m["lr"], m["seed"]) for m in members] == [(0.05, 3), (0.05, 7), (0.2, 3), (0.2, 7)]
     for member in members:
         name = f"lr={member['lr']!r},seed={member['seed']}"
-        separate = train(config(f"optim.lr={member['lr']}", f"train.seed={member['seed']}"), tmp_path / name)
+        separate = train(config(f"optim.lr={member['lr']}", f"train.seed={member['seed']}"), tmp_path / name).summary
         assert_same_losses(tmp_path / "pack" / name, tmp_path / name)
         assert member["fingerprint"] == separate["fingerprint"]
         assert member["overrides"][-2:] == [f"optim.lr={member['lr']!r}", f"train.seed={member['seed']}"]
@@ -347,10 +348,11 @@ def test_packed_lrs_and_seeds_match_separate_runs(arch, mode, tmp_path, tiny_tex
 
 def test_packed_seeds_at_the_default_lr_are_the_separate_runs(tmp_path, tiny_text_root):
     result = train(compose_config(*tiny_gpt(tiny_text_root, "train.steps=5", "train.seed=[0,1]")), tmp_path / "pack")
-    assert [m["seed"] for m in result["members"]] == [0, 1]
+    assert [m["seed"] for m in result.members] == [0, 1]
     assert sorted(p.name for p in (tmp_path / "pack").iterdir() if p.is_dir()) == ["seed=0", "seed=1"]
-    separate = train(compose_config(*tiny_gpt(tiny_text_root, "train.steps=5", "train.seed=1")), tmp_path / "one")
-    assert separate["fingerprint"] == result["members"][1]["fingerprint"]  # optim.lr stays unset in both
+    separate = train(compose_config(*tiny_gpt(tiny_text_root, "train.steps=5", "train.seed=1")),
+                     tmp_path / "one").summary
+    assert separate["fingerprint"] == result.members[1]["fingerprint"]  # optim.lr stays unset in both
 
 
 @pytest.mark.parametrize("seed, problem", [("[0,0]", "must not repeat a seed"), ("-1", "integer >= 0"),
@@ -364,11 +366,11 @@ def test_packed_diverging_member_is_frozen_and_the_others_go_on(tmp_path, tiny_t
     common = ["optim.mode=unnormed", "train.steps=30"]
     cfg = compose_config(*tiny_gpt(tiny_text_root, *common, "optim.lr=[0.01,1000.0]"))
     result = train(cfg, tmp_path / "pack")
-    good, bad = result["members"]
+    good, bad = result.members
     assert bad["status"] == "diverged" and bad["steps_done"] < 30 and bad["train_loss"] is None
     assert good["status"] == "completed" and good["steps_done"] == iterations(cfg)
     train(compose_config(*tiny_gpt(tiny_text_root, *common, "optim.lr=0.01")), tmp_path / "separate")
     assert_same_losses(tmp_path / "pack" / "lr=0.01", tmp_path / "separate")
     # relaunching the finished pack skips it
     again = train(compose_config(*tiny_gpt(tiny_text_root, *common, "optim.lr=[0.01,1000.0]")), tmp_path / "pack")
-    assert all(m.get("skipped") for m in again["members"])
+    assert all(m.get("skipped") for m in again.members)

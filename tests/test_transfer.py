@@ -1,6 +1,7 @@
 """The claim the tool exists to check, end to end on real data: under the modular norm the optimal LR of a
 tiny GPT stays put when it gets 4× wider; under plain Adam it moves down, about one grid step per doubling
-(SPEC §9). Two seeds, each width's LRs × seeds packed into one run, through the real command line."""
+(docs/design.md, "The paper's sweeps"). Two seeds, each width's LRs × seeds packed into one run, through the
+real command line."""
 
 import os
 import shutil

@@ -86,9 +86,9 @@ def steps_and_lrs(run_dir: Path) -> list[tuple[int, float]]:
 
 def test_a_paper_run_takes_one_more_step_at_lr_zero_and_says_so(tmp_path, tiny_text_root):
     paper = train(compose_config(*tiny_gpt(tiny_text_root, "variant=paper", "train.steps=6", "optim.lr=0.2")),
-                  tmp_path / "paper")
+                  tmp_path / "paper").summary
     modular = train(compose_config(*tiny_gpt(tiny_text_root, "variant=modular", "train.steps=6", "optim.lr=0.2")),
-                    tmp_path / "modular")
+                    tmp_path / "modular").summary
     assert (paper["variant"], paper["steps_done"]) == ("paper", 7)
     assert (modular["variant"], modular["steps_done"]) == ("modular", 6)
     assert steps_and_lrs(tmp_path / "paper")[-1] == (6, 0.0)
@@ -105,18 +105,18 @@ def test_paper_packed_run_matches_separate_runs(arch, mode, lrs, tmp_path, tiny_
                                 else tiny_image(arch, cifar_root, *common)))
 
     result = train(config(f"optim.lr=[{lrs[0]},{lrs[1]}]"), tmp_path / "pack")
-    for lr, member in zip(lrs, result["members"]):
-        separate = train(config(f"optim.lr={lr}"), tmp_path / f"separate_{lr}")
+    for lr, member in zip(lrs, result.members):
+        separate = train(config(f"optim.lr={lr}"), tmp_path / f"separate_{lr}").summary
         assert_same_losses(tmp_path / "pack" / f"lr={lr!r}", tmp_path / f"separate_{lr}")
         assert member["fingerprint"] == separate["fingerprint"] and member["steps_done"] == 9
 
 
 def test_paper_run_resumes_exactly_through_its_extra_step(tmp_path, tiny_text_root, monkeypatch):
     cfg = compose_config(*tiny_gpt(tiny_text_root, "variant=paper", "train.steps=12", "train.checkpoint_every=5"))
-    reference = train(cfg, tmp_path / "reference")
+    reference = train(cfg, tmp_path / "reference").summary
     interrupted_at(monkeypatch, 12, lambda: train(cfg, tmp_path / "resumed"))  # during the extra step
     assert torch.load(tmp_path / "resumed" / "checkpoint.pt", weights_only=False)["state"]["step"] == 13
-    resumed = train(cfg, tmp_path / "resumed")
+    resumed = train(cfg, tmp_path / "resumed").summary
     assert read_losses(tmp_path / "resumed") == read_losses(tmp_path / "reference")
     assert resumed["train_loss"] == reference["train_loss"] and resumed["steps_done"] == 13
 

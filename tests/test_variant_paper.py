@@ -98,8 +98,8 @@ def test_two_training_steps_match_the_reference(case):
     cfg = OptimConfig(name=optimizer, mode=mode, lr=expected["lr"], schedule="linear" if whole_loop else "constant",
                       wd=expected.get("wd", 0.0), power_iterations=1)
     state = init_state(weights, cfg)
-    if state.power is not None:
-        state.power.vectors = start_vectors(net)
+    if state.mode == "normed":
+        state.mode_state.vectors = start_vectors(net)
     x, y = batch(arch)
     losses = []
     for t in range(steps + 1 if whole_loop else steps):

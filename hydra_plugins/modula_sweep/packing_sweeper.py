@@ -8,8 +8,6 @@ from typing import Any
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from omegaconf import DictConfig, OmegaConf
 
-from modula_cli.config.packing import pack_arguments
-
 
 class PackingSweeper(BasicSweeper):
     def setup(self, *, hydra_context: Any, task_function: Any, config: DictConfig) -> None:
@@ -18,7 +16,14 @@ class PackingSweeper(BasicSweeper):
 
     def _parse_config(self) -> list[str]:
         params = super()._parse_config()
-        return pack_arguments(params) if self.pack else params
+        return _packed(params) if self.pack else params
 
     def sweep(self, arguments: list[str]) -> Any:
-        return super().sweep(pack_arguments(arguments) if self.pack else arguments)
+        return super().sweep(_packed(arguments) if self.pack else arguments)
+
+
+def _packed(arguments: list[str]) -> list[str]:
+    # imported here: Hydra imports every plugin at start-up, before a mistyped command is answered
+    from modula_cli.config.members import pack_arguments
+
+    return pack_arguments(arguments)

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from ..plumbing import atomic
-from .results import GROUP
+from ..results.records import GROUP
 
 
 def series_label(key: tuple) -> str:

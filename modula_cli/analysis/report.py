@@ -23,6 +23,7 @@ where every run diverged or failed (a line says so).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import math
@@ -37,12 +38,94 @@ import pandas as pd
 
 from ..config.identity import short_keys
 from ..plumbing import atomic
+from ..results.records import (COMPLETED, DIVERGED, FAILED, FINISHED, GROUP, KNOB_KEYS, KNOBS, SCALE_KNOBS, SERIES,
+                               collect, status_counts)
 from .plots import plot_scale, plot_transfer, series_label
-from .results import (COMPLETED, DIVERGED, FAILED, FINISHED, GROUP, KNOB_KEYS, KNOBS, SCALE_KNOBS, SERIES, collect,
-                      status_counts)
 from .stats import DEFAULT_RESAMPLES, METRICS, Optimum, optimum, regret, shift, signed
 
 log = logging.getLogger(__name__)
+
+
+# --- the report's tables: each one's columns are its row's fields, declared once ---------------------------
+
+@dataclass(frozen=True)
+class _Series:
+    """The columns that name a series (``GROUP``), first in every table."""
+    arch: str
+    data: str
+    optimizer: str
+    mode: str
+    variant: str
+    setting: str
+
+
+assert tuple(f.name for f in dataclasses.fields(_Series)) == GROUP
+
+
+@dataclass(frozen=True)
+class CurvePoint(_Series):
+    """curves.csv: a series' metric at one scale point and LR, over its completed seeds."""
+    scale_knob: str | None
+    scale: float | None
+    lr: float
+    log2_lr: float
+    mean: float
+    std: float
+    seeds: int
+    diverged: int
+    failed: int
+    missing: int
+    complete: bool  # every run of the scale point has finished
+
+
+@dataclass(frozen=True)
+class OptimalPoint(_Series):
+    """optimal_lr.csv: a scale point's best grid LR, the fitted optimum and its interval. The ``metric…``
+    columns are written under the metric's name (``train_loss``, ``train_loss_std``, ``train_loss_fit``)."""
+    scale_knob: str | None
+    scale: float | None
+    optimal_lr: float
+    log2_optimal_lr: float
+    metric: float  # the mean at the best grid LR
+    metric_std: float
+    metric_fit: float  # the fitted curve's value at its optimum
+    log2_optimal_lr_fit: float
+    log2_optimal_lr_low: float
+    log2_optimal_lr_high: float
+    optimal_lr_fit: float
+    at_grid_edge: bool
+    edge: str
+    seeds: int
+    completed_runs: int
+    diverged_runs: int
+    grid_size: int
+    finished_runs: int
+    runs: int
+    complete: bool
+
+
+@dataclass(frozen=True)
+class Transfer(_Series):
+    """transfer.csv: the optimum's shift and the regret from the smallest to the largest finished scale."""
+    scale_knob: str | None = None
+    smallest: float = np.nan
+    largest: float = np.nan
+    shift_log2: float = np.nan
+    shift_log2_low: float = np.nan
+    shift_log2_high: float = np.nan
+    regret: float = np.nan
+    regret_low: float = np.nan
+    regret_high: float = np.nan
+    tuned_lr: float = np.nan
+    seeds: int = 0
+    metric: str = ""
+    incomplete: str = ""  # the scale points not finished yet
+    edges: str = ""  # the ends whose optimum lies at a grid edge
+
+
+def table(row: type, rows: list[Any]) -> pd.DataFrame:
+    """The rows as a frame with ``row``'s fields as its columns, in order, even when there are no rows."""
+    return pd.DataFrame([dataclasses.asdict(r) for r in rows], columns=[f.name for f in dataclasses.fields(row)])
 
 
 def scale_knob(frame: pd.DataFrame) -> str | None:
@@ -205,15 +288,13 @@ def curves(frame: pd.DataFrame, metric: str, done: dict[tuple, Progress] | None 
         for lr, runs in group.groupby("lr"):
             finished = runs.loc[(runs["status"] == COMPLETED) & runs[metric].notna(), metric]
             diverged, failed = int((runs["status"] == DIVERGED).sum()), int((runs["status"] == FAILED).sum())
-            rows.append({**dict(zip(GROUP, key)), "scale_knob": knob, "scale": scale, "lr": lr,
-                         "log2_lr": math.log2(lr), "mean": finished.mean() if len(finished) else np.nan,
-                         "std": finished.std(ddof=1) if len(finished) > 1 else np.nan, "seeds": len(finished),
-                         "diverged": diverged, "failed": failed,
-                         "missing": len(runs) - len(finished) - diverged - failed,
-                         "complete": done[(*key, scale)].complete})
-    columns = [*GROUP, "scale_knob", "scale", "lr", "log2_lr", "mean", "std", "seeds", "diverged", "failed",
-               "missing", "complete"]
-    return pd.DataFrame(rows, columns=columns)
+            rows.append(CurvePoint(**dict(zip(GROUP, key)), scale_knob=knob, scale=scale, lr=lr,
+                                   log2_lr=math.log2(lr), mean=finished.mean() if len(finished) else np.nan,
+                                   std=finished.std(ddof=1) if len(finished) > 1 else np.nan, seeds=len(finished),
+                                   diverged=diverged, failed=failed,
+                                   missing=len(runs) - len(finished) - diverged - failed,
+                                   complete=done[(*key, scale)].complete))
+    return table(CurvePoint, rows)
 
 
 def optimal_lrs(frame: pd.DataFrame, metric: str = "train_loss", resamples: int = DEFAULT_RESAMPLES,
@@ -236,21 +317,19 @@ def optimal_lrs(frame: pd.DataFrame, metric: str = "train_loss", resamples: int 
         at_best = values[:, best][np.isfinite(values[:, best])]
         low, high = fit.bounds()
         point = done[(*key, scale)]
-        rows.append({**dict(zip(GROUP, key)), "scale_knob": knob, "scale": scale, "optimal_lr": lrs[best],
-                     "log2_optimal_lr": math.log2(lrs[best]), metric: float(signed(at_best.mean(), metric)),
-                     f"{metric}_std": float(at_best.std(ddof=1)) if at_best.size > 1 else np.nan,
-                     f"{metric}_fit": float(signed(fit.fit.value[0], metric)),
-                     "log2_optimal_lr_fit": fit.log2_optimal_lr, "log2_optimal_lr_low": low,
-                     "log2_optimal_lr_high": high, "optimal_lr_fit": 2.0**fit.log2_optimal_lr,
-                     "at_grid_edge": bool(fit.edge), "edge": fit.edge, "seeds": fit.seeds,
-                     "completed_runs": int(np.isfinite(values).sum()), "diverged_runs": int(np.isinf(values).sum()),
-                     "grid_size": len(lrs), "finished_runs": point.finished, "runs": point.known,
-                     "complete": point.complete})
-    columns = [*GROUP, "scale_knob", "scale", "optimal_lr", "log2_optimal_lr", metric, f"{metric}_std",
-               f"{metric}_fit", "log2_optimal_lr_fit", "log2_optimal_lr_low", "log2_optimal_lr_high", "optimal_lr_fit",
-               "at_grid_edge", "edge", "seeds", "completed_runs", "diverged_runs", "grid_size", "finished_runs",
-               "runs", "complete"]
-    return pd.DataFrame(rows, columns=columns), fits  # columns even when empty: nothing may have completed
+        rows.append(OptimalPoint(**dict(zip(GROUP, key)), scale_knob=knob, scale=scale, optimal_lr=lrs[best],
+                                 log2_optimal_lr=math.log2(lrs[best]), metric=float(signed(at_best.mean(), metric)),
+                                 metric_std=float(at_best.std(ddof=1)) if at_best.size > 1 else np.nan,
+                                 metric_fit=float(signed(fit.fit.value[0], metric)),
+                                 log2_optimal_lr_fit=fit.log2_optimal_lr, log2_optimal_lr_low=low,
+                                 log2_optimal_lr_high=high, optimal_lr_fit=2.0**fit.log2_optimal_lr,
+                                 at_grid_edge=bool(fit.edge), edge=fit.edge, seeds=fit.seeds,
+                                 completed_runs=int(np.isfinite(values).sum()),
+                                 diverged_runs=int(np.isinf(values).sum()), grid_size=len(lrs),
+                                 finished_runs=point.finished, runs=point.known, complete=point.complete))
+    # the metric's own name on its columns (train_loss, train_loss_std, …); columns even when nothing completed
+    names = {"metric": metric, "metric_std": f"{metric}_std", "metric_fit": f"{metric}_fit"}
+    return table(OptimalPoint, rows).rename(columns=names), fits
 
 
 def _incomplete_text(key: tuple, knob: str | None, done: dict[tuple, Progress]) -> str:
@@ -273,24 +352,20 @@ def transfer_table(optimal: pd.DataFrame, fits: dict[tuple, Optimum], metric: st
         if len(points) < 2 and not incomplete:
             continue
         ready = points[points["complete"]] if done is not None else points
-        row = {**dict(zip(GROUP, key)), "scale_knob": knob, "smallest": np.nan, "largest": np.nan,
-               "shift_log2": np.nan, "shift_log2_low": np.nan, "shift_log2_high": np.nan, "regret": np.nan,
-               "regret_low": np.nan, "regret_high": np.nan, "tuned_lr": np.nan, "seeds": 0, "metric": metric,
-               "incomplete": incomplete, "edges": ""}
+        row = Transfer(**dict(zip(GROUP, key)), scale_knob=knob, metric=metric, incomplete=incomplete)
         if len(ready) >= 2:
             first, last = ready.iloc[0], ready.iloc[-1]
             small, large = fits[(*key, first["scale"])], fits[(*key, last["scale"])]
             moved, moved_low, moved_high = shift(small, large)
             lost, lost_low, lost_high = regret(small, large)
-            row.update(smallest=first["scale"], largest=last["scale"], shift_log2=moved, shift_log2_low=moved_low,
-                       shift_log2_high=moved_high, regret=lost, regret_low=lost_low, regret_high=lost_high,
-                       tuned_lr=first["optimal_lr"], seeds=min(small.seeds, large.seeds),
-                       edges="; ".join(f"{knob} {point['scale']:g} at the {point['edge']} edge"
-                                       for point in (first, last) if point["edge"]))
+            row = dataclasses.replace(
+                row, smallest=first["scale"], largest=last["scale"], shift_log2=moved, shift_log2_low=moved_low,
+                shift_log2_high=moved_high, regret=lost, regret_low=lost_low, regret_high=lost_high,
+                tuned_lr=first["optimal_lr"], seeds=min(small.seeds, large.seeds),
+                edges="; ".join(f"{knob} {point['scale']:g} at the {point['edge']} edge"
+                                for point in (first, last) if point["edge"]))
         rows.append(row)
-    columns = [*GROUP, "scale_knob", "smallest", "largest", "shift_log2", "shift_log2_low", "shift_log2_high",
-               "regret", "regret_low", "regret_high", "tuned_lr", "seeds", "metric", "incomplete", "edges"]
-    return pd.DataFrame(rows, columns=columns)
+    return table(Transfer, rows)
 
 
 def _write_csv(frame: pd.DataFrame, path: Path) -> None:

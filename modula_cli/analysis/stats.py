@@ -19,8 +19,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..config.schema import METRICS
+
 LOWER_IS_BETTER = {"train_loss": True, "test_loss": True, "test_acc": False}
-METRICS = tuple(LOWER_IS_BETTER)
+assert tuple(LOWER_IS_BETTER) == METRICS  # every metric a sweep may name has a direction
 DEFAULT_RESAMPLES = 1000
 CONFIDENCE = 0.95
 

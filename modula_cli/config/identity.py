@@ -13,6 +13,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from ..models.variant import differences, variant_of
+from ..optim import MODES
 
 # Settings that change how a run is watched, stored or placed, not its numbers.
 NOT_NUMERIC = frozenset({
@@ -48,8 +49,9 @@ def numeric_settings(cfg: DictConfig) -> dict[str, dict[str, Any]]:
         values = OmegaConf.to_container(cfg[group], resolve=True)
         relevant[group] = {k: v for k, v in values.items() if f"{group}.{k}" not in NOT_NUMERIC
                            and not (f"{group}.{k}" in LATER_DEFAULTS and v == LATER_DEFAULTS[f"{group}.{k}"])}
-    if relevant["optim"].get("mode") != "manifold":  # its dual-ascent settings change no other mode's numbers
-        relevant["optim"] = {k: v for k, v in relevant["optim"].items() if not k.startswith("manifold_")}
+    # a mode's own settings (manifold_*) change no other mode's numbers
+    others = [p for name, mode in MODES.items() if name != relevant["optim"].get("mode") for p in mode.own_settings]
+    relevant["optim"] = {k: v for k, v in relevant["optim"].items() if not k.startswith(tuple(others))}
     lr = relevant["optim"].get("lr")
     if isinstance(lr, int) and not isinstance(lr, bool):  # optim.lr=1 and a packed member's 1.0 are one run
         relevant["optim"]["lr"] = float(lr)
@@ -127,13 +129,3 @@ def run_name(task_overrides: list[str]) -> str:
         return name
     kept = ",".join(f"{k}={v[:24]}" for k, v in parts if k in NAME_PRIORITY)
     return f"{kept[:MAX_NAME_BYTES - 12]},h={_digest(parts, 8)}".lstrip(",")
-
-
-PACKABLE = ("optim.lr", "train.seed")  # the settings a packed run may list, one member per combination
-
-
-def member_overrides(task_overrides: list[str], packed: dict[str, Any]) -> list[str]:
-    """The overrides of one member of a packed run: each packed setting (``packed``: key → the member's
-    value, keys from ``PACKABLE``) replaced or added, so the member's folder is its separate run's folder."""
-    kept = [o for o in task_overrides if o.lstrip("+~").partition("=")[0] not in packed]
-    return [*kept, *(f"{key}={value!r}" for key, value in packed.items())]

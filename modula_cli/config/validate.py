@@ -5,20 +5,21 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from omegaconf import ListConfig, OmegaConf
+from omegaconf import OmegaConf
 
-from ..analysis.stats import METRICS
 from ..data import CONFIG_ONLY_KEYS, DATASETS
+from ..data.config import DataConfig
 from ..models import (ARCHITECTURES, DATA_KINDS, ModelError, builtin_roles, data_kind_problem, import_builder,
-                      is_import_path, role_problems)
+                      is_import_path)
+from ..models.config import ArchConfig
 from ..models.variant import variant_problems
-from ..nn.checks import positive_int_problem
 from ..optim import OptimConfig, validate_optim
+from ..plumbing.device import resolve_device
+from ..plumbing.settings import checked, listed, typed
 from ..plumbing.suggest import unknown_key
 from ..plumbing.threads import threads_problem
+from .schema import GROUP_SCHEMAS, SweepConfig, TrainConfig
 
-DEVICES = ("auto", "cpu", "cuda")
-DTYPES = ("float32", "bfloat16")
 # no key may be added to these from the command line
 CHECKED_GROUPS = ("arch", "data", "optim", "train", "sweep", "variant")
 
@@ -35,12 +36,6 @@ def optim_config(cfg: Any) -> OptimConfig:
     return OptimConfig(**OmegaConf.to_container(cfg.optim, resolve=True))
 
 
-def _positive_ints(problems: list[str], group: str, node: Any, keys: tuple[str, ...], minimum: int = 1) -> None:
-    for key in keys:
-        if key in node and (problem := positive_int_problem(f"{group}.{key}", node.get(key), minimum)):
-            problems.append(problem)
-
-
 def _arch_problems(arch: Any, data: Any) -> list[str]:
     problems: list[str] = []
     if is_import_path(str(arch.name)):
@@ -48,20 +43,19 @@ def _arch_problems(arch: Any, data: Any) -> list[str]:
             import_builder(arch.name)  # importable and callable; its type and shapes are checked when built
         except ModelError as error:
             problems.append(str(error))
-        if arch.get("data_kind") is not None and arch.data_kind not in DATA_KINDS:
-            problems.append(f"arch.data_kind={arch.data_kind!r}; allowed: {', '.join(DATA_KINDS)} (or leave it out: "
+        if (kind := typed(ArchConfig, arch).data_kind) is not None and kind not in DATA_KINDS:
+            problems.append(f"arch.data_kind={kind!r}; allowed: {', '.join(DATA_KINDS)} (or leave it out: "
                             f"the architecture takes both)")
     elif arch.name not in ARCHITECTURES:
         problems.append(f"arch.name={arch.name!r}; allowed: {', '.join(ARCHITECTURES)}, or an import path "
                         f"package.module:function of your own (docs/extending.md)")
     if data.name in DATASETS and (problem := data_kind_problem(arch, data.name, DATASETS[data.name].kind)):
         problems.append(problem)
-    _positive_ints(problems, "arch", arch, ("width", "depth", "block_depth", "heads"))
-    if isinstance(arch.get("heads"), int) and arch.heads > 0 and isinstance(arch.get("width"), int) \
-            and arch.width % arch.heads:
-        problems.append(f"arch.width={arch.width} is not divisible by arch.heads={arch.heads}")
-    if arch.get("blocks_mass") is not None and not arch.blocks_mass > 0:
-        problems.append(f"arch.blocks_mass={arch.blocks_mass}; must be > 0")
+    shape = typed(ArchConfig, arch)
+    if shape.heads and shape.width and shape.width % shape.heads:
+        problems.append(f"arch.width={shape.width} is not divisible by arch.heads={shape.heads}")
+    if shape.blocks_mass is not None and not shape.blocks_mass > 0:
+        problems.append(f"arch.blocks_mass={shape.blocks_mass}; must be > 0")
     return problems
 
 
@@ -74,9 +68,7 @@ def data_problems(data: Any) -> list[str]:
     problems = [p for p in [entry.source_problem(**options)] if p]
     if "context" not in data:
         return problems
-    if problem := positive_int_problem("data.context", data.context):
-        return [*problems, problem]
-    limit = data.get("max_context")
+    limit = typed(DataConfig, data).max_context
     if limit is not None and data.context > limit:
         problems.append(f"data.context={data.context} exceeds data.max_context={limit} (a guard against typos; "
                         f"raise data.max_context to train on longer contexts)")
@@ -87,22 +79,15 @@ def data_problems(data: Any) -> list[str]:
     return problems
 
 
-def _train_problems(train: Any) -> list[str]:
-    problems: list[str] = []
-    _positive_ints(problems, "train", train, ("steps", "batch_size", "eval_batches", "log_every"))
-    _positive_ints(problems, "train", train, ("eval_every", "checkpoint_every", "layer_stats_every"), minimum=0)
-    problems += _seed_problems(train.seed)
+def _train_problems(train: TrainConfig) -> list[str]:
+    problems = _seed_problems(train.seed)
     if not train.diverge_factor > 1:
         problems.append(f"train.diverge_factor={train.diverge_factor}; must be > 1")
     if problem := threads_problem(train.threads):
         problems.append(problem)
-    if train.device not in DEVICES:
-        problems.append(f"train.device={train.device!r}; allowed: {', '.join(DEVICES)}")
-    elif train.device == "cuda" and not torch.cuda.is_available():
+    if train.device == "cuda" and not torch.cuda.is_available():
         problems.append("train.device=cuda but no CUDA GPU is visible; use train.device=cpu or auto")
-    if train.dtype not in DTYPES:
-        problems.append(f"train.dtype={train.dtype!r}; allowed: {', '.join(DTYPES)}")
-    elif train.dtype == "bfloat16" and resolve_device(train.device).type == "cuda" \
+    if train.dtype == "bfloat16" and resolve_device(train.device).type == "cuda" \
             and not torch.cuda.is_bf16_supported():
         problems.append("train.dtype=bfloat16 is not supported by this GPU; use train.dtype=float32")
     return problems
@@ -110,7 +95,7 @@ def _train_problems(train: Any) -> list[str]:
 
 def _seed_problems(seed: Any) -> list[str]:
     """``train.seed``: an integer >= 0, or a packed list of distinct ones (two members would share a folder)."""
-    seeds = list(seed) if isinstance(seed, (list, tuple, ListConfig)) else [seed]
+    seeds = list(seed) if listed(seed) else [seed]
     if not seeds or any(not isinstance(s, int) or isinstance(s, bool) or s < 0 for s in seeds):
         return [f"train.seed={seed}; must be an integer >= 0 (or a packed list of them, e.g. [0,1,2])"]
     if len(set(seeds)) < len(seeds):
@@ -118,34 +103,33 @@ def _seed_problems(seed: Any) -> list[str]:
     return []
 
 
-def _sweep_problems(cfg: Any) -> list[str]:
+def _sweep_problems(sweep: SweepConfig, data_name: str) -> list[str]:
     """``sweep.metric``: what the report optimises must be something the runs record."""
-    metric = cfg.get("sweep", {}).get("metric", "train_loss")
-    if metric not in METRICS:
-        return [f"sweep.metric={metric!r}; allowed: {', '.join(METRICS)}"]
-    if metric == "test_acc" and cfg.data.name in DATASETS and DATASETS[cfg.data.name].kind != "image":
-        return [f"sweep.metric=test_acc needs an image dataset (data={cfg.data.name} records losses only)"]
+    if sweep.metric == "test_acc" and data_name in DATASETS and DATASETS[data_name].kind != "image":
+        return [f"sweep.metric=test_acc needs an image dataset (data={data_name} records losses only)"]
     return []
 
 
 def config_problems(cfg: Any) -> list[str]:
-    """All problems of one composed run config (arch, data, optim, train), loading nothing heavy."""
-    problems = _arch_problems(cfg.arch, cfg.data) + data_problems(cfg.data) + _train_problems(cfg.train)
-    problems += _sweep_problems(cfg) + variant_problems(cfg.get("variant"))
+    """All problems of one composed run config (arch, data, optim, train, sweep, variant), loading nothing
+    heavy. Each value's type first (the schemas); then each group's own rules, on its values with any
+    mistyped one at its default (so a wrong type is named once, and nothing else trips over it)."""
+    problems, values = [], {}
+    for group, schema in GROUP_SCHEMAS.items():
+        if group in cfg:
+            found, values[group] = checked(group, cfg[group], schema)
+            problems += found
+    arch, data = OmegaConf.create(values["arch"]), OmegaConf.create(values["data"])
+    problems += _arch_problems(arch, data) + data_problems(data) + _train_problems(typed(TrainConfig, values["train"]))
+    if "sweep" in values:
+        problems += _sweep_problems(typed(SweepConfig, values["sweep"]), data.name)
+    problems += variant_problems(cfg.get("variant"))  # a config from before variants has none: modular
     try:
-        opt = optim_config(cfg)
+        opt = OptimConfig(**values["optim"])
     except TypeError as error:
         return problems + [f"optim: {error}"]
-    problems += validate_optim(opt)
-    if opt.mode == "manifold":
-        present = builtin_roles().get(cfg.arch.name)  # a user's network: checked again once built
-        problems += role_problems("optim.manifold_scaled", opt.manifold_scaled, present)
-        problems += role_problems("optim.manifold_free", opt.manifold_free, present)
-        lists = all(isinstance(roles, (list, tuple)) for roles in (opt.manifold_scaled, opt.manifold_free))
-        if lists and (both := sorted(set(opt.manifold_scaled) & set(opt.manifold_free))):
-            problems.append(f"optim.manifold_scaled and optim.manifold_free both name {', '.join(both)}; "
-                            f"a layer is either scaled on the manifold or free of it")
-    return problems
+    # a user's network's roles are not known yet: checked again once built
+    return problems + validate_optim(opt, builtin_roles().get(arch.name))
 
 
 def unknown_key_problems(overrides: list[str], cfg: Any) -> list[str]:
@@ -159,12 +143,6 @@ def unknown_key_problems(overrides: list[str], cfg: Any) -> list[str]:
         if group in CHECKED_GROUPS and rest:
             problems.append(unknown_key(key, cfg, added=True))
     return problems
-
-
-def resolve_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device if device in DEVICES else "cpu")
 
 
 def check_config(cfg: Any, overrides: list[str] | None = None) -> None:

@@ -12,6 +12,7 @@ verdict names stand out. Each finished point is saved at once: a stopped check r
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -27,52 +28,38 @@ import numpy as np
 import pandas as pd
 import torch
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
-from ..analysis.geometry import QUANTITIES, captured, layer_geometry
 from ..config import CONFIG_DIR
 from ..config.identity import fingerprint
-from ..config.validate import ConfigError, config_problems, optim_config, resolve_device, unknown_key_problems
+from ..config.resolvers import register_config
+from ..config.schema import CoordConfig
+from ..config.validate import ConfigError, config_problems, optim_config, unknown_key_problems
 from ..data import DataUnavailable, build_dataset
 from ..models import ModelError, build_model
 from ..models.variant import variant_of
 from ..nn import Module, layer_names, layer_roles
+from ..nn.loss import grads_of, losses_and_hits
 from ..optim import MODES, OptimConfig, init_state, optimizer_step
 from ..plumbing import atomic
+from ..plumbing.atomic import remove_if_empty
+from ..plumbing.device import resolve_device
+from ..plumbing.settings import checked, listed, typed
 from ..plumbing.signals import STOP, StopRequested
 from ..plumbing.threads import configure_threads
-from ..run.trainer import grads_of, losses_and_hits, remove_if_empty
-from ..sweep.launch import register_resolvers
+from ..run.geometry import QUANTITIES, captured, layer_geometry
 from .plot import plot_coord
 
 log = logging.getLogger(__name__)
 
-register_resolvers()
+register_config()
 
-AXES = ("width", "depth")
 CSV_FILE, SLOPES_FILE, PLOT_FILE, VERDICT_FILE = "coord.csv", "coord_slopes.csv", "coord.png", "verdict.txt"
 POINT_COLUMNS = ("point", "mode", "optimizer", "arch", "width", "depth")
 
 
-@dataclass(frozen=True)
-class CoordSettings:
-    axis: str
-    scales: tuple[int, ...]
-    modes: tuple[str, ...]
-    steps: int
-    batch_size: int
-    tolerance: float
-
-    @classmethod
-    def of(cls, cfg: Any) -> CoordSettings:
-        coord = cfg.coord
-        return cls(axis=coord.axis, scales=tuple(coord.widths if coord.axis == "width" else coord.depths),
-                   modes=tuple(coord.modes), steps=coord.steps, batch_size=coord.batch_size,
-                   tolerance=float(coord.tolerance))
-
-
 def _int_list_problem(key: str, value: Any) -> str | None:
-    items = list(value) if isinstance(value, (list, tuple, ListConfig)) else None
+    items = list(value) if listed(value) else None
     if not items or any(not isinstance(v, int) or isinstance(v, bool) or v < 1 for v in items):
         return f"{key}={value}; must be a list of integers >= 1, e.g. [32,64,128]"
     if len(items) < 2 or len(set(items)) < len(items):
@@ -82,29 +69,26 @@ def _int_list_problem(key: str, value: Any) -> str | None:
 
 def coord_problems(cfg: Any) -> list[str]:
     """Everything wrong with a coordinate check's settings and with each of its points, before any work."""
-    coord = cfg.coord
-    problems = []
-    if coord.axis not in AXES:
-        problems.append(f"coord.axis={coord.axis!r}; allowed: {', '.join(AXES)}")
-    elif problem := _int_list_problem(f"coord.{coord.axis}s", coord[f"{coord.axis}s"]):
+    problems, values = checked("coord", cfg.coord, CoordConfig)
+    coord = typed(CoordConfig, values)  # a mistyped value at its default: named once, by its type
+    axis_list = f"coord.{coord.axis}s"
+    problem = _int_list_problem(axis_list, list(coord.scales))
+    if problem and not any(p.startswith(axis_list) for p in problems):
         problems.append(problem)
-    modes = list(coord.modes) if isinstance(coord.modes, (list, tuple, ListConfig)) else []
-    if not modes or any(m not in MODES for m in modes) or len(set(modes)) < len(modes):
-        problems.append(f"coord.modes={coord.modes}; a list of distinct modes from: {', '.join(MODES)}")
-    for key in ("steps", "batch_size"):
-        value = coord[key]
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            problems.append(f"coord.{key}={value}; must be an integer >= 1")
-    if not isinstance(coord.tolerance, (int, float)) or isinstance(coord.tolerance, bool) or not coord.tolerance > 0:
+    if not coord.modes or any(m not in MODES for m in coord.modes) or len(set(coord.modes)) < len(coord.modes):
+        problems.append(f"coord.modes={cfg.coord.modes}; a list of distinct modes from: {', '.join(MODES)}")
+    if not coord.tolerance > 0:
         problems.append(f"coord.tolerance={coord.tolerance}; must be a number > 0")
-    if isinstance(cfg.train.seed, (list, ListConfig)):
+    order = [f"coord.{f.name}" for f in dataclasses.fields(CoordConfig)]  # one line per setting, in schema order
+    problems.sort(key=lambda p: next((i for i, key in enumerate(order) if p.startswith(key)), len(order)))
+    if listed(cfg.train.seed):
         problems.append(f"train.seed={cfg.train.seed}; the coordinate check uses one fixed seed")
-    if isinstance(cfg.optim.lr, (list, ListConfig)):
+    if listed(cfg.optim.lr):
         problems.append(f"optim.lr={cfg.optim.lr}; the coordinate check uses one learning rate (null: each "
                         f"mode's default)")
     if problems:
         return problems
-    settings = CoordSettings.of(cfg)
+    settings = typed(CoordConfig, cfg.coord)
     seen: set[str] = set()
     for mode in settings.modes:  # each point's config, as the runner would check it (one line per problem)
         for scale in settings.scales:
@@ -122,7 +106,7 @@ def point_config(cfg: Any, axis: str, scale: int, mode: str) -> DictConfig:
     return point
 
 
-def point_id(point: DictConfig, settings: CoordSettings) -> str:
+def point_id(point: DictConfig, settings: CoordConfig) -> str:
     """What makes a point's numbers: its run fingerprint, the number of steps and the batch size."""
     key = {"run": fingerprint(point), "steps": settings.steps, "batch_size": settings.batch_size}
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
@@ -300,7 +284,7 @@ def _write_frame(path: Path, frame: pd.DataFrame) -> None:
 def run_coord_check(cfg: DictConfig, out_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, str]]:
     """The whole check into ``out_dir``; returns (coord table, slopes, verdict per mode). Raises
     ``StopRequested`` on a signal, after saving every finished point."""
-    settings = CoordSettings.of(cfg)
+    settings = typed(CoordConfig, cfg.coord)
     if warning := span_warning(settings.axis, settings.scales):  # said now too: a long check can be widened
         log.warning("%s", warning)
     plan = [(mode, scale, point_config(cfg, settings.axis, scale, mode))
@@ -324,8 +308,7 @@ def run_coord_check(cfg: DictConfig, out_dir: Path) -> tuple[pd.DataFrame, pd.Da
             net = nets[scale]
             opt = optim_config(point)
             weights = net.initialize(seed=cfg.train.seed, device=device)
-            if opt.mode == "manifold":
-                weights = net.onto_manifold(weights)
+            weights = MODES[opt.mode].initial_weights(net, weights)
             rows = measure(net, weights, x, y, opt, settings.steps)
             frame = pd.DataFrame(rows)
             frame.insert(0, "index", frame.groupby("step").cumcount())
@@ -347,7 +330,7 @@ def run_coord_check(cfg: DictConfig, out_dir: Path) -> tuple[pd.DataFrame, pd.Da
     return table, slope_table, verdict
 
 
-def _batch_and_networks(cfg: DictConfig, settings: CoordSettings, plan: list, device: torch.device) \
+def _batch_and_networks(cfg: DictConfig, settings: CoordConfig, plan: list, device: torch.device) \
         -> tuple[torch.Tensor, torch.Tensor, dict[int, Module]]:
     """The fixed batch and one network per scale. Raises DataUnavailable or ModelError before any file
     is written: every network is built (and a user's checked) before any point is measured."""
@@ -360,7 +343,7 @@ def _batch_and_networks(cfg: DictConfig, settings: CoordSettings, plan: list, de
     return x, y, nets
 
 
-def _conclude(cfg: DictConfig, settings: CoordSettings, table: pd.DataFrame, out_dir: Path) \
+def _conclude(cfg: DictConfig, settings: CoordConfig, table: pd.DataFrame, out_dir: Path) \
         -> tuple[pd.DataFrame, dict[str, str]]:
     """Slopes, verdicts (with the span warning) and the plot, written into ``out_dir``."""
     slope_table = slopes(table, settings.axis)
@@ -376,7 +359,7 @@ def _conclude(cfg: DictConfig, settings: CoordSettings, table: pd.DataFrame, out
     return slope_table, verdict
 
 
-def _title(cfg: Any, settings: CoordSettings) -> str:
+def _title(cfg: Any, settings: CoordConfig) -> str:
     fixed = f"depth {cfg.arch.depth}" if settings.axis == "width" else f"width {cfg.arch.width}"
     lr = "each mode's default LR" if cfg.optim.lr is None else f"LR {cfg.optim.lr:g}"
     steps = f"{settings.steps} step{'s' if settings.steps > 1 else ''}"
@@ -412,7 +395,7 @@ def main(cfg: DictConfig) -> None:
         log.warning("stopped (%s) with %d point(s) measured in %s; re-run the same command with "
                     "hydra.run.dir=%s to finish", stop, count, out_dir / CSV_FILE, out_dir)
         raise SystemExit(stop.exit_code) from None
-    settings = CoordSettings.of(cfg)
+    settings = typed(CoordConfig, cfg.coord)
     print(f"\nCoordinate check ({_title(cfg, settings)}):\n"
           f"{verdict_text(verdict, span_warning(settings.axis, settings.scales))}\n"
           f"Tables and plot: {out_dir / CSV_FILE}, {out_dir / SLOPES_FILE}, {out_dir / PLOT_FILE}")

@@ -1,4 +1,4 @@
-"""Tiny Shakespeare, character level: 65 symbols, first 90 % train, last 10 % validation (SPEC §8)."""
+"""Tiny Shakespeare, character level: 65 symbols, first 90 % train, last 10 % validation (docs/design.md, "Data")."""
 
 from __future__ import annotations
 

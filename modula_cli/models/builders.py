@@ -23,6 +23,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from ..data import DATASETS, cause_text
 from ..nn import GPT, Module, ResMLP, ResNet, StandardGPT, layer_roles
+from ..plumbing.settings import typed
+from .config import ArchConfig
 from .variant import Variant, apply_variant
 
 DATA_KINDS = ("language", "image")
@@ -104,7 +106,7 @@ def declared_kind(arch: Any) -> str | None:
     ``data_kind`` (None: undeclared or not a kind, which validation reports)."""
     if arch.name in ARCHITECTURES:
         return ARCHITECTURES[arch.name].data_kind
-    kind = arch.get("data_kind") if is_import_path(str(arch.name)) else None
+    kind = typed(ArchConfig, arch).data_kind if is_import_path(str(arch.name)) else None
     return kind if kind in DATA_KINDS else None
 
 

@@ -1,4 +1,4 @@
-"""The modular-norm library: modules, atoms, bonds, compounds and the fast maps of SPEC §2–6."""
+"""The modular-norm library: modules, atoms, bonds, compounds and the fast maps of docs/design.md."""
 
 from .atoms import Conv2D, Embed, Linear, MatrixAtom
 from .bonds import (GELU, Abs, Add, AddHeads, AvgPool, Enumerate, Flatten, FunctionalAttention, Identity, LayerNorm,

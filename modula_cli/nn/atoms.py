@@ -1,4 +1,4 @@
-"""Atoms (SPEC §3): the modules with weights. Dimensions are written output-first."""
+"""Atoms (docs/design.md, "Atoms"): the modules with weights. Dimensions are written output-first."""
 
 from __future__ import annotations
 

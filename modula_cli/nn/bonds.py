@@ -1,4 +1,4 @@
-"""Bonds (SPEC §4): weightless modules. Each is a small class with its sensitivity."""
+"""Bonds (docs/design.md, "Bonds"): weightless modules. Each is a small class with its sensitivity."""
 
 from __future__ import annotations
 

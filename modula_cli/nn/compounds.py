@@ -1,4 +1,4 @@
-"""Compounds (SPEC §5): each architecture is a function that reads like its equation.
+"""Compounds (docs/design.md, "Architectures"): each architecture is a function that reads like its equation.
 
 Python binds ``@`` and ``*`` equally, left to right, so every scaled term is parenthesised.
 """

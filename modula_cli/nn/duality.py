@@ -1,4 +1,4 @@
-"""Network-level duality map: one batched orthogonalisation per matrix shape (SPEC §6)."""
+"""Network-level duality map: one batched orthogonalisation per matrix shape (docs/design.md, "Fast maps")."""
 
 from __future__ import annotations
 

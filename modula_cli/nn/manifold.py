@@ -1,5 +1,5 @@
-"""Manifold mode (SPEC §10): every matrix stays on its scaled Stiefel manifold and moves along its tangent
-space (manifold Muon); every embedding vector stays on its sphere (hyperspherical descent).
+"""Manifold mode's steps (docs/design.md, "Manifold mode"): every matrix stays on its scaled Stiefel manifold and
+moves along its tangent space (manifold Muon); every embedding vector stays on its sphere (hyperspherical descent).
 
 All maths is at unit scale: a matrix atom's slices divided by their initial scale (``polar_scale``) have
 orthonormal columns (wide ones are transposed), and an embedding's rows divided by √d are unit vectors.
@@ -35,7 +35,7 @@ KINDS = ("fixed", "scaled", "free")
 
 @dataclass(frozen=True)
 class DualAscent:
-    """How the tangent direction's dual problem is solved (SPEC §10)."""
+    """How the tangent direction's dual problem is solved (docs/design.md, "Manifold mode")."""
 
     iterations: int = 0           # K: most multiplier updates per step (0: the projected start Λ₀ only)
     step: float = 1.0             # α₀: the multiplier's first step, decaying linearly to 0 over K

@@ -1,4 +1,4 @@
-"""The module algebra of SPEC §2: modules, the two combinators and the operators built on them.
+"""The module algebra of docs/design.md, "Modules": modules, the two combinators and the operators built on them.
 
 A module is a pure description. Its weights live outside it, as a flat list of tensors in tree order
 (one tensor per atom), so ``forward(x, w)`` is a pure function and every optimiser state belongs to the
@@ -25,7 +25,8 @@ Weights = list[Tensor]
 
 
 class Module:
-    """Base class: mass, sensitivity, a norm on the weights, and the recursive maps of SPEC §2.2."""
+    """Base class: mass, sensitivity, a norm on the weights, and the recursive maps (docs/design.md,
+    "Normalising and dualising a network")."""
 
     children: tuple[Module, ...] = ()
     name: str | None = None
@@ -87,7 +88,8 @@ class Module:
         raise NotImplementedError
 
     def target_shares(self) -> list[float]:
-        """Each atom's share of a target norm τ under the recursive split of SPEC §2.2 (τ = 1).
+        """Each atom's share of a target norm τ = 1 under the recursive split (docs/design.md, "Normalising and
+        dualising a network").
 
         Cached: the optimiser asks every step, and the recursion costs more than a small net's update.
         The split depends only on the masses (the structure never changes), so they are the cache key."""
@@ -128,7 +130,7 @@ class Module:
     def manifold_update(self, w: Sequence[Tensor], u: Sequence[Tensor], target_norm: float | Tensor,
                         settings: DualAscent, state: ManifoldState, kinds: Sequence[str] | None = None,
                         free_dualize: dict | None = None) -> Weights:
-        """Manifold mode (SPEC §10): the change Δ that moves each atom along its manifold by its share of τ
+        """Manifold mode (docs/design.md): the change Δ that moves each atom along its manifold by its share of τ
         (matrices: manifold Muon then retraction; embedding rows: hyperspherical descent). ``kinds``: how
         each atom is held (``manifold.KINDS``: fixed radius, learned radius, or free under the duality map)."""
         atoms = list(self.atoms())
@@ -170,7 +172,7 @@ class Module:
             atom._mass *= mass / current
         return self
 
-    # --- operators (SPEC §2.1): everything is Composite or Tuple plus the Add and Mul bonds ---------
+    # --- operators (docs/design.md, "Combining modules"): Composite or Tuple plus the Add and Mul bonds -------
 
     def __matmul__(self, other: Module | tuple | list) -> Module:
         if isinstance(other, (tuple, list)):
@@ -370,7 +372,7 @@ class Bond(Module):
         return []
 
 
-# The bonds the operators are built from (SPEC §2.1): sums and scalar multiples.
+# The bonds the operators are built from (docs/design.md, "Combining modules"): sums and scalar multiples.
 
 class Identity(Bond):
     def apply(self, x):

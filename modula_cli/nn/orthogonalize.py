@@ -1,4 +1,4 @@
-"""Orthogonal polar factor ``U Vᵀ`` of a (batch of) matrices, SPEC §6."""
+"""Orthogonal polar factor ``U Vᵀ`` of a (batch of) matrices, docs/design.md, "Fast maps"."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ METHODS = ("polar_express", "muon", "cubic", "svd")
 # tensor cores make it several times faster, float32 elsewhere (a CPU gains little and loses accuracy).
 ITER_DTYPES = ("auto", "float32", "bfloat16")
 DEFAULT_STEPS = {"polar_express": 8, "muon": 5, "cubic": 30}
-FROBENIUS_MARGIN = 0.01  # δ of SPEC §6: keeps σ strictly below 1 after normalisation
+FROBENIUS_MARGIN = 0.01  # δ of docs/design.md, "Fast maps": keeps σ strictly below 1 after normalisation
 
 
 def coefficients(method: str, steps: int) -> list[tuple[float, float, float]]:

@@ -1,4 +1,4 @@
-"""Warm-started power iteration for the spectral norms that ``normalize`` needs (SPEC §6).
+"""Warm-started power iteration for the spectral norms that ``normalize`` needs (docs/design.md, "Fast maps").
 
 The state belongs to the caller (the optimiser), never to a module: it can be checkpointed and reused
 between steps, where the previous singular vector makes two iterations enough.
@@ -21,10 +21,6 @@ class PowerIterationState:
         self.iterations = iterations
         self.seed = seed
         self.vectors: dict[int, Tensor] = {}
-
-    def spectral_norm(self, index: int, matrix: Tensor) -> Tensor:
-        """Estimate of σ_max over the last two dimensions (a tensor; no host synchronisation)."""
-        return self.spectral_norms({index: matrix})[index]
 
     def spectral_norms(self, matrices: dict[int, Tensor]) -> dict[int, Tensor]:
         """σ_max estimates of several atoms' matrices, keyed by atom index. Atoms whose matrices have the

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 
@@ -54,3 +54,10 @@ def write_with(path: str | os.PathLike, writer: Callable[[Path], object]) -> Non
     """``writer(tmp)`` writes the file (``torch.save``, ``fig.savefig``, ``frame.to_csv``); then it is swapped in."""
     with atomic_path(path) as tmp:
         writer(tmp)
+
+
+def remove_if_empty(folder: Path) -> None:
+    """Remove ``folder`` when nothing is in it (a folder made for a command that wrote nothing); a folder
+    holding anything, an earlier run's files included, stays."""
+    with suppress(OSError):
+        folder.rmdir()

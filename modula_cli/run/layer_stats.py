@@ -9,12 +9,13 @@ copy of the model) and each measurement runs a probe forward pass and two SVDs p
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from ..analysis.geometry import Captured, captured, layer_geometry
-from ..nn import layer_names, layer_roles
+from ..nn import Module, layer_names, layer_roles
+from .geometry import Captured, captured, layer_geometry
 
 PROBE_SAMPLES = 4
 
@@ -22,16 +23,16 @@ PROBE_SAMPLES = 4
 class LayerStats:
     """Measures every ``every`` steps; the loop calls ``due`` before its update and ``measure`` after it."""
 
-    def __init__(self, ctx: Any, every: int):
-        """``ctx``: the run's ``RunContext`` (its network, members, evaluation batches and losses)."""
-        self.ctx, self.every = ctx, every
-        self.packed = ctx.members.packed
-        x, y = ctx.eval_batches[0]
-        self.probe = (x[:, :PROBE_SAMPLES], y[:, :PROBE_SAMPLES]) if self.packed else (x[:PROBE_SAMPLES],
-                                                                                      y[:PROBE_SAMPLES])
-        self.names, self.roles = layer_names(ctx.net), layer_roles(ctx.net)
-        self.initial_weights = ctx.initial_weights()
-        self.initial = self._capture(self.initial_weights)
+    def __init__(self, net: Module, losses: Callable[..., Any], batch: tuple[torch.Tensor, torch.Tensor],
+                 initial_weights: list[torch.Tensor], packed: bool, every: int):
+        """``losses(weights, x, y)``: the run's forward pass (its autocast included); ``batch``: the first
+        evaluation batch, whose first samples are the probe; ``packed``: weights and batch carry a member axis."""
+        self.net, self.losses, self.every, self.packed = net, losses, every, packed
+        x, y = batch
+        self.probe = (x[:, :PROBE_SAMPLES], y[:, :PROBE_SAMPLES]) if packed else (x[:PROBE_SAMPLES], y[:PROBE_SAMPLES])
+        self.names, self.roles = layer_names(net), layer_roles(net)
+        self.initial_weights = initial_weights
+        self.initial = self._capture(initial_weights)
 
     def due(self, t: int) -> bool:
         """Whether step t's update is measured (after it: the record's step is t + 1, as for evaluations)."""
@@ -39,8 +40,8 @@ class LayerStats:
 
     @torch.no_grad()
     def _capture(self, weights: list[torch.Tensor]) -> Captured:
-        with captured(self.ctx.net) as now:
-            self.ctx.losses(weights, *self.probe)
+        with captured(self.net) as now:
+            self.losses(weights, *self.probe)
         return now
 
     def _member(self, values: dict[int, torch.Tensor] | list[torch.Tensor], k: int):
@@ -64,7 +65,7 @@ class LayerStats:
                 result.append(None)
                 continue
             pick = lambda c: Captured(self._member(c.inputs, k), self._member(c.outputs, k))  # noqa: E731
-            records = layer_geometry(self.ctx.net, self._member([w.detach() for w in weights], k), pick(now),
+            records = layer_geometry(self.net, self._member([w.detach() for w in weights], k), pick(now),
                                      pick(self.initial), self._member(self.initial_weights, k),
                                      self._member(updates, k), lrs[k % len(lrs)])
             result.append([{"layer": name, "role": role, **record}

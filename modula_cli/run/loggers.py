@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
+from ..config.members import Members
 from ..plumbing import atomic
+from .state import RunState
 
 log = logging.getLogger(__name__)
 
@@ -196,8 +198,8 @@ class RunLoggers:
     """A run's outputs while it trains: one metrics.jsonl (and wandb run) per member, and the progress bar.
     A context manager: everything is closed on every way out, errors and signals included."""
 
-    def __init__(self, cfg: Any, members: Any, state: Any, lead: bool, show_bar: bool, sweep_dir: Path | None,
-                 total: int | None = None):
+    def __init__(self, cfg: DictConfig, members: Members, state: RunState, lead: bool, show_bar: bool,
+                 sweep_dir: Path | None, total: int | None = None):
         self._stack = ExitStack()
         self.metrics: list[JsonlLogger | None] = [None] * len(members)
         self.wandbs: list[WandbLogger | None] = [None] * len(members)
@@ -212,7 +214,7 @@ class RunLoggers:
         for k, member in enumerate(members):
             self.metrics[k] = JsonlLogger(member.run_dir / "metrics.jsonl", truncate_at=state.metrics_offsets[k])
             self._stack.callback(self.metrics[k].close)
-            if cfg.train.get("layer_stats_every"):
+            if cfg.train.layer_stats_every:
                 path = member.run_dir / LAYER_STATS_FILE
                 keep_until(path, state.step)  # a resumed run logs its later records again
                 resumed = state.step and path.exists()  # (the setting may be new to a resumed run)

@@ -10,8 +10,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..analysis.results import DIVERGED, RUNNING
 from ..optim import OptimState
+from ..results.records import DIVERGED, RUNNING
 
 
 @dataclass

@@ -1,5 +1,5 @@
-"""One training run: the loop of SPEC §7 over a ``RunState``, with metrics, evaluation, divergence,
-checkpoints, resume, and exactly one trainer per run folder.
+"""One training run: the optimisation loop (docs/design.md) over a ``RunState``, with metrics, evaluation,
+divergence, checkpoints, resume, and exactly one trainer per run folder.
 
 The loop reads top to bottom like nanoGPT's: batch → loss and gradient → (all-reduce) → update → log /
 evaluate / checkpoint. Losses are read from the device only at log steps.
@@ -13,39 +13,40 @@ import os
 import signal
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext, suppress
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from omegaconf import DictConfig, OmegaConf
 
-from ..analysis import temperatures
-from ..analysis.results import (COMPLETED, DIVERGED, FAILED, INTERRUPTED, RUNNING, is_finished, read_summary,
-                                summary_record, write_summary)
-from ..config.identity import member_overrides
-from ..config.members import Members
-from ..config.validate import checked_optim, resolve_device
+from ..config.members import Members, member_overrides
+from ..config.schema import TrainConfig
+from ..config.validate import checked_optim
 from ..data import Dataset, DataUnavailable, build_dataset
-from ..models import ModelError, build_model, is_import_path, role_problems
+from ..models import ModelError, build_model, is_import_path
+from ..models.config import ArchConfig
 from ..models.variant import Variant, explain_scope, variant_of
 from ..nn import Module, layer_roles
-from ..nn.orthogonalize import iteration_dtype
-from ..optim import OptimConfig, init_state, optimizer_step
+from ..nn.loss import grads_of, losses_and_hits
+from ..optim import MODES, OptimConfig, init_state, optimizer_step
 from ..plumbing import atomic
+from ..plumbing.atomic import remove_if_empty
+from ..plumbing.device import resolve_device
 from ..plumbing.locks import RunLocks
+from ..plumbing.settings import typed
 from ..plumbing.signals import STOP, StopRequested
-from . import checkpoint
+from ..results.records import (BUSY, COMPLETED, DIVERGED, FAILED, INTERRUPTED, RUNNING, Outcome, Summary, is_finished,
+                               knobs_of, read_summary, summary_record, write_summary)
+from . import checkpoint, temperatures
 from .layer_stats import LayerStats
 from .loggers import RunLoggers
 from .prefetch import Prefetcher
 from .state import RunState
 
 log = logging.getLogger(__name__)
-BUSY = "busy"  # train(wait=False) found another process training this run
 # Said in one line, without a traceback (which would bury the cause): data that cannot be had, an architecture
 # that cannot be built for the data.
 ONE_LINE_ERRORS = (DataUnavailable, ModelError)
@@ -53,29 +54,27 @@ ONE_LINE_ERRORS = (DataUnavailable, ModelError)
 
 def train(cfg: DictConfig, run_dir: Path, *, member_dir: Callable[[dict[str, Any]], Path] | None = None,
           overrides: list[str] | None = None, sweep_dir: Path | None = None, launch: str | None = None,
-          wait: bool = True) -> dict:
-    """Train one configuration into ``run_dir``; returns its summary (also written to summary.json).
-
-    With ``optim.lr`` and / or ``train.seed`` a list, trains one member per (LR, seed) as a stacked ensemble
-    (each member on its own seed's initialisation and batches, exactly as its separate run) and returns
-    ``{"status": "packed", "members": [summary, …]}``. A run that another process is training is
-    waited for (``wait``) or returned as ``{"status": "busy"}``; a finished run is skipped (its data is not
-    needed). When the data or the network cannot be had (``ONE_LINE_ERRORS``) a run of a sweep is recorded as
-    failed, a single run leaves nothing behind.
+          wait: bool = True) -> Outcome:
+    """Train one configuration into ``run_dir``; returns its ``Outcome``: its summary (also written to
+    summary.json), or with ``optim.lr`` and / or ``train.seed`` a list, each member's (one member per (LR,
+    seed), trained as a stacked ensemble, each on its own seed's initialisation and batches, exactly as its
+    separate run). A run that another process is training is waited for (``wait``) or returned as ``BUSY``;
+    a finished run is skipped (its data is not needed). When the data or the network cannot be had
+    (``ONE_LINE_ERRORS``) a run of a sweep is recorded as failed, a single run leaves nothing behind.
     """
     opt = checked_optim(cfg)
     members = Members.of(cfg, opt, run_dir, member_dir)
-    rerun = bool(cfg.train.rerun or cfg.get("sweep", {}).get("rerun", False))
+    rerun = bool(cfg.train.rerun or cfg.sweep.rerun)
     rank, world = _distributed()
     record, locks = _Record(overrides or [], sweep_dir, launch), RunLocks(members.run_dirs)
     knob = "sweep.rerun" if sweep_dir is not None else "train.rerun"
     if (skipped := _decided(lambda: _skipped(members, run_dir.name, rerun, knob), rank, world)) is not None:
         return skipped
-    outcome = _decided(lambda: _claim(members, locks, run_dir.name, rerun, wait), rank, world)
-    if outcome == _STOPPED:
+    claimed = _decided(lambda: _claim(members, locks, run_dir.name, rerun, wait), rank, world)
+    if claimed == _STOPPED:
         raise StopRequested(STOP.signum or signal.SIGTERM)
-    if outcome is not None:
-        return outcome
+    if claimed is not None:
+        return claimed
     try:  # the data and the network are built under the run's locks: nobody else is training it
         ctx = RunContext.build(cfg, opt, members, rank, world)
         with STOP.installed():
@@ -90,7 +89,7 @@ def train(cfg: DictConfig, run_dir: Path, *, member_dir: Callable[[dict[str, Any
         raise
     finally:
         locks.release()
-    return _result(members, summaries)
+    return Outcome.of(summaries, members.packed)
 
 
 _STOPPED = "stopped while waiting"
@@ -106,20 +105,20 @@ def _decided(decide: Callable[[], Any], rank: int, world: int) -> Any:
     return outcome
 
 
-def _skipped(members: Members, name: str, rerun: bool, knob: str) -> dict | None:
+def _skipped(members: Members, name: str, rerun: bool, knob: str) -> Outcome | None:
     """What ``train`` returns for a run already finished (its data is then not needed), else None."""
     if rerun or not (done := _finished(members)):
         return None
     log.info("%s already finished; skipping (%s=true retrains)", name, knob)
-    return _result(members, [{**s, "skipped": True} for s in done])
+    return Outcome.of([{**s, "skipped": True} for s in done], members.packed)
 
 
-def _claim(members: Members, locks: RunLocks, name: str, rerun: bool, wait: bool) -> dict | str | None:
+def _claim(members: Members, locks: RunLocks, name: str, rerun: bool, wait: bool) -> Outcome | str | None:
     """``None`` when this process now holds the run's locks and must train it; else what ``train`` returns
     (skipped, busy) or ``_STOPPED``."""
     if not locks.try_acquire():
         if not wait:
-            return {"status": BUSY, "holder": locks.holder(), "members": []}
+            return Outcome(BUSY, holder=locks.holder())
         log.info("%s is being trained by %s; waiting for it", name, locks.holder())
         if not locks.wait(give_up=lambda: STOP.requested):
             return _STOPPED
@@ -127,20 +126,13 @@ def _claim(members: Members, locks: RunLocks, name: str, rerun: bool, wait: bool
     if not rerun and (done := _finished(members)):  # finished since the first look (_skipped)
         locks.release()
         log.info("%s was finished by another process; skipping", name)
-        return _result(members, [{**s, "skipped": True} for s in done])
+        return Outcome.of([{**s, "skipped": True} for s in done], members.packed)
     return None
 
 
-def _finished(members: Members) -> list[dict] | None:
+def _finished(members: Members) -> list[Summary] | None:
     summaries = [read_summary(m.run_dir) for m in members]
     return summaries if all(is_finished(s, m.fingerprint) for s, m in zip(summaries, members)) else None
-
-
-def _result(members: Members, summaries: list[dict]) -> dict:
-    if not members.packed:
-        return summaries[0]
-    return {"status": "packed", "members": summaries, "train_loss": None, "test_loss": None,
-            "steps_done": max(s.get("steps_done") or 0 for s in summaries)}
 
 
 @dataclass(frozen=True)
@@ -162,7 +154,8 @@ def _write_failed(members: Members, error: Exception, record: _Record) -> None:
 
     for k, member in enumerate(members):
         write_summary(member.run_dir, summary_record(
-            FAILED, member.run_dir, member.knobs, member.fingerprint, error=f"{type(error).__name__}: {error}",
+            FAILED, member.run_dir, knobs_of(member.cfg, member.lr, member.seed), member.fingerprint,
+            error=f"{type(error).__name__}: {error}",
             traceback=traceback.format_exc(), **record.fields(members, k)))
 
 
@@ -173,31 +166,13 @@ def _distributed() -> tuple[int, int]:
     return (dist.get_rank(), world) if world > 1 else (0, 1)
 
 
-def losses_and_hits(net: Module, weights: list[torch.Tensor], x: torch.Tensor, y: torch.Tensor,
-                    members: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mean cross-entropy and correct-prediction count of each network on one batch, shape (K,) each.
-
-    ``members=K``: the weights and the batch carry a leading member axis (a packed run; a batch the
-    members share is an ``expand`` view, no copy), and every atom applies its K weights in one batched
-    call."""
-    count = members or 1
-    logits = net(x, weights).float()
-    logits = logits.reshape(-1, logits.shape[-1])
-    targets = y.reshape(-1)
-    loss = F.cross_entropy(logits, targets, reduction="none").view(count, -1).mean(dim=1)
-    return loss, (logits.argmax(-1) == targets).view(count, -1).sum(dim=1)
-
-
-def grads_of(losses: torch.Tensor, weights: list[torch.Tensor]) -> list[torch.Tensor]:
-    # Members share no weight, so the gradient of the summed loss is each member's own gradient.
-    return list(torch.autograd.grad(losses.sum(), weights))
-
-
 @dataclass
 class RunContext:
     """What stays fixed while a run trains: config, device, data, network and the compiled step."""
 
     cfg: DictConfig
+    train: TrainConfig
+    arch: ArchConfig
     opt: OptimConfig
     members: Members
     rank: int
@@ -212,38 +187,33 @@ class RunContext:
 
     @classmethod
     def build(cls, cfg: DictConfig, opt: OptimConfig, members: Members, rank: int, world: int) -> RunContext:
-        device = resolve_device(cfg.train.device)
-        if device.type == "cuda" and world > 1:
-            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-            torch.cuda.set_device(device)
-        elif device.type == "cuda":  # an explicit index: the prefetch thread has its own current device
-            device = torch.device("cuda", torch.cuda.current_device())
-        if cfg.train.batch_size % world:
-            raise ValueError(f"train.batch_size={cfg.train.batch_size} must divide evenly over {world} processes")
+        train = typed(TrainConfig, cfg.train)
+        device = _run_device(train.device, world)
+        if train.batch_size % world:
+            raise ValueError(f"train.batch_size={train.batch_size} must divide evenly over {world} processes")
         data = build_dataset(cfg.data.name, **OmegaConf.to_container(cfg.data, resolve=True))
         variant = variant_of(cfg)
         if rank == 0 and (scope := explain_scope(cfg.arch.name, variant)):
             log.info(scope)
-        ctx = cls(cfg, opt, members, rank, world, device, data, build_model(cfg.arch, data, variant), compute=None,
-                  eval_batches=data.eval_batches(cfg.train.eval_batches, cfg.train.batch_size, device),
+        ctx = cls(cfg, train, typed(ArchConfig, cfg.arch), opt, members, rank, world, device, data,
+                  build_model(cfg.arch, data, variant), compute=None,
+                  eval_batches=data.eval_batches(train.eval_batches, train.batch_size, device),
                   variant=variant, seed_index=members.seed_index(device) if members.packed else None)
         if members.packed:
-            ctx.eval_batches = [ctx.stacked(x, y) for x, y in ctx.eval_batches]
-        if opt.mode == "manifold" and is_import_path(cfg.arch.name):  # a user's roles are known once it is built
-            roles = tuple(layer_roles(ctx.net))
-            if problems := [*role_problems("optim.manifold_scaled", opt.manifold_scaled, roles),
-                            *role_problems("optim.manifold_free", opt.manifold_free, roles)]:
+            ctx.eval_batches = [members.shared(x, y) for x, y in ctx.eval_batches]
+        if is_import_path(cfg.arch.name):  # a user's layer roles are known once it is built
+            if problems := MODES[opt.mode].problems(opt, tuple(layer_roles(ctx.net))):
                 raise ValueError("; ".join(problems))
-        if cfg.train.compile:  # a sweep compiles many configurations in one process: start each afresh
+        if train.compile:  # a sweep compiles many configurations in one process: start each afresh
             torch._dynamo.reset()
-        ctx.compute = torch.compile(ctx.loss_and_grads) if cfg.train.compile else ctx.loss_and_grads
+        ctx.compute = torch.compile(ctx.loss_and_grads) if train.compile else ctx.loss_and_grads
         return ctx
 
     @property
     def iterations(self) -> int:
         """Training iterations: train.steps, and in the paper variant one more at LR 0, as its reference loop
         runs steps + 1 (``schedule_factor`` is 0 past the end)."""
-        return self.cfg.train.steps + int(self.variant.extra_step)
+        return self.train.steps + int(self.variant.extra_step)
 
     @property
     def units(self) -> str:
@@ -251,11 +221,11 @@ class RunContext:
 
     @property
     def units_per_step(self) -> int:
-        return self.cfg.train.batch_size * (self.data.context if self.data.kind == "language" else 1)
+        return self.train.batch_size * (self.data.context if self.data.kind == "language" else 1)
 
     def losses(self, weights: list[torch.Tensor], x: torch.Tensor, y: torch.Tensor):
         """Per-member losses and hits; ``x, y`` carry the member axis when packed (see ``batch_for``)."""
-        autocast = (torch.autocast(self.device.type, dtype=torch.bfloat16) if self.cfg.train.dtype == "bfloat16"
+        autocast = (torch.autocast(self.device.type, dtype=torch.bfloat16) if self.train.dtype == "bfloat16"
                     else nullcontext())
         with autocast:
             return losses_and_hits(self.net, weights, x, y, len(self.members) if self.members.packed else None)
@@ -267,37 +237,38 @@ class RunContext:
     def batch_for(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Step ``step``'s batch of each seed; packed, with a leading member axis (each member gets its
         own seed's batch: a view when they share one seed, a gather of the few seeds' batches otherwise)."""
-        size, share = self.cfg.train.batch_size, self.cfg.train.batch_size // self.world
+        size, share = self.train.batch_size, self.train.batch_size // self.world
         batches = []
         for seed in self.members.seeds:
             x, y = self.data.train_batch(step, size, seed=seed, device=self.device)
             if self.world > 1:  # every rank draws the same global batch and keeps its slice
                 x, y = x[self.rank * share:(self.rank + 1) * share], y[self.rank * share:(self.rank + 1) * share]
             batches.append((x, y))
-        if not self.members.packed:
-            return batches[0]
-        return self.stacked(*batches[0]) if len(batches) == 1 else tuple(
-            torch.stack(parts)[self.seed_index] for parts in zip(*batches))
-
-    def stacked(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """One batch for every member of a packed run (a view, no copy)."""
-        k = len(self.members)
-        return x.expand(k, *x.shape), y.expand(k, *y.shape)
+        return self.members.batch(batches, self.seed_index)
 
     def initial_weights(self) -> list[torch.Tensor]:
-        """Each member's initial weights from its own seed, stacked on the member axis when packed."""
-        by_seed = {seed: self.net.initialize(seed=seed, device=self.device) for seed in self.members.seeds}
-        if self.opt.mode == "manifold":  # start on the manifold (a Gaussian initialisation is not)
-            by_seed = {seed: self.net.onto_manifold(weights) for seed, weights in by_seed.items()}
-        if self.members.packed:
-            return [torch.stack(per_member) for per_member in zip(*(by_seed[m.seed] for m in self.members))]
-        return by_seed[self.members.items[0].seed]
+        """Each member's initial weights from its own seed (on the mode's constraint set), stacked on the member
+        axis when packed."""
+        mode = MODES[self.opt.mode]
+        by_seed = {seed: mode.initial_weights(self.net, self.net.initialize(seed=seed, device=self.device))
+                   for seed in self.members.seeds}
+        return self.members.weights(by_seed)
 
     def fresh_state(self) -> RunState:
         k = len(self.members)
         weights = [w.requires_grad_() for w in self.initial_weights()]
-        window = max(1, int(self.cfg.arch.get("loss_window", 1)))
+        window = self.arch.loss_window
         return RunState(weights, init_state(weights, self.opt), torch.zeros(window, k, device=self.device), k)
+
+
+def _run_device(name: str, world: int) -> torch.device:
+    device = resolve_device(name)
+    if device.type == "cuda" and world > 1:
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+    elif device.type == "cuda":  # an explicit index: the prefetch thread has its own current device
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
 
 
 def _start_state(ctx: RunContext, path: Path, rerun: bool) -> RunState:
@@ -315,7 +286,7 @@ def _start_state(ctx: RunContext, path: Path, rerun: bool) -> RunState:
     return state
 
 
-def _train(ctx: RunContext, run_dir: Path, rerun: bool, record: _Record) -> list[dict]:
+def _train(ctx: RunContext, run_dir: Path, rerun: bool, record: _Record) -> list[Summary]:
     cfg, members = ctx.cfg, ctx.members
     path = run_dir / checkpoint.CHECKPOINT_FILE
     state = _start_state(ctx, path, rerun)
@@ -330,7 +301,7 @@ def _train(ctx: RunContext, run_dir: Path, rerun: bool, record: _Record) -> list
             state.metrics_offsets, state.wandb_ids = out.offsets(), out.wandb_ids()
             checkpoint.save(path, state.state_dict(), members.fingerprint)
 
-    loggers = RunLoggers(cfg, members, state, lead=lead, show_bar=lead and cfg.train.progress,
+    loggers = RunLoggers(cfg, members, state, lead=lead, show_bar=lead and ctx.train.progress,
                          sweep_dir=record.sweep_dir, total=ctx.iterations)
     with loggers as out, Prefetcher(ctx.batch_for, state.step, ctx.iterations) as batches:
         try:
@@ -346,7 +317,7 @@ def _train(ctx: RunContext, run_dir: Path, rerun: bool, record: _Record) -> list
     if lead:
         for member, summary in zip(members, summaries):
             write_summary(member.run_dir, summary)
-        if cfg.train.keep_checkpoint:
+        if ctx.train.keep_checkpoint:
             save(out)
         else:  # a finished run needs no resume point; sweeps hold many runs
             path.unlink(missing_ok=True)
@@ -355,11 +326,12 @@ def _train(ctx: RunContext, run_dir: Path, rerun: bool, record: _Record) -> list
 
 def _loop(ctx: RunContext, state: RunState, out: RunLoggers, batches: Prefetcher,
           save: Callable[[RunLoggers], None]) -> None:
-    train, steps = ctx.cfg.train, ctx.cfg.train.steps  # the schedule runs over train.steps
+    train, steps = ctx.train, ctx.train.steps  # the schedule runs over train.steps
     lrs = ctx.members.lrs(ctx.device)
     active = state.active() if ctx.members.packed else None
-    every = train.get("layer_stats_every", 0)
-    layers = LayerStats(ctx, every) if every and ctx.rank == 0 else None
+    every = train.layer_stats_every
+    layers = LayerStats(ctx.net, ctx.losses, ctx.eval_batches[0], ctx.initial_weights(), ctx.members.packed,
+                        every) if every and ctx.rank == 0 else None
     for t in range(state.step, ctx.iterations):
         tick = time.perf_counter()
         loss, grads = ctx.compute(state.weights, *batches.get(t))
@@ -407,8 +379,7 @@ def _all_reduce(ctx: RunContext, loss: torch.Tensor, grads: list[torch.Tensor]):
 def _log_train(ctx: RunContext, state: RunState, out: RunLoggers, t: int, loss: torch.Tensor,
                lr: torch.Tensor) -> None:
     losses, lrs = loss.tolist(), lr.reshape(-1).tolist()
-    manifold = state.optim.manifold.means() if state.optim.manifold is not None else None
-    learned = _temperatures(ctx, state)
+    learned = _learned_scales(ctx, state)
     for k, status in enumerate(state.statuses):
         if status != RUNNING:
             continue
@@ -416,11 +387,9 @@ def _log_train(ctx: RunContext, state: RunState, out: RunLoggers, t: int, loss: 
         initial = state.initial_loss[k] = losses[k] if state.initial_loss[k] is None else state.initial_loss[k]
         record = {"step": t, "train_loss": losses[k], "lr": lrs[k % len(lrs)], "elapsed": round(state.elapsed, 4),
                   ctx.units: (t + 1) * ctx.units_per_step}
-        if manifold is not None:  # the dual ascent, averaged over the steps since the last log
-            record["tangency"], record["dual_iterations"] = manifold[0][k], manifold[1][k]
         record.update({name: values[k] for name, values in learned.items()})
         out.emit(k, record)
-        if not math.isfinite(losses[k]) or losses[k] > ctx.cfg.train.diverge_factor * initial:
+        if not math.isfinite(losses[k]) or losses[k] > ctx.train.diverge_factor * initial:
             state.diverge(k, t + 1)  # packed: frozen, the other members go on
     running = [v for v, s in zip(losses, state.statuses) if s == RUNNING]
     rate = state.step * ctx.units_per_step * len(losses) / max(state.elapsed, 1e-9)
@@ -428,14 +397,14 @@ def _log_train(ctx: RunContext, state: RunState, out: RunLoggers, t: int, loss: 
                         **{f"{ctx.units}/s": f"{rate:,.0f}"})
 
 
-def _temperatures(ctx: RunContext, state: RunState) -> dict[str, list[float]]:
-    """Per member: the logits' RMS on the probe, and manifold mode's learned-radius and free layers' scales."""
+def _learned_scales(ctx: RunContext, state: RunState) -> dict[str, list[float]]:
+    """Per member: the logits' RMS on the probe, and what the mode logs (manifold: the dual ascent, the
+    learned layer scales)."""
     packed = ctx.members.packed
     x = temperatures.probe(ctx.eval_batches[0], packed)
-    values = {"logit_rms": temperatures.logit_rms(ctx.net, state.weights, x, packed)}
-    if state.optim.manifold is not None and state.optim.manifold.kinds is not None:
-        values.update(temperatures.role_scales(ctx.net, state.weights, state.optim.manifold.kinds, packed))
-    return {name: value.reshape(-1).tolist() for name, value in values.items()}
+    rms = temperatures.logit_rms(ctx.net, state.weights, x, packed)
+    logged = MODES[ctx.opt.mode].logged(ctx.net, state.weights, state.optim.mode_state, packed)
+    return {"logit_rms": rms.reshape(-1).tolist(), **logged}
 
 
 def _log_eval(ctx: RunContext, state: RunState, out: RunLoggers, step: int) -> None:
@@ -458,7 +427,7 @@ def _log_eval(ctx: RunContext, state: RunState, out: RunLoggers, step: int) -> N
 
 
 def _write_summaries(ctx: RunContext, state: RunState, record: _Record, final: str | None,
-                     write: bool = True) -> list[dict]:
+                     write: bool = True) -> list[Summary]:
     """Each member's summary: still-running members get ``final`` (or ``running`` when None); diverged
     members stay diverged."""
     summaries = []
@@ -475,20 +444,12 @@ def _write_summaries(ctx: RunContext, state: RunState, record: _Record, final: s
                   "packed_with": len(ctx.members) if ctx.members.packed else 1, **record.fields(ctx.members, k)}
         if ctx.data.kind == "image":
             fields["test_acc"] = state.last_eval[k].get("test_acc") if done else None
-        if ctx.opt.mode == "dualized":  # optim.ortho_dtype=auto depends on the device, like its kernels
-            dtype = iteration_dtype(ctx.opt.ortho_dtype, ctx.device) or torch.float32
-            fields["ortho_dtype"] = str(dtype).removeprefix("torch.")
-        summaries.append(summary_record(status, member.run_dir, member.knobs, member.fingerprint, **fields))
+        fields.update(MODES[ctx.opt.mode].summary_fields(ctx.opt, ctx.device))
+        knobs = knobs_of(member.cfg, member.lr, member.seed)
+        summaries.append(summary_record(status, member.run_dir, knobs, member.fingerprint, **fields))
         if write:
             write_summary(member.run_dir, summaries[-1])
     return summaries
-
-
-def remove_if_empty(folder: Path) -> None:
-    """Remove ``folder`` when nothing is in it (a folder made for a command that wrote nothing); a folder
-    holding anything, an earlier run's files included, stays."""
-    with suppress(OSError):
-        folder.rmdir()
 
 
 @contextmanager
@@ -502,7 +463,7 @@ def one_line_errors(program: str, run_dir: Path) -> Iterator[None]:
         raise SystemExit(f"{program}: {error}") from None
 
 
-def run_or_exit(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) -> dict:
+def run_or_exit(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) -> Outcome:
     """For the command line: a run stopped by a signal exits with 128 + signal after checkpointing; data that
     cannot be had or an architecture that does not fit the data exits with one line."""
     with one_line_errors("modula-sweep", run_dir):

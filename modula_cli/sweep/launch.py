@@ -11,10 +11,8 @@ import copy
 import json
 import logging
 import os
-import re
 import time
 import uuid
-from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,41 +25,22 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from ..analysis.results import (COMPLETED, COUNTED, DIVERGED, FAILED, FINISHED, INTERRUPTED, PENDING, RUNNING, SKIPPED,
-                                is_finished, launch_counts, launch_record, launch_status, launch_summaries,
-                                read_manifest, read_summary, record_launch)
-from ..config.identity import member_overrides, run_name
-from ..config.members import Members
-from ..config.packing import pack_arguments
+from ..config.identity import run_name
+from ..config.members import Members, pack_arguments, sweep_member_dir
 from ..config.validate import ConfigError, check_config, optim_config
 from ..data import DataUnavailable, prepare_dataset
 from ..models.variant import folder_suffix, variant_name, variant_of
-from ..optim import lr_grid
 from ..plumbing.signals import STOP, StopRequested
 from ..plumbing.threads import configure_threads
-from ..run.trainer import BUSY, train
+from ..results.records import (BUSY, COMPLETED, COUNTED, DIVERGED, FAILED, FINISHED, INTERRUPTED, PENDING, RUNNING,
+                               SKIPPED, Outcome, is_finished, knobs_of, launch_counts, launch_record, launch_status,
+                               launch_summaries, read_manifest, read_summary, record_launch)
+from ..run.trainer import train
 from .eta import time_left
 
 log = logging.getLogger(__name__)
 LAUNCH_ENV = "MODULA_SWEEP_LAUNCH"  # the launch id, inherited by the jobs of every launcher
 STOP_MARKER = ".stop"  # written into the sweep folder when the launching process gets a stop signal
-
-
-def lr_grid_string(optimizer: str, mode: str) -> str:
-    """The grid as a Hydra sweep value, ``0.015625,0.03125,…`` (one run per LR; ``sweep.pack=true`` packs
-    it into one run per grid point)."""
-    return ",".join(repr(lr) for lr in lr_grid(optimizer, mode))
-
-
-def register_resolvers() -> None:
-    if not OmegaConf.has_resolver("lr_grid"):
-        OmegaConf.register_new_resolver("lr_grid", lr_grid_string)
-    if not OmegaConf.has_resolver("run_dirname"):
-        OmegaConf.register_new_resolver("run_dirname", lambda overrides: run_name(list(overrides)))
-    if not OmegaConf.has_resolver("folder_name"):  # my_models:my_mlp → my_models-my_mlp in folder names
-        OmegaConf.register_new_resolver("folder_name", lambda name: re.sub(r"[^\w.=+-]", "-", str(name)))
-    if not OmegaConf.has_resolver("variant_folder"):  # the sweep folder's suffix: _paper, none for modular
-        OmegaConf.register_new_resolver("variant_folder", lambda node: folder_suffix(variant_of({"variant": node})))
 
 
 # --- before launch: every job composed and checked, its runs planned --------------------------------------
@@ -72,7 +51,7 @@ def grid_overrides(config: DictConfig) -> list[list[str]]:
 
     params = [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
     arguments = params + list(config.hydra.overrides.task)
-    if config.get("sweep", {}).get("pack", False):  # as the packing sweeper will launch them
+    if config.sweep.pack:  # as the packing sweeper will launch them
         arguments = pack_arguments(arguments)
     overrides = OverridesParser.create().parse_overrides(arguments)
     batches = BasicSweeper.split_arguments(overrides, None)
@@ -81,13 +60,9 @@ def grid_overrides(config: DictConfig) -> list[list[str]]:
 
 def planned_runs(job: list[str], job_cfg: DictConfig) -> dict[str, dict]:
     """The run folders one job trains (one per (LR, seed) when packed) and the knobs of each."""
-    members = Members.of(job_cfg, optim_config(job_cfg), Path(run_name(job)), member_dir(Path(), job))
-    return {member.run_dir.name: {**member.knobs, "fingerprint": member.fingerprint} for member in members}
-
-
-def member_dir(sweep_dir: Path, job: list[str]) -> Callable[[dict[str, Any]], Path]:
-    """A packed member's folder: the one its separate run would get."""
-    return lambda packed: sweep_dir / run_name(member_overrides(job, packed))
+    members = Members.of(job_cfg, optim_config(job_cfg), Path(run_name(job)), sweep_member_dir(Path(), job))
+    return {member.run_dir.name: {**knobs_of(member.cfg, member.lr, member.seed), "fingerprint": member.fingerprint}
+            for member in members}
 
 
 def validate_grid(config: DictConfig, prepare_data: bool = False) -> dict[str, dict]:
@@ -139,7 +114,7 @@ def validate_grid(config: DictConfig, prepare_data: bool = False) -> dict[str, d
 
 def finished_runs(config: DictConfig, planned: dict[str, dict]) -> set[str]:
     """The planned runs finished before this launch, by this very configuration (none with sweep.rerun)."""
-    if config.sweep.get("rerun") or config.train.get("rerun"):
+    if config.sweep.rerun or config.train.rerun:
         return set()
     sweep_dir = Path(config.hydra.sweep.dir)
     return {name for name, knobs in planned.items()
@@ -176,13 +151,13 @@ class _Deferred:
 _DEFERRED: list[_Deferred] = []  # runs another process was training when their turn came (this process)
 
 
-def sweep_job(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> dict:
+def sweep_job(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> Outcome:
     """One job of a multirun. Failures are recorded in the run's summary.json and never stop the sweep;
     after a stop signal no run starts. A run busy in another process is, with jobs that run in this
     process, left for the end of the sweep (other runs go first), else waited for."""
     hydra_cfg = HydraConfig.get()
     if STOP.requested or (Path(hydra_cfg.sweep.dir) / STOP_MARKER).exists():
-        return {"status": PENDING}  # the launching process was told to stop: start nothing more
+        return Outcome(PENDING)  # the launching process was told to stop: start nothing more
     launcher = str(hydra_cfg.launcher.get("_target_", ""))
     if "joblib" in launcher:
         n_jobs = hydra_cfg.launcher.get("n_jobs") or 1
@@ -191,27 +166,28 @@ def sweep_job(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> dict:
         configure_threads(cfg.train.threads)
     in_process = launcher.endswith("BasicLauncher")
     result = _train_job(cfg, run_dir, overrides, wait=not in_process, requeues="submitit" in launcher)
-    if result["status"] == BUSY:
+    if result.status == BUSY:
         log.info("%s is being trained by %s; it will be checked again at the end of this sweep",
-                 run_dir.name, result["holder"])
+                 run_dir.name, result.holder)
         _DEFERRED.append(_Deferred(cfg, run_dir, overrides))
     else:
         _report_progress(Path(hydra_cfg.sweep.dir), run_dir.name, result)
     return result
 
 
-def _train_job(cfg: DictConfig, run_dir: Path, overrides: list[str], wait: bool, requeues: bool = False) -> dict:
+def _train_job(cfg: DictConfig, run_dir: Path, overrides: list[str], wait: bool, requeues: bool = False
+               ) -> Outcome:
     sweep_dir = run_dir.parent
     try:
-        return train(cfg, run_dir, member_dir=member_dir(sweep_dir, overrides),
+        return train(cfg, run_dir, member_dir=sweep_member_dir(sweep_dir, overrides),
                      overrides=overrides, sweep_dir=sweep_dir, launch=os.environ.get(LAUNCH_ENV), wait=wait)
     except StopRequested:
         if not requeues:  # checkpointed; the sweep stops after this job
-            return {"status": INTERRUPTED}
+            return Outcome(INTERRUPTED)
         raise  # submitit's job process: its launcher requeues the job
     except Exception as error:  # noqa: BLE001 - recorded in the run's summary.json by train()
         log.error("%s failed: %s: %s", run_dir.name, type(error).__name__, error)
-        return {"status": FAILED, "error": str(error)}
+        return Outcome(FAILED, error=str(error))
 
 
 _SIGNALS = ExitStack()  # the sweep's signal handlers, from the first job to the report
@@ -227,12 +203,11 @@ def _share_local_hardware(cfg: DictConfig, job_number: int, parallel_jobs: int) 
         configure_threads(cfg.train.threads, parallel_jobs)
 
 
-def _report_progress(sweep_dir: Path, name: str, result: dict) -> None:
+def _report_progress(sweep_dir: Path, name: str, result: Outcome) -> None:
     """One line per job that trained: its outcome, "k of N" of the runs this launch trains, the counts so
     far, the time left. A job whose runs had all finished before the launch printed its skip line already."""
     launch = os.environ.get(LAUNCH_ENV)
-    members = result.get("members") or [result]
-    if not launch or all(member.get("skipped") for member in members):
+    if not launch or result.skipped:
         return
     manifest = read_manifest(sweep_dir)
     record = launch_record(sweep_dir, launch, manifest)
@@ -242,8 +217,8 @@ def _report_progress(sweep_dir: Path, name: str, result: dict) -> None:
     ended = sum(counts[s] for s in COUNTED) - before
     left = _time_left(manifest["runs"], summaries, launch, record)
     eta = "" if left is None else f" · about {_duration(left)} left"
-    loss = result.get("train_loss")
-    outcome = result["status"] + (f", train loss {loss:.4f}" if isinstance(loss, float) else "")
+    loss = result.train_loss
+    outcome = result.status + (f", train loss {loss:.4f}" if isinstance(loss, float) else "")
     log.info("[%d of %d] %s: %s · so far %d completed, %d diverged, %d failed%s", ended, len(record["runs"]) - before,
              name, outcome, counts[COMPLETED], counts[DIVERGED], counts[FAILED], eta)
 
@@ -315,7 +290,7 @@ class SweepCallback(Callback):
         (sweep_dir / STOP_MARKER).unlink(missing_ok=True)
         if stopped is not None:
             print(f"sweep stopped by signal {stopped}: {line}, {counts[INTERRUPTED]} interrupted, "
-                  f"{counts[PENDING] + counts['running']} not started  ({sweep_dir}); run the same command to "
+                  f"{counts[PENDING] + counts[RUNNING]} not started  ({sweep_dir}); run the same command to "
                   f"resume", flush=True)
             raise SystemExit(128 + stopped)
         print(f"sweep finished: {line}  ({sweep_dir})", flush=True)
@@ -329,7 +304,7 @@ def _write_sweep_report(config: DictConfig, sweep_dir: Path) -> None:
 
     try:
         with FileLock(str(sweep_dir / ".sweep.lock")):
-            write_report(sweep_dir, metric=config.get("sweep", {}).get("metric", "train_loss"))
+            write_report(sweep_dir, metric=config.sweep.metric)
         if config.logger.name == "wandb":
             log_report_to_wandb(config, sweep_dir)
     except Exception as error:  # noqa: BLE001 - a report problem must not hide the runs' results

@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import pandas as pd
 from filelock import FileLock
@@ -56,6 +57,86 @@ COLUMNS = ("run", *SERIES, *KNOBS, "lr", "seed", "status", "train_loss", "test_l
 NUMERIC = ("lr", "seed", "train_loss", "test_loss", "test_acc", "steps_done", "wall_time_s", "packed_with", *KNOBS)
 
 
+# --- a run's summary, and what training it came to ------------------------------------------------------
+
+BUSY = "busy"      # another process is training the run (train(wait=False)): nothing was done here
+PACKED = "packed"  # the status of a packed run as a whole: its members have their own
+
+
+class Summary(TypedDict, total=False):
+    """A run's ``summary.json`` (schema 2), as written by ``summary_record`` and read by ``read_summary``."""
+    schema: int
+    status: str                  # one of STATUSES
+    run: str                     # the run folder's name
+    arch: str                    # the series: arch, data, optimizer, mode, variant (``knobs_of``)
+    data: str
+    optimizer: str
+    mode: str
+    variant: str
+    width: int                   # the knobs the config sets (KNOB_KEYS)
+    depth: int
+    block_depth: int
+    blocks_mass: float
+    heads: int
+    context: int
+    batch_size: int
+    steps: int
+    wd: float
+    lr: float
+    seed: int
+    settings: dict[str, Any]     # every number-changing setting but lr and seed (``experiment_settings``)
+    train_loss: float | None     # final: mean of the last arch.loss_window steps (completed runs)
+    test_loss: float | None
+    test_acc: float | None       # image data
+    last_logged_train_loss: float | None
+    steps_done: int
+    wall_time_s: float
+    throughput: float
+    throughput_unit: str         # tokens/s or samples/s
+    device: str
+    world_size: int
+    packed_with: int             # members trained together (1: a separate run)
+    overrides: list[str]
+    launch: str | None           # the sweep launch that trained it
+    ortho_dtype: str             # dualized mode's iteration dtype
+    error: str                   # failed runs
+    traceback: str
+    fingerprint: str
+    written_at: float
+    skipped: bool                # in memory only: finished before, not trained again
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What ``train`` (or a sweep job) came to: each member's summary (one for an unpacked run), or, when no
+    run summary stands for it, the job's status (``BUSY``; in a sweep also pending, interrupted, failed)."""
+    status: str
+    members: tuple[Summary, ...] = ()
+    packed: bool = False
+    holder: str | None = None  # BUSY: the process that holds the run
+    error: str | None = None   # a failed job's error
+
+    @classmethod
+    def of(cls, summaries: list[Summary], packed: bool) -> Outcome:
+        return cls(PACKED if packed else summaries[0]["status"], tuple(summaries), packed)
+
+    @property
+    def summary(self) -> Summary:
+        """An unpacked run's summary."""
+        if self.packed or len(self.members) != 1:
+            raise ValueError(f"a {self.status} outcome of {len(self.members)} members has no single summary")
+        return self.members[0]
+
+    @property
+    def skipped(self) -> bool:
+        """Every member had finished before (nothing was trained)."""
+        return bool(self.members) and all(member.get("skipped") for member in self.members)
+
+    @property
+    def train_loss(self) -> float | None:
+        return None if self.packed or len(self.members) != 1 else self.members[0].get("train_loss")
+
+
 def knobs_of(cfg: Any, lr: float, seed: int) -> dict[str, Any]:
     """The values a sweep table is indexed by, read from one run's composed config."""
     record: dict[str, Any] = {"arch": cfg.arch.name, "data": cfg.data.name, "optimizer": cfg.optim.name,
@@ -67,14 +148,14 @@ def knobs_of(cfg: Any, lr: float, seed: int) -> dict[str, Any]:
     return {**record, "lr": float(lr), "seed": int(seed), "settings": experiment_settings(cfg)}
 
 
-def summary_record(status: str, run_dir: Path, knobs: dict, fingerprint: str, **fields: Any) -> dict[str, Any]:
+def summary_record(status: str, run_dir: Path, knobs: dict, fingerprint: str, **fields: Any) -> Summary:
     if status not in STATUSES:
         raise ValueError(f"unknown run status {status!r}; allowed: {', '.join(STATUSES)}")
     return {"schema": SCHEMA_VERSION, "status": status, "run": run_dir.name, **knobs, **fields,
             "fingerprint": fingerprint, "written_at": time.time()}
 
 
-def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
+def write_summary(run_dir: Path, summary: Summary) -> None:
     atomic.write_text(run_dir / SUMMARY_FILE, json.dumps(summary, indent=2, default=str))
 
 
@@ -90,7 +171,7 @@ def _read_json(path: Path, what: str, warn: bool = True) -> Any:
         return None
 
 
-def read_summary(run_dir: Path, warn: bool = True) -> dict[str, Any] | None:
+def read_summary(run_dir: Path, warn: bool = True) -> Summary | None:
     """The run's summary, or ``None`` when it has none or an unreadable one (which counts as not finished;
     ``warn`` says so, naming the file, for the readers that act on it)."""
     path = run_dir / SUMMARY_FILE
@@ -107,7 +188,7 @@ def read_summary(run_dir: Path, warn: bool = True) -> dict[str, Any] | None:
     return summary
 
 
-def is_finished(summary: dict | None, fingerprint: str) -> bool:
+def is_finished(summary: Summary | None, fingerprint: str) -> bool:
     """Finished, and by this very configuration (a changed config trains again)."""
     return bool(summary) and summary["status"] in FINISHED and summary.get("fingerprint") == fingerprint
 

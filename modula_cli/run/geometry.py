@@ -6,10 +6,10 @@ record for every atom (docs/coord_check.md says what each quantity means and wha
 - ``own_delta_rms``: RMS of the part of that change due to the atom's own weights, ``(W − W₀) x`` on its
   current input x (the rest arrived from the layers below: a layer of fixed fan-in can dominate the change
   downstream and hide a width-growing update);
-- ``dir_change``: mean over the batch's feature vectors of ‖h/‖h‖ − h₀/‖h₀‖‖ (seed 004's directional change;
+- ``dir_change``: mean over the batch's feature vectors of ‖h/‖h‖ − h₀/‖h₀‖‖ (directional change, docs/design.md;
   0 = same direction, √2 = orthogonal, 2 = reversed);
 - ``update_ratio``: the last update's size in the atom's own norm (exact: SVD for matrices) divided by its
-  target, learning rate × the atom's share of the modular norm (SPEC §2.2);
+  target, learning rate × the atom's share of the modular norm (docs/design.md, "Normalising and dualising a network");
 - ``stable_rank``: ‖W‖_F² / ‖W‖₂² of the weight (mean over a convolution's k² slices; the table for an
   embedding); ``update_stable_rank``: the same of the last update.
 """

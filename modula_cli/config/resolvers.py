@@ -1,0 +1,32 @@
+"""What Hydra needs before it composes a config: the config's own interpolations (``${lr_grid:…}``,
+``${run_dirname:…}``, …) and the schemas that hold the fixed groups' defaults (``schema.py``)."""
+
+from __future__ import annotations
+
+import re
+
+from omegaconf import OmegaConf
+
+from ..models.variant import folder_suffix, variant_of
+from ..optim import lr_grid
+from .identity import run_name
+from .schema import register_schemas
+
+
+def lr_grid_string(optimizer: str, mode: str) -> str:
+    """The grid as a Hydra sweep value, ``0.015625,0.03125,…`` (one run per LR; ``sweep.pack=true`` packs
+    it into one run per grid point)."""
+    return ",".join(repr(lr) for lr in lr_grid(optimizer, mode))
+
+
+def register_config() -> None:
+    """Register the resolvers and the schemas (each once)."""
+    register_schemas()
+    if not OmegaConf.has_resolver("lr_grid"):
+        OmegaConf.register_new_resolver("lr_grid", lr_grid_string)
+    if not OmegaConf.has_resolver("run_dirname"):
+        OmegaConf.register_new_resolver("run_dirname", lambda overrides: run_name(list(overrides)))
+    if not OmegaConf.has_resolver("folder_name"):  # my_models:my_mlp → my_models-my_mlp in folder names
+        OmegaConf.register_new_resolver("folder_name", lambda name: re.sub(r"[^\w.=+-]", "-", str(name)))
+    if not OmegaConf.has_resolver("variant_folder"):  # the sweep folder's suffix: _paper, none for modular
+        OmegaConf.register_new_resolver("variant_folder", lambda node: folder_suffix(variant_of({"variant": node})))

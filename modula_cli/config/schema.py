@@ -1,0 +1,99 @@
+"""The config's schema: every setting with its type, default and a one-line doc, in one place per group
+(train, sweep, coord here; optim in optim/config.py, variant in models/variant.py, arch in models/config.py,
+data in data/config.py).
+
+Each dataclass is registered in Hydra's ConfigStore (``register_schemas``) and is where the YAML defaults
+come from: configs/config.yaml, coord_check.yaml, optim/*.yaml and variant/*.yaml list the schema first
+and set only what differs. The schema is stored as plain values, not as a typed node: Hydra would turn a
+typed ``optim.wd=0`` into ``0.0``, and a run's fingerprint hashes its settings as given, so a run finished
+before the schema existed keeps its fingerprint. Types are checked before launch instead
+(``schema_problems``), with one line per bad value. ``arch`` and ``data`` are open groups (a builder takes
+the keys its YAML gives, and a user's own network may add its own): ``ArchConfig`` and ``DataConfig`` type
+their common keys and give their defaults.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+
+from ..data.config import DataConfig
+from ..models.config import ArchConfig
+from ..models.variant import Variant
+from ..optim import OptimConfig
+from ..plumbing.device import DEVICES
+from ..plumbing.settings import setting
+
+METRICS = ("train_loss", "test_loss", "test_acc")  # what a report may optimise (sweep.metric)
+DTYPES = ("float32", "bfloat16")
+AXES = ("width", "depth")
+
+
+@dataclass
+class TrainConfig:
+    steps: int = setting(1000, "optimiser steps (paper: 10 000)", minimum=1)
+    batch_size: int = setting(32, "sequences or images per step (paper: 128)", minimum=1)
+    eval_every: int = setting(100, "steps between test-loss evaluations; 0: only at the end", minimum=0)
+    eval_batches: int = setting(10, "test batches per evaluation (paper: 100)", minimum=1)
+    log_every: int = setting(10, "steps between train-loss logs (a host sync each)", minimum=1)
+    seed: Any = setting(0, "an integer >= 0, or a list: one packed member per seed")
+    device: str = setting("auto", "auto | cpu | cuda", choices=DEVICES)
+    threads: Any = setting("auto", "CPU threads per process: auto (the cores other jobs leave free) | N")
+    dtype: str = setting("float32", "float32 | bfloat16 (autocast)", choices=DTYPES)
+    compile: bool = setting(False, "torch.compile the loss-and-gradient step and the optimiser update")
+    checkpoint_every: int = setting(100, "steps between checkpoints; 0: only on SIGTERM / SIGUSR1", minimum=0)
+    keep_checkpoint: bool = setting(False, "keep the final weights (checkpoint.pt) after the run finishes")
+    diverge_factor: float = setting(3.0, "stop as diverged once the train loss exceeds this multiple of the first")
+    rerun: bool = setting(False, "retrain even if the run folder holds a finished run")
+    progress: bool = setting(True, "progress bar (only when stderr is a terminal)")
+    layer_stats_every: int = setting(0, "N > 0: each layer's geometry every N steps into layer_stats.jsonl",
+                                     minimum=0)
+
+
+@dataclass
+class SweepConfig:
+    name: str = setting("multirun", "the sweep's folder under outputs/sweeps/ (a preset sets it)")
+    rerun: bool = setting(False, "retrain runs that already finished")
+    pack: bool = setting(False, "train each scale point's swept LRs and seeds as one packed run")
+    metric: str = setting("train_loss", "what the report's optima optimise", choices=METRICS)
+
+
+@dataclass
+class CoordConfig:
+    axis: str = setting("width", "which arch setting the scales set", choices=AXES)
+    widths: list[int] = setting([32, 64, 128, 256, 512], "axis=width: the widths (< 8x or < 3: a tentative verdict)")
+    depths: list[int] = setting([1, 2, 4, 8, 16], "axis=depth: the depths (the same rule)")
+    modes: list[str] = setting(["unnormed", "normed", "dualized"], "the modes compared")
+    steps: int = setting(4, "updates on the fixed batch (measured after each, and before the first)", minimum=1)
+    batch_size: int = setting(8, "sequences or images of the fixed batch", minimum=1)
+    tolerance: float = setting(0.3, "width-stable: every layer's |slope| of delta_rms and own_delta_rms <= it")
+
+    @property
+    def scales(self) -> tuple[int, ...]:
+        """The axis's scales: the widths or the depths."""
+        return tuple(self.widths if self.axis == "width" else self.depths)
+
+
+# the groups whose values are checked against a schema before launch (variant: models/variant.py's own check)
+GROUP_SCHEMAS: dict[str, type] = {"arch": ArchConfig, "data": DataConfig, "train": TrainConfig,
+                                  "sweep": SweepConfig, "optim": OptimConfig}
+
+
+# --- the ConfigStore ---------------------------------------------------------------------------------------
+
+def _plain(schema: type) -> dict[str, Any]:
+    return dataclasses.asdict(schema())
+
+
+def register_schemas() -> None:
+    """Store the defaults of every fixed group where the YAML files list them (``_run_schema`` in config.yaml,
+    ``_coord_schema`` in coord_check.yaml, ``_schema`` in optim/*.yaml and variant/*.yaml)."""
+    store = ConfigStore.instance()
+    store.store(name="_run_schema", node={"train": _plain(TrainConfig), "sweep": _plain(SweepConfig)})
+    store.store(name="_coord_schema", node={"coord": _plain(CoordConfig)})
+    store.store(group="optim", name="_schema", node=_plain(OptimConfig))
+    # variant/*.yaml are global (they also set optim.*): their schema names its own package
+    store.store(group="variant", name="_schema", node={"variant": _plain(Variant)})

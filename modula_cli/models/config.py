@@ -1,0 +1,23 @@
+"""The ``arch`` config group's schema. It is an open group: each builder takes the keys its YAML gives (a user's
+own network may add its own), so this types and documents the keys the built-in architectures share and gives
+the defaults of those a YAML may leave out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..plumbing.settings import setting
+
+
+@dataclass
+class ArchConfig:
+    """The keys the built-in architectures share; a builder ignores those it does not take."""
+    name: str = setting("gpt", "gpt | resmlp | resnet | standard_gpt | package.module:function (your own)")
+    width: int | None = setting(None, "hidden width", minimum=1)
+    depth: int | None = setting(None, "residual blocks", minimum=1)
+    heads: int | None = setting(None, "attention heads (GPT)", minimum=1)
+    block_depth: int | None = setting(None, "layers per residual block (ResMLP, ResNet)", minimum=1)
+    blocks_mass: float | None = setting(None, "the residual blocks' total mass")
+    loss_window: int = setting(1, "a run's final train loss: the mean of the last N steps' losses", minimum=1)
+    data_kind: str | None = setting(None, "your own network: language | image (leave out: both)")
+    kernel_size: int | None = setting(None, "convolution kernel size (ResNet)", minimum=1)

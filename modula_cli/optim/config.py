@@ -1,0 +1,44 @@
+"""The ``optim`` config group's schema: configs/optim/*.yaml choose the base optimiser and set what differs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..plumbing.settings import setting
+
+# Manifold mode's defaults (issue 26, measured in docs/manifold.md): the temperatures (readout, attention
+# scores) free, every other layer on its manifold with a learned radius.
+MANIFOLD_FREE = ["output", "attn.q", "attn.k"]
+ROLES = "layer roles, e.g. [output, attn.q]"  # what the manifold lists hold (``nn.layer_roles``)
+MANIFOLD_SCALED = ["embed.token", "embed.position", "attn.v", "attn.out", "mlp.in", "mlp.out", "input", "hidden"]
+
+
+@dataclass
+class OptimConfig:
+    name: str = setting("adam", "the base optimiser: sgd (momentum) | adam")
+    mode: str = setting("normed", "unnormed | normed (update of modular norm LR) | dualized (duality map) | "
+                                  "manifold (weights on their manifolds)")
+    lr: Any = setting(None, "a number > 0; a list: one packed member per LR; null: the mode's default")
+    beta1: float = setting(0.9, "momentum (SGD and Adam)")
+    beta2: float = setting(0.99, "Adam's second-moment average")
+    eps: float = setting(0.0, "Adam's ε (the paper's: none, NaN/inf entries set to 0)")
+    wd: float = setting(0.0, "weight decay (× the step's LR), split over the network as a step is")
+    schedule: str = setting("linear", "linear (decay to 0, the paper's) | cosine | constant")
+    warmup_steps: int = setting(0, "linear warm-up steps", minimum=0)
+    warmup_fraction: float | None = setting(None, "a fraction of train.steps instead (stretches with the run)")
+    ortho: str = setting("polar_express", "dualized (and manifold's free layers): polar_express | muon | cubic "
+                                          "| svd")
+    ortho_steps: int | None = setting(None, "iterations of the polar factor; null: the method's default")
+    ortho_dtype: str = setting("auto", "the iteration's dtype: auto (bfloat16 on CUDA, else float32) | float32 "
+                                       "| bfloat16")
+    power_iterations: int = setting(2, "normed: warm-started power-iteration steps per update", minimum=1)
+    manifold_iterations: int = setting(0, "manifold: most dual-ascent steps per update (0: the projected start; "
+                                          "docs/manifold.md)", minimum=0)
+    manifold_step: float = setting(1.0, "manifold: first multiplier step, decaying linearly to 0")
+    manifold_tolerance: float = setting(1e-3, "manifold: a matrix stops once RMS(WᵀA + AᵀW) is below this")
+    manifold_warm_start: bool = setting(True, "manifold: start from the previous step's multiplier")
+    manifold_scaled: list[str] = setting(MANIFOLD_SCALED, "manifold: the roles whose radius is learned",
+                                         items=ROLES)
+    manifold_free: list[str] = setting(MANIFOLD_FREE, "manifold: the roles trained off the manifold (dualized)",
+                                       items=ROLES)

@@ -1,0 +1,38 @@
+"""The base optimisers' directions u from the gradients g, with the paper's bias correction
+``c_t = (1 − β)^{t/(t+1)}`` in place of Adam's usual one (docs/design.md, "The optimisation loop")."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from .config import OptimConfig
+from .state import OptimState
+
+
+def ema_weight(beta: float, t: int) -> float:
+    """``c_t = (1 − β)^{t/(t+1)}``: 1 at t = 0 (the first step copies g), → 1 − β later."""
+    return (1.0 - beta) ** (t / (t + 1))
+
+
+def sgd_direction(state: OptimState, grads: list[Tensor], cfg: OptimConfig) -> list[Tensor]:
+    torch._foreach_lerp_(state.momentum, grads, state.scalars[1])
+    return state.momentum
+
+
+def adam_direction(state: OptimState, grads: list[Tensor], cfg: OptimConfig) -> list[Tensor]:
+    torch._foreach_lerp_(state.momentum, grads, state.scalars[1])
+    torch._foreach_lerp_(state.second_moment, torch._foreach_mul(grads, grads), state.scalars[2])
+    denominator = torch._foreach_sqrt(state.second_moment)
+    if cfg.eps:
+        torch._foreach_add_(denominator, cfg.eps)
+    direction = torch._foreach_div(state.momentum, denominator)
+    # Without ε, entries with v = 0 give 0/0: the paper turns NaN/inf into 0.
+    return [torch.nan_to_num_(u, nan=0.0, posinf=0.0, neginf=0.0) for u in direction]
+
+
+DIRECTIONS: dict[str, Callable[[OptimState, list[Tensor], OptimConfig], list[Tensor]]] = {
+    "sgd": sgd_direction, "adam": adam_direction}
+OPTIMIZERS = tuple(DIRECTIONS)

@@ -1,0 +1,34 @@
+"""The optimisation modes: how the base optimiser's direction u becomes the weight change Δ (w ← w − Δ).
+
+A mode is one file here holding everything that differs between modes: its update map, its state (kept
+in the optimiser state and its checkpoints), the projection of the initial weights onto its constraint set,
+the settings only it reads (left out of every other mode's fingerprint), its checks, and what it adds to
+the train log and the summary. A new mode is a ``Mode`` subclass in a new file, registered in ``MODES``.
+"""
+
+from __future__ import annotations
+
+from ..config import OptimConfig
+from .base import Mode
+from .dualized import Dualized
+from .manifold import Manifold
+from .normed import Normed
+from .unnormed import Unnormed
+
+MODES: dict[str, Mode] = {mode.name: mode for mode in (Unnormed(), Normed(), Dualized(), Manifold())}
+
+
+def lr_grid(optimizer: str, mode: str) -> list[float]:
+    """The paper's LR grid for an optimiser in a mode (powers of two)."""
+    return MODES[mode].lr_grid(optimizer)
+
+
+def single_lr(cfg: OptimConfig) -> float:
+    """The LR of an unpacked run: ``optim.lr``, or the mode's default when null (a packed run's members each
+    bring their own: ``config/members.py``)."""
+    if cfg.lr is None:
+        return MODES[cfg.mode].default_lrs[cfg.name]
+    return float(cfg.lr[0]) if isinstance(cfg.lr, (list, tuple)) else float(cfg.lr)
+
+
+__all__ = ["MODES", "Mode", "lr_grid", "single_lr"]

@@ -1,0 +1,63 @@
+"""What every optimisation mode provides (``modes/__init__.py`` registers them)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor
+
+from ...nn import Module
+from ..config import OptimConfig
+
+# The paper's LR grids are powers of two, 2^-6 … 2^2 unless a mode says otherwise for an optimiser.
+DEFAULT_EXPONENTS = range(-6, 3)
+
+
+class Mode:
+    """One mode. Subclasses set ``name`` and ``update``; every other hook has the do-nothing default."""
+
+    name: ClassVar[str]
+    # the single-run LR when optim.lr is null (the middle of the paper's grid), and the grid's exponents
+    default_lrs: ClassVar[dict[str, float]] = {"sgd": 2.0**-2, "adam": 2.0**-2}
+    lr_exponents: ClassVar[dict[str, range]] = {}
+    # optim settings that only this mode reads (by prefix): other modes' fingerprints leave them out
+    own_settings: ClassVar[tuple[str, ...]] = ()
+    # its state's key in the optimiser state and its checkpoints (None: stateless)
+    state_key: ClassVar[str | None] = None
+    # the mode holds every weight on its own constraint set: the paper variant's embedding renormalisation
+    # (which would undo it) is skipped
+    holds_norms: ClassVar[bool] = False
+
+    def lr_grid(self, optimizer: str) -> list[float]:
+        return [2.0**e for e in self.lr_exponents.get(optimizer, DEFAULT_EXPONENTS)]
+
+    def update(self, net: Module, weights: list[Tensor], u: list[Tensor], lr: Tensor, state: Any,
+               cfg: OptimConfig) -> list[Tensor]:
+        """The weight change Δ for base direction ``u`` at learning rate ``lr`` (a tensor: one per member when
+        packed); ``state`` is what ``init_state`` made."""
+        raise NotImplementedError
+
+    def init_state(self, weights: list[Tensor], cfg: OptimConfig) -> Any:
+        return None
+
+    def runs_eagerly(self, state: Any) -> bool:
+        """This step cannot go through torch.compile (e.g. it draws random numbers on a CPU generator)."""
+        return False
+
+    def initial_weights(self, net: Module, weights: list[Tensor]) -> list[Tensor]:
+        """The initial weights moved onto the mode's constraint set (unconstrained modes: unchanged)."""
+        return weights
+
+    def problems(self, cfg: OptimConfig, roles: tuple[str, ...] | None) -> list[str]:
+        """Problems of the mode's own settings, one line each. ``roles``: the network's layer roles, or None
+        while they are not known (a user's network is checked again once built)."""
+        return []
+
+    def logged(self, net: Module, weights: list[Tensor], state: Any, packed: bool) -> dict[str, list[float]]:
+        """Extra train-log fields, one value per member (a host sync: called at log steps only)."""
+        return {}
+
+    def summary_fields(self, cfg: OptimConfig, device: torch.device) -> dict[str, Any]:
+        """Extra fields of each run's summary.json."""
+        return {}

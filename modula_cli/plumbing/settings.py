@@ -1,0 +1,90 @@
+"""Typed settings: a dataclass field with a one-line doc (and an integer's minimum, a text's choices), the
+check of a config node's values against such a dataclass, and the dataclass of a checked node."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from typing import Any
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+
+def setting(default: Any, doc: str, *, minimum: int | None = None, choices: tuple | None = None,
+            items: str | None = None) -> Any:
+    """A schema field: its default, a one-line doc, and for an integer its minimum, for text its choices, for a
+    list what its items are (said when it is not such a list)."""
+    metadata = {"doc": doc, "minimum": minimum, "choices": choices, "items": items}
+    if isinstance(default, list):
+        return dataclasses.field(default_factory=lambda: list(default), metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def listed(value: Any) -> bool:
+    """A list from YAML, the command line or Python; anything else is one value."""
+    return isinstance(value, (list, tuple, ListConfig))
+
+
+_TYPE_WORDS = {bool: "true or false", int: "an integer", float: "a number", str: "text"}
+_ITEM_WORDS = {bool: "true / false values", int: "integers", float: "numbers", str: "names"}
+
+
+def _instance(value: Any, kind: Any) -> bool:
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+def _value_problem(key: str, value: Any, hint: Any, metadata: typing.Mapping[str, Any]) -> str | None:
+    """The one-line problem of one setting's value against its schema type, or None."""
+    options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+    kinds = [kind for kind in options if kind is not type(None)]
+    if value is None:
+        return None if len(kinds) < len(options) or Any in kinds else f"{key}=null; must be set"
+    kind = kinds[0]
+    if kind is Any:
+        return None
+    if (choices := metadata.get("choices")) is not None and value not in choices:
+        return f"{key}={value!r}; allowed: {', '.join(map(str, choices))}"
+    if typing.get_origin(kind) is list:
+        item = typing.get_args(kind)[0]
+        if not listed(value) or not all(_instance(v, item) for v in value):
+            return f"{key}={value}; must be a list of {metadata.get('items') or _ITEM_WORDS[item]}"
+        return None
+    if kind is int and (minimum := metadata.get("minimum")) is not None:
+        if not _instance(value, int) or value < minimum:
+            return f"{key}={value!r}; must be an integer >= {minimum}"
+        return None
+    return None if _instance(value, kind) else f"{key}={value!r}; must be {_TYPE_WORDS[kind]}"
+
+
+def checked(group: str, node: Any, schema: type) -> tuple[list[str], dict[str, Any]]:
+    """One line per setting of ``node`` (the ``group`` config) whose value does not fit ``schema``, and the
+    node's values with each such setting at its default, so that the group's own rules can run on the rest
+    without tripping over a value of the wrong type (reported once, here). Settings the node lacks (an open
+    group's) are left out; keys the schema does not name are kept."""
+    values = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
+    hints = typing.get_type_hints(schema)
+    problems = []
+    for f in dataclasses.fields(schema):
+        if f.name in values and (problem := _value_problem(f"{group}.{f.name}", values[f.name], hints[f.name],
+                                                           f.metadata)):
+            problems.append(problem)
+            values[f.name] = getattr(schema(), f.name)
+    return problems, values
+
+
+def schema_problems(group: str, node: Any, schema: type) -> list[str]:
+    """The problems of ``checked``."""
+    return checked(group, node, schema)[0]
+
+
+def typed(schema: type, node: Any) -> Any:
+    """The ``schema`` dataclass of a checked config node: its values, the schema's defaults for keys an open
+    group's node lacks, and no keys the schema does not name (a builder's own options stay in the node)."""
+    values = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
+    names = {f.name for f in dataclasses.fields(schema)}
+    return schema(**{k: v for k, v in values.items() if k in names})
