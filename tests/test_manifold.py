@@ -13,7 +13,7 @@ from modula_cli.nn.manifold import DualAscent, atom_kinds, msign, sphere_step, t
 from modula_cli.optim import OptimConfig, init_state, optimizer_step
 from modula_cli.run.trainer import train
 from modula_cli.optim.modes.manifold import layer_scale
-from modula_cli.config.validate import config_problems, optim_config
+from modula_cli.config.validate import config_problems
 from test_train import assert_same_losses
 
 
@@ -110,7 +110,7 @@ def test_weights_stay_on_their_manifolds_for_many_steps(make_net, batch):
     net = make_net()
     weights = [w.requires_grad_() for w in net.onto_manifold(net.initialize(0))]
     assert _on_manifold_error(net, weights) < 2e-6
-    opt = optim_config(compose_config("optim.mode=manifold", "optim.lr=0.5", "optim.schedule=constant"))
+    opt = OptimConfig.of(compose_config("optim.mode=manifold", "optim.lr=0.5", "optim.schedule=constant").optim)
     state = init_state(weights, opt)
     generator = torch.Generator().manual_seed(0)
     for t in range(300):
@@ -150,7 +150,7 @@ def test_gaussian_initial_weights_are_put_on_the_manifold(tmp_path, tiny_text_ro
 
     net = StandardGPT(vocab_size=len(set((tiny_text_root / "shakespeare" / "input.txt").read_text())), context=16,
                       num_heads=2, width=16, depth=1)
-    opt = optim_config(cfg)
+    opt = OptimConfig.of(cfg.optim)
     kinds = atom_kinds(layer_roles(net), opt.manifold_scaled, opt.manifold_free)
     assert _on_manifold_error(net, saved, kinds) < 1e-5
 

@@ -49,6 +49,7 @@ def test_values_keep_the_type_they_were_given():
     ("sweep.metric=acc", "sweep.metric='acc'; allowed: train_loss, test_loss, test_acc"),
     ("optim.manifold_free=output", "optim.manifold_free=output; must be a list of layer roles, e.g. [output, attn.q]"),
     ("arch.width=0", "arch.width=0; must be an integer >= 1"),
+    ("data.context=abc", "data.context='abc'; must be an integer >= 1"),
 ])
 def test_a_wrong_type_is_one_line_naming_the_value_and_what_is_allowed(override, problem):
     assert config_problems(compose_config(override)) == [problem]

@@ -36,3 +36,41 @@ def test_nn_has_no_import_circle():
 
     circles = [name for name in modules if reaches(name, name)]
     assert not circles, circles
+
+
+# The package's layers, from the bottom (docs/design.md, "Package map"): a package imports only from lower
+# layers (or within itself), so reading the code bottom-up never meets a name defined further up.
+LAYERS = {"plumbing": 1, "nn": 1, "data": 2, "models": 3, "optim": 4, "config": 5, "results": 6, "run": 7,
+          "analysis": 7, "sweep": 8, "coord": 8, "cli": 6, "train": 9}
+
+
+def _package_imports(path: Path) -> set[str]:
+    """The modula_cli modules that a module imports (relative or absolute, lazy ones too), as dotted names."""
+    parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+    here = parts[:-1]  # the importing module's package, relative to modula_cli
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = here[:len(here) - node.level + 1]
+            found.add(".".join([*base, *([node.module] if node.module else [])]) or node.names[0].name)
+            if not node.module:
+                found.update(".".join([*base, alias.name]) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("modula_cli."):
+            found.add(node.module.removeprefix("modula_cli."))
+    return {name for name in found if name}
+
+
+def test_no_package_imports_a_layer_above_it():
+    upward = []
+    for path in PACKAGE.rglob("*.py"):
+        layer = path.relative_to(PACKAGE).parts[0].removesuffix(".py")
+        if layer == "__init__":
+            continue
+        for target in _package_imports(path):
+            top = target.split(".")[0]
+            if top in LAYERS and top != layer and LAYERS[top] >= LAYERS[layer]:
+                upward.append(f"{path.relative_to(PACKAGE)} imports {target} ({top} is not below {layer})")
+    assert not upward, upward
+    assert set(LAYERS) == {p.name.removesuffix(".py") for p in PACKAGE.iterdir()
+                           if (p.is_dir() and (p / "__init__.py").exists()) or (p.suffix == ".py" and
+                                                                                 p.stem != "__init__")}

@@ -7,7 +7,7 @@ come from: configs/config.yaml, coord_check.yaml, optim/*.yaml and variant/*.yam
 and set only what differs. The schema is stored as plain values, not as a typed node: Hydra would turn a
 typed ``optim.wd=0`` into ``0.0``, and a run's fingerprint hashes its settings as given, so a run finished
 before the schema existed keeps its fingerprint. Types are checked before launch instead
-(``schema_problems``), with one line per bad value. ``arch`` and ``data`` are open groups (a builder takes
+(``plumbing.settings.checked``), with one line per bad value. ``arch`` and ``data`` are open groups (a builder takes
 the keys its YAML gives, and a user's own network may add its own): ``ArchConfig`` and ``DataConfig`` type
 their common keys and give their defaults.
 """

@@ -32,10 +32,6 @@ class ConfigError(ValueError):
                          "invalid configuration:\n  - " + "\n  - ".join(problems))
 
 
-def optim_config(cfg: Any) -> OptimConfig:
-    return OptimConfig(**OmegaConf.to_container(cfg.optim, resolve=True))
-
-
 def _arch_problems(arch: Any, data: Any) -> list[str]:
     problems: list[str] = []
     if is_import_path(str(arch.name)):
@@ -66,7 +62,7 @@ def data_problems(data: Any) -> list[str]:
     entry = DATASETS[data.name]
     options = {k: v for k, v in OmegaConf.to_container(data, resolve=True).items() if k not in CONFIG_ONLY_KEYS}
     problems = [p for p in [entry.source_problem(**options)] if p]
-    if "context" not in data:
+    if typed(DataConfig, data).context is None:  # an image dataset, or a context already named mistyped
         return problems
     limit = typed(DataConfig, data).max_context
     if limit is not None and data.context > limit:
@@ -154,4 +150,4 @@ def check_config(cfg: Any, overrides: list[str] | None = None) -> None:
 def checked_optim(cfg: Any) -> OptimConfig:
     """Check the whole run config, then build its optimiser settings (once per run)."""
     check_config(cfg)
-    return optim_config(cfg)
+    return OptimConfig.of(cfg.optim)

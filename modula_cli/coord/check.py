@@ -34,7 +34,7 @@ from ..config import CONFIG_DIR
 from ..config.identity import fingerprint
 from ..config.resolvers import register_config
 from ..config.schema import CoordConfig
-from ..config.validate import ConfigError, config_problems, optim_config, unknown_key_problems
+from ..config.validate import ConfigError, config_problems, unknown_key_problems
 from ..data import DataUnavailable, build_dataset
 from ..models import ModelError, build_model
 from ..models.variant import variant_of
@@ -306,7 +306,7 @@ def run_coord_check(cfg: DictConfig, out_dir: Path) -> tuple[pd.DataFrame, pd.Da
                 continue
             tick = time.perf_counter()
             net = nets[scale]
-            opt = optim_config(point)
+            opt = OptimConfig.of(point.optim)
             weights = net.initialize(seed=cfg.train.seed, device=device)
             weights = MODES[opt.mode].initial_weights(net, weights)
             rows = measure(net, weights, x, y, opt, settings.steps)

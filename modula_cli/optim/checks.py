@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 from ..nn.orthogonalize import ITER_DTYPES as ORTHO_DTYPES
@@ -13,13 +14,15 @@ from .schedule import SCHEDULES
 
 
 def validate_optim(cfg: OptimConfig, roles: tuple[str, ...] | None = None) -> list[str]:
-    """Every problem of the optim settings beyond their types (``schema_problems``), one line each; ``roles``:
+    """Every problem of the optim settings beyond their types (``plumbing.settings.checked``), one line each; ``roles``:
     the network's layer roles, when known."""
     problems = []
     if cfg.name not in OPTIMIZERS:
         problems.append(f"optim.name={cfg.name!r}; allowed: {', '.join(OPTIMIZERS)}")
     if cfg.mode not in MODES:
-        problems.append(f"optim.mode={cfg.mode!r}; allowed: {', '.join(MODES)}")
+        guess = difflib.get_close_matches(str(cfg.mode), list(MODES), n=1)
+        problems.append(f"optim.mode={cfg.mode!r}; {f'did you mean {guess[0]}? ' if guess else ''}"
+                        f"allowed: {', '.join(MODES)}")
     problems += _lr_problems(cfg.lr)
     for key in ("beta1", "beta2"):
         if not 0 <= getattr(cfg, key) < 1:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from omegaconf import OmegaConf
+
 from ..plumbing.settings import setting
 
 # Manifold mode's defaults (issue 26, measured in docs/manifold.md): the temperatures (readout, attention
@@ -17,8 +19,8 @@ MANIFOLD_SCALED = ["embed.token", "embed.position", "attn.v", "attn.out", "mlp.i
 @dataclass
 class OptimConfig:
     name: str = setting("adam", "the base optimiser: sgd (momentum) | adam")
-    mode: str = setting("normed", "unnormed | normed (update of modular norm LR) | dualized (duality map) | "
-                                  "manifold (weights on their manifolds)")
+    mode: str = setting("normed", "a mode registered in optim/modes/ (MODES); built in: unnormed | normed (update "
+                                  "of modular norm LR) | dualized (duality map) | manifold (weights on manifolds)")
     lr: Any = setting(None, "a number > 0; a list: one packed member per LR; null: the mode's default")
     beta1: float = setting(0.9, "momentum (SGD and Adam)")
     beta2: float = setting(0.99, "Adam's second-moment average")
@@ -42,3 +44,8 @@ class OptimConfig:
                                          items=ROLES)
     manifold_free: list[str] = setting(MANIFOLD_FREE, "manifold: the roles trained off the manifold (dualized)",
                                        items=ROLES)
+
+    @classmethod
+    def of(cls, node: Any) -> OptimConfig:
+        """The settings of a composed ``optim`` config node (a key the schema lacks is a TypeError)."""
+        return cls(**OmegaConf.to_container(node, resolve=True))

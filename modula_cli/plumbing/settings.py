@@ -77,10 +77,6 @@ def checked(group: str, node: Any, schema: type) -> tuple[list[str], dict[str, A
     return problems, values
 
 
-def schema_problems(group: str, node: Any, schema: type) -> list[str]:
-    """The problems of ``checked``."""
-    return checked(group, node, schema)[0]
-
 
 def typed(schema: type, node: Any) -> Any:
     """The ``schema`` dataclass of a checked config node: its values, the schema's defaults for keys an open

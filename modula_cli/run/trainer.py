@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
 
-from ..config.members import Members, member_overrides
+from ..config.members import MemberDir, Members, member_overrides
 from ..config.schema import TrainConfig
 from ..config.validate import checked_optim
 from ..data import Dataset, DataUnavailable, build_dataset
@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 ONE_LINE_ERRORS = (DataUnavailable, ModelError)
 
 
-def train(cfg: DictConfig, run_dir: Path, *, member_dir: Callable[[dict[str, Any]], Path] | None = None,
+def train(cfg: DictConfig, run_dir: Path, *, member_dir: MemberDir | None = None,
           overrides: list[str] | None = None, sweep_dir: Path | None = None, launch: str | None = None,
           wait: bool = True) -> Outcome:
     """Train one configuration into ``run_dir``; returns its ``Outcome``: its summary (also written to

@@ -27,9 +27,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from ..config.identity import run_name
 from ..config.members import Members, pack_arguments, sweep_member_dir
-from ..config.validate import ConfigError, check_config, optim_config
+from ..config.validate import ConfigError, check_config
 from ..data import DataUnavailable, prepare_dataset
 from ..models.variant import folder_suffix, variant_name, variant_of
+from ..optim import OptimConfig
 from ..plumbing.signals import STOP, StopRequested
 from ..plumbing.threads import configure_threads
 from ..results.records import (BUSY, COMPLETED, COUNTED, DIVERGED, FAILED, FINISHED, INTERRUPTED, PENDING, RUNNING,
@@ -60,7 +61,8 @@ def grid_overrides(config: DictConfig) -> list[list[str]]:
 
 def planned_runs(job: list[str], job_cfg: DictConfig) -> dict[str, dict]:
     """The run folders one job trains (one per (LR, seed) when packed) and the knobs of each."""
-    members = Members.of(job_cfg, optim_config(job_cfg), Path(run_name(job)), sweep_member_dir(Path(), job))
+    members = Members.of(job_cfg, OptimConfig.of(job_cfg.optim), Path(run_name(job)),
+                         sweep_member_dir(Path(), job))
     return {member.run_dir.name: {**knobs_of(member.cfg, member.lr, member.seed), "fingerprint": member.fingerprint}
             for member in members}
 
