@@ -34,12 +34,13 @@ class ConfigError(ValueError):
 
 def _arch_problems(arch: Any, data: Any) -> list[str]:
     problems: list[str] = []
+    shape = typed(ArchConfig, arch)
     if is_import_path(str(arch.name)):
         try:
             import_builder(arch.name)  # importable and callable; its type and shapes are checked when built
         except ModelError as error:
             problems.append(str(error))
-        if (kind := typed(ArchConfig, arch).data_kind) is not None and kind not in DATA_KINDS:
+        if (kind := shape.data_kind) is not None and kind not in DATA_KINDS:
             problems.append(f"arch.data_kind={kind!r}; allowed: {', '.join(DATA_KINDS)} (or leave it out: "
                             f"the architecture takes both)")
     elif arch.name not in ARCHITECTURES:
@@ -47,7 +48,6 @@ def _arch_problems(arch: Any, data: Any) -> list[str]:
                         f"package.module:function of your own (docs/extending.md)")
     if data.name in DATASETS and (problem := data_kind_problem(arch, data.name, DATASETS[data.name].kind)):
         problems.append(problem)
-    shape = typed(ArchConfig, arch)
     if shape.heads and shape.width and shape.width % shape.heads:
         problems.append(f"arch.width={shape.width} is not divisible by arch.heads={shape.heads}")
     if shape.blocks_mass is not None and not shape.blocks_mass > 0:

@@ -194,17 +194,16 @@ def builtin_roles() -> dict[str, tuple[str, ...]]:
     return {name: tuple(dict.fromkeys(layer_roles(net))) for name, net in tiny.items()}
 
 
-def role_problems(key: str, listed: Any, present: tuple[str, ...] | None) -> list[str]:
+def role_problems(key: str, roles: list[str], present: tuple[str, ...] | None) -> list[str]:
     """``optim.manifold_free=[outptu]``: every listed role must be a layer role of this network (``present``)
     or of a built-in architecture (so one list serves them all; a role the network lacks selects nothing).
-    ``present`` None: a user's network not built yet, whose roles are checked once it is."""
-    if not isinstance(listed, (list, tuple)) or not all(isinstance(role, str) for role in listed):
-        return [f"{key}={listed}; must be a list of layer roles, e.g. [output, attn.q]"]
+    ``present`` None: a user's network not built yet, whose roles are checked once it is. (That ``roles`` is
+    a list of names is the schema's check, ``OptimConfig.manifold_*``.)"""
     if present is None:
         return []
     known = dict.fromkeys(role for roles in builtin_roles().values() for role in roles)
     known.update(dict.fromkeys(present))
-    unknown = [role for role in listed if role not in known]
+    unknown = [role for role in roles if role not in known]
     if not unknown:
         return []
     guesses = [guess for role in unknown for guess in difflib.get_close_matches(role, list(known), n=1)]

@@ -46,8 +46,7 @@ class Manifold(Mode):
                             f"weight decay must be 0")
         problems += role_problems("optim.manifold_scaled", cfg.manifold_scaled, roles)
         problems += role_problems("optim.manifold_free", cfg.manifold_free, roles)
-        lists = all(isinstance(listed, (list, tuple)) for listed in (cfg.manifold_scaled, cfg.manifold_free))
-        if lists and (both := sorted(set(cfg.manifold_scaled) & set(cfg.manifold_free))):
+        if both := sorted(set(cfg.manifold_scaled) & set(cfg.manifold_free)):  # lists: their type is checked first
             problems.append(f"optim.manifold_scaled and optim.manifold_free both name {', '.join(both)}; "
                             f"a layer is either scaled on the manifold or free of it")
         return problems
