@@ -35,11 +35,12 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from importlib import import_module
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
 from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
 from .config import CONFIG_DIR
@@ -227,15 +228,54 @@ def _translated_errors(overrides: Sequence[str]) -> Iterator[None]:
 
 # --- entry points -----------------------------------------------------------------------------------------
 
+def search_path_dir(entry: str) -> Path | None:
+    """The folder a Hydra search-path entry names: ``file://DIR`` (relative to the working folder) or
+    ``pkg://package.sub`` (the package's folder); None for other kinds (``structured://``)."""
+    if entry.startswith("file://"):
+        return Path(entry[len("file://"):]).expanduser().resolve()
+    if entry.startswith("pkg://"):
+        try:
+            spec = find_spec(entry[len("pkg://"):].strip("/").replace("/", "."))
+        except (ImportError, ValueError):
+            return None
+        locations = list(spec.submodule_search_locations or []) if spec else []
+        return Path(locations[0]) if locations else None
+    return None
+
+
+def search_path(overrides: Sequence[str], config_dirs: Sequence[Path], config_name: str) -> list[Path]:
+    """The folders Hydra's search path adds: ``hydra.searchpath=[...]`` on the command line, else in the primary
+    config file (the first ``<config_name>.yaml`` of ``config_dirs``), as Hydra reads it."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    entries: list[str] = []
+    for override in overrides:
+        if override.lstrip("+").partition("=")[0] == "hydra.searchpath":
+            try:
+                value = OverridesParser.create().parse_override(override).value()
+            except OverrideParseException:
+                continue  # Hydra says what is wrong with it
+            entries = [str(v) for v in value] if isinstance(value, list) else [str(value)]
+    if not entries:
+        primary = next((d / f"{config_name}.yaml" for d in config_dirs if (d / f"{config_name}.yaml").is_file()), None)
+        try:
+            found = OmegaConf.select(OmegaConf.load(primary), "hydra.searchpath") if primary else None
+        except Exception:  # noqa: BLE001 - an unreadable primary config: Hydra reports it
+            found = None
+        entries = [str(v) for v in found] if found else []
+    return [folder for folder in map(search_path_dir, entries) if folder is not None and folder.is_dir()]
+
+
 def _command_line(argv: Sequence[str]) -> tuple[list[str], list[Path] | None]:
-    """The overrides and the config dirs to check them against (None: a --config-path we do not follow)."""
+    """The overrides and the config dirs to check them against (None: a --config-path we do not follow):
+    ``--config-dir``, the package's configs and every folder of Hydra's search path."""
     from hydra._internal.utils import get_args_parser
 
     args = get_args_parser().parse_args(argv)  # Hydra's own parser: exits on what Hydra would exit on
     if args.config_path is not None:
         return list(args.overrides), None
-    extra = [Path(args.config_dir).resolve()] if args.config_dir else []
-    return list(args.overrides), [*extra, CONFIG_DIR]
+    dirs = [*([Path(args.config_dir).resolve()] if args.config_dir else []), CONFIG_DIR]
+    return list(args.overrides), [*dirs, *search_path(args.overrides, dirs, args.config_name or "config")]
 
 
 def run(prog: str, hydra_main: Callable[[], Any]) -> None:

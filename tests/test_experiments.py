@@ -32,11 +32,13 @@ def test_experiment_grid_is_valid(experiment, pair):
         overrides = [f"experiment={experiment}"] + ([f"optim={pair[0]}", f"optim.mode={pair[1]}"] if pair else [])
         cfg = compose("config", overrides=overrides, return_hydra_config=True)
         assert cfg.hydra.mode.name == "MULTIRUN"
-        jobs = validate_grid(cfg)
+        plan = validate_grid(cfg)
     # one planned run folder per job, or per (LR, seed) member of a packed job
     members = [math.prod(len(o.split("=", 1)[1].strip("[]").split(",")) if "=[" in o else 1 for o in job)
                for job in grid_overrides(cfg)]
-    assert len(jobs) == sum(members) >= 4
+    assert len(plan.runs) == sum(members) >= 4
+    assert [job for job, _ in plan.jobs] == grid_overrides(cfg)  # each job with the runs it trains
+    assert sorted(name for _, names in plan.jobs for name in names) == sorted(plan.runs)
     if experiment.startswith("paper/"):
         assert cfg.train.steps == 10000 and cfg.train.batch_size == 128 and cfg.train.eval_batches == 100
         assert cfg.sweep.name == "paper_" + Path(experiment).name

@@ -175,7 +175,7 @@ def _plot_optima(ax, curves: pd.DataFrame, best: pd.DataFrame, style: str, label
     color = line.get_color()
     ax.errorbar(best["scale"], fit, yerr=[(fit - low).fillna(0), (high - fit).fillna(0)], fmt="none", ecolor=color,
                 capsize=3)
-    partial = best[[_incomplete(curves, scale) for scale in best["scale"]]]
+    partial = best[best["scale"].map(lambda scale: _incomplete(curves, scale)).astype(bool)]
     ax.plot(partial["scale"], partial["log2_optimal_lr_fit"], "o", color="white", markeredgecolor=color,
             markersize=7, linestyle="none")
     for marker, open_side in (("^", high.isna()), ("v", low.isna())):

@@ -5,15 +5,20 @@ half of one. Each write goes to a temporary file unique to this process and thre
 from __future__ import annotations
 
 import os
+import socket
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
 
+_HOST = socket.gethostname().split(".")[0]
+
+
 def _temporary_name(path: Path) -> Path:
-    # The suffix stays last, so writers that infer the format from it (savefig) still can.
-    return path.with_name(f".{path.stem}.{os.getpid()}-{threading.get_ident()}.tmp{path.suffix}")
+    # The suffix stays last, so writers that infer the format from it (savefig) still can. The host name: on a
+    # cluster's shared file system two nodes may run processes with the same pid.
+    return path.with_name(f".{path.stem}.{_HOST}-{os.getpid()}-{threading.get_ident()}.tmp{path.suffix}")
 
 
 def _fsync_dir(folder: Path) -> None:

@@ -8,8 +8,8 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable
-from contextlib import suppress
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from filelock import FileLock, Timeout
@@ -18,6 +18,32 @@ from . import atomic
 
 log = logging.getLogger(__name__)
 LOCK_FILE, OWNER_FILE = "run.lock", "run.owner"
+
+
+@contextmanager
+def holding(folder: Path) -> Iterator[bool]:
+    """Hold ``folder``'s run lock for the block if nobody else does: yields whether it is held (a folder
+    without a lock file is left alone: no run started there)."""
+    path = folder / LOCK_FILE
+    lock = FileLock(str(path))
+    try:
+        taken = path.exists() and lock.acquire(timeout=0) is not None
+    except (Timeout, OSError):
+        taken = False
+    try:
+        yield taken
+    finally:
+        if taken:
+            lock.release()
+
+
+def is_held(folder: Path) -> bool:
+    """Whether a live process holds ``folder``'s run lock (trains it now). The kernel releases the lock when
+    its holder dies, even by SIGKILL, so a ``running`` summary in a folder nobody holds was left by a process
+    that is gone. Probing takes the lock for an instant; a trainer starting in that instant finds the run
+    busy and comes back to it. An unreadable lock counts as held (nothing is declared dead on a doubt)."""
+    with holding(folder) as taken:
+        return (folder / LOCK_FILE).exists() and not taken
 
 
 class RunLocks:

@@ -1,20 +1,27 @@
 """Stopping on a signal without losing work: SIGTERM, SIGINT (Ctrl-C) and the cluster pre-emption signals
 SIGUSR1 / SIGUSR2 set one process-wide flag. The training loop reads it after every step, checkpoints and
 raises ``StopRequested``; a sweep then starts no further run, writes its report and exits 128 + signal.
-A second Ctrl-C stops at once."""
+A second Ctrl-C stops at once.
+
+Jobs that run in other processes or on other nodes (local_parallel, SLURM, Ray) also learn of a stop from a
+marker file that the launching process writes into the sweep folder (``watch``): the flag then reads as
+SIGTERM, as if the launcher's signal had reached the job."""
 
 from __future__ import annotations
 
 import logging
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
 
 HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
+MARKER_POLL_S = 1.0  # how often a stop marker is looked for (a stat; on a shared file system, not every step)
 
 
 class StopRequested(Exception):
@@ -36,10 +43,35 @@ class StopSignal:
         self._previous: dict[int, Any] = {}
         self._depth = 0
         self.on_stop: list[Callable[[int], None]] = []  # told once, at the first signal
+        self._marker: Path | None = None
+        self._marker_seen_at = 0.0
 
     @property
     def requested(self) -> bool:
+        if self.signum is None and self._marker is not None and self._marker_appeared():
+            self.signum = signal.SIGTERM
+            log.warning("the launch was stopped (%s): the current run checkpoints after this step and no further "
+                        "run starts", self._marker.name)
         return self.signum is not None
+
+    def watch(self, marker: Path | None) -> None:
+        """Also stop when the file ``marker`` appears (None: no marker); looked for at most every
+        ``MARKER_POLL_S``."""
+        self._marker, self._marker_seen_at = marker, 0.0
+
+    def _marker_appeared(self) -> bool:
+        now = time.monotonic()
+        if now - self._marker_seen_at < MARKER_POLL_S:
+            return False
+        self._marker_seen_at = now
+        return self._marker is not None and self._marker.exists()
+
+    def reclaim(self) -> None:
+        """Take the signals back from a library that replaced our handlers while they were installed (Ray's
+        ``ray.init`` sets its own SIGTERM handler, which exits at once)."""
+        if self._depth and threading.current_thread() is threading.main_thread():
+            for signum in HANDLED:
+                signal.signal(signum, self._handle)
 
     @contextmanager
     def installed(self) -> Iterator[StopSignal]:
@@ -76,10 +108,15 @@ class StopSignal:
 
     def chain(self) -> None:
         """After checkpointing, pass the signal to the handler that was there before (e.g. submitit's,
-        which requeues the job); Python's own defaults are left out."""
+        which requeues the job, or exits); Python's own defaults are left out. A handler that cannot do its
+        part (submitit's, when the job has been requeued too often) is said in a warning: the run is
+        checkpointed either way."""
         previous = self._previous.get(self.signum) if self.signum is not None else None
         if callable(previous) and previous is not signal.default_int_handler:
-            previous(self.signum, None)
+            try:
+                previous(self.signum, None)
+            except Exception as error:  # noqa: BLE001 - SystemExit (a requeue's exit) passes
+                log.warning("after the checkpoint: %s: %s", type(error).__name__, error)
 
 
 STOP = StopSignal()

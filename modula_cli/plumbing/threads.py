@@ -6,8 +6,10 @@ with 2 threads and 12 s with 1. ``auto`` therefore takes the cores this process 
 cgroup quota), less the ones of its CPU set that other processes keep busy (measured over a quarter second
 from /proc/stat when the process starts; the 1-minute load average where there is no /proc); the jobs a
 local launcher runs at once share the cores evenly instead (their load is each other's); never fewer than
-one. An integer sets
-the count; ``OMP_NUM_THREADS`` set by the user is kept under ``auto``.
+one. Inside a cluster job, ``auto`` is the CPUs the scheduler gave the job (``SLURM_CPUS_PER_TASK``; Ray's
+``num_cpus``, passed as ``MODULA_JOB_CPUS``): a node's other cores belong to other jobs, whose load may not
+have started yet. An integer sets the count; ``OMP_NUM_THREADS`` set by the user is kept under ``auto``
+outside a cluster job.
 """
 
 from __future__ import annotations
@@ -22,6 +24,16 @@ import torch
 
 log = logging.getLogger(__name__)
 AUTO = "auto"
+JOB_CPUS = ("MODULA_JOB_CPUS", "SLURM_CPUS_PER_TASK")  # the CPUs a cluster job was given, by who says it
+
+
+def job_cpus() -> tuple[int, str] | None:
+    """The CPUs this process's cluster job was given, and the variable that says so; None outside one."""
+    for name in JOB_CPUS:
+        value = os.environ.get(name, "")
+        if value.isdigit() and int(value) >= 1:
+            return int(value), name
+    return None
 
 
 def threads_problem(value: object) -> str | None:
@@ -98,7 +110,10 @@ def configure_threads(setting: object, parallel_jobs: int = 1) -> int:
     """Set this process's PyTorch threads from ``train.threads``; returns the count."""
     if (setting, parallel_jobs) in _CHOSEN:
         return _CHOSEN[(setting, parallel_jobs)]
-    if setting == AUTO and os.environ.get("OMP_NUM_THREADS"):
+    given = job_cpus() if setting == AUTO else None
+    if given is not None:
+        count, why = given[0], f"{given[1]}={given[0]}: the CPUs this job was given"
+    elif setting == AUTO and os.environ.get("OMP_NUM_THREADS"):
         count = max(1, int(os.environ["OMP_NUM_THREADS"])) if os.environ["OMP_NUM_THREADS"].isdigit() \
             else torch.get_num_threads()
         why = "OMP_NUM_THREADS"

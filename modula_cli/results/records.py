@@ -14,6 +14,7 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any, TypedDict
 
 import pandas as pd
@@ -24,6 +25,7 @@ from ..config.identity import experiment_settings
 from ..models.variant import HISTORICAL as HISTORICAL_VARIANT
 from ..models.variant import name_of as variant_name_of
 from ..plumbing import atomic
+from ..plumbing.locks import holding, is_held
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +103,7 @@ class Summary(TypedDict, total=False):
     ortho_dtype: str             # dualized mode's iteration dtype
     error: str                   # failed runs
     traceback: str
+    ended: str                   # an interrupted run whose process was killed: how it ended (its job's state)
     fingerprint: str
     written_at: float
     skipped: bool                # in memory only: finished before, not trained again
@@ -188,6 +191,36 @@ def read_summary(run_dir: Path, warn: bool = True) -> Summary | None:
     return summary
 
 
+def abandoned(run_dir: Path, summary: Summary | None) -> bool:
+    """A summary that says ``running`` in a folder no live process holds: its trainer was killed (SIGKILL, out
+    of memory, a dead node) before it could write how it ended."""
+    return bool(summary) and summary["status"] == RUNNING and not is_held(run_dir)
+
+
+ABANDONED = "its process ended without a word (killed, out of memory, or its node died)"
+
+
+def as_seen(run_dir: Path, summary: Summary | None) -> Summary | None:
+    """The summary as a reader should take it: an abandoned ``running`` run is ``interrupted`` (a relaunch
+    resumes it from its last checkpoint, the step its summary records)."""
+    if abandoned(run_dir, summary):
+        return {**summary, "status": INTERRUPTED, "ended": summary.get("ended") or ABANDONED}
+    return summary
+
+
+def mark_abandoned(run_dir: Path, why: str = ABANDONED) -> Summary | None:
+    """Record an abandoned run as ``interrupted`` at the step of its last checkpoint, saying ``why``; under
+    the run's lock, so that a trainer starting now is never overwritten. The new summary, or None when the
+    run was not abandoned."""
+    with holding(run_dir) as held:
+        summary = read_summary(run_dir, warn=False) if held else None
+        if summary is None or summary["status"] != RUNNING:
+            return None
+        settled: Summary = {**summary, "status": INTERRUPTED, "ended": why, "written_at": time.time()}
+        write_summary(run_dir, settled)
+        return settled
+
+
 def is_finished(summary: Summary | None, fingerprint: str) -> bool:
     """Finished, and by this very configuration (a changed config trains again)."""
     return bool(summary) and summary["status"] in FINISHED and summary.get("fingerprint") == fingerprint
@@ -203,16 +236,41 @@ def read_manifest(sweep_dir: Path) -> dict[str, Any]:
     return manifest
 
 
-def record_launch(sweep_dir: Path, launch_id: str, runs: dict[str, dict], finished_before: list[str] = ()) -> None:
+def record_launch(sweep_dir: Path, launch_id: str, runs: dict[str, dict], finished_before: Sequence[str] = (),
+                  jobs: Sequence[tuple[Sequence[str], Sequence[str]]] = ()) -> None:
     """Add a launch's planned runs to ``sweep.json`` (several launches may share one sweep folder), with the
-    ones that had finished before it (skipped, not counted in its progress)."""
+    ones that had finished before it (skipped, not counted in its progress) and, per job, its overrides and
+    the runs it trains (so that a launcher can follow jobs on other machines by their run folders)."""
     sweep_dir.mkdir(parents=True, exist_ok=True)
     with FileLock(str(sweep_dir / ".sweep.lock")):
         manifest = read_manifest(sweep_dir)
         manifest["runs"].update(runs)
         manifest["launches"][launch_id] = {"started": time.time(), "runs": sorted(runs),
-                                           "finished_before": sorted(finished_before), "axes": swept_axes(runs)}
+                                           "finished_before": sorted(finished_before), "axes": swept_axes(runs),
+                                           "jobs": [{"overrides": list(job), "runs": sorted(names)}
+                                                    for job, names in jobs]}
         atomic.write_text(sweep_dir / MANIFEST_FILE, json.dumps(manifest, indent=1))
+
+
+def forget_launch(sweep_dir: Path, launch_id: str) -> None:
+    """Take back a launch that submitted nothing (its submission was refused): its planned runs leave
+    ``sweep.json`` unless another launch plans them or they have a folder; an emptied sweep folder goes."""
+    manifest_path = sweep_dir / MANIFEST_FILE
+    with FileLock(str(sweep_dir / ".sweep.lock")):
+        manifest = read_manifest(sweep_dir)
+        if manifest["launches"].pop(launch_id, None) is None:
+            return
+        kept = {name for launch in manifest["launches"].values() for name in launch.get("runs", [])}
+        manifest["runs"] = {name: knobs for name, knobs in manifest["runs"].items()
+                            if name in kept or (sweep_dir / name).is_dir()}
+        if manifest["launches"] or manifest["runs"]:
+            atomic.write_text(manifest_path, json.dumps(manifest, indent=1))
+        else:
+            manifest_path.unlink(missing_ok=True)
+    (sweep_dir / ".sweep.lock").unlink(missing_ok=True)
+    if {p.name for p in sweep_dir.iterdir()} <= {"multirun.yaml"}:  # Hydra's record of this launch alone
+        (sweep_dir / "multirun.yaml").unlink(missing_ok=True)
+    atomic.remove_if_empty(sweep_dir)
 
 
 def swept_axes(runs: dict[str, dict]) -> list[str]:
@@ -227,12 +285,13 @@ def launch_record(sweep_dir: Path, launch_id: str, manifest: dict[str, Any] | No
     manifest = manifest if manifest is not None else read_manifest(sweep_dir)
     record = manifest["launches"].get(launch_id, {})
     return {"started": record.get("started", time.time()), "runs": list(record.get("runs", [])),
-            "finished_before": list(record.get("finished_before", []))}
+            "finished_before": list(record.get("finished_before", [])), "jobs": list(record.get("jobs", []))}
 
 
 def launch_summaries(sweep_dir: Path, runs: list[str]) -> dict[str, dict | None]:
-    """Each planned run's summary (``None``: not started, or unreadable: the trainer warns, once)."""
-    return {name: read_summary(sweep_dir / name, warn=False) for name in runs}
+    """Each planned run's summary as a reader takes it (``as_seen``; ``None``: not started, or unreadable:
+    the trainer warns, once)."""
+    return {name: as_seen(sweep_dir / name, read_summary(sweep_dir / name, warn=False)) for name in runs}
 
 
 def launch_counts(sweep_dir: Path, launch_id: str, record: dict[str, Any] | None = None,
@@ -270,7 +329,7 @@ def collect(sweep_dir: Path) -> pd.DataFrame:
     manifest = read_manifest(sweep_dir)
     rows: dict[str, dict] = {}
     for folder in sorted(p for p in sweep_dir.iterdir() if p.is_dir()):
-        summary = read_summary(folder)
+        summary = as_seen(folder, read_summary(folder))
         if summary is not None:
             settings = summary.get("settings") or _settings_from_config(folder)
             rows[folder.name] = {**summary, "run": folder.name, "settings": settings}

@@ -296,10 +296,12 @@ def _train(ctx: RunContext, run_dir: Path, rerun: bool, record: _Record) -> list
             atomic.write_text(member.run_dir / "config.yaml", OmegaConf.to_yaml(member.cfg, resolve=True))
         _write_summaries(ctx, state, record, final=None)
 
-    def save(out: RunLoggers) -> None:
+    def save(out: RunLoggers, running: bool = True) -> None:
         if lead:
             state.metrics_offsets, state.wandb_ids = out.offsets(), out.wandb_ids()
             checkpoint.save(path, state.state_dict(), members.fingerprint)
+            if running:  # the step a relaunch would resume from, should this process be killed
+                _write_summaries(ctx, state, record, final=None)
 
     loggers = RunLoggers(cfg, members, state, lead=lead, show_bar=lead and ctx.train.progress,
                          sweep_dir=record.sweep_dir, total=ctx.iterations)
@@ -307,7 +309,7 @@ def _train(ctx: RunContext, run_dir: Path, rerun: bool, record: _Record) -> list
         try:
             _loop(ctx, state, out, batches, save)
         except StopRequested:
-            save(out)
+            save(out, running=False)
             if lead:
                 _write_summaries(ctx, state, record, final=INTERRUPTED)
             STOP.chain()  # e.g. submitit's handler, which requeues the job
@@ -318,7 +320,7 @@ def _train(ctx: RunContext, run_dir: Path, rerun: bool, record: _Record) -> list
         for member, summary in zip(members, summaries):
             write_summary(member.run_dir, summary)
         if ctx.train.keep_checkpoint:
-            save(out)
+            save(out, running=False)
         else:  # a finished run needs no resume point; sweeps hold many runs
             path.unlink(missing_ok=True)
     return summaries

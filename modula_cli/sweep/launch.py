@@ -1,8 +1,10 @@
 """Sweeps: the grid validated before launch, one job per grid point, progress as runs finish, signals,
 several processes sharing one sweep folder, and the report at the end of every multirun.
 
-A launch records its planned runs in the sweep's ``sweep.json`` (with their knobs), so progress, the
-closing counts and the report's pending rows all come from the files, whichever launcher ran the jobs.
+A launch records its planned runs in the sweep's ``sweep.json`` (with their knobs and, per job, the run
+folders it trains), so progress, the closing counts and the report's pending rows all come from the files,
+whichever launcher ran the jobs. The sweep folder is made absolute before any job starts, so jobs on other
+machines or in other working directories (Ray workers) write where the launching process looks.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from ..config.identity import run_name
 from ..config.members import Members, pack_arguments, sweep_member_dir
@@ -34,14 +36,22 @@ from ..optim import OptimConfig
 from ..plumbing.signals import STOP, StopRequested
 from ..plumbing.threads import configure_threads
 from ..results.records import (BUSY, COMPLETED, COUNTED, DIVERGED, FAILED, FINISHED, INTERRUPTED, PENDING, RUNNING,
-                               SKIPPED, Outcome, is_finished, knobs_of, launch_counts, launch_record, launch_status,
-                               launch_summaries, read_manifest, read_summary, record_launch)
+                               SKIPPED, Outcome, is_finished, knobs_of, launch_counts, launch_record,
+                               launch_status, launch_summaries, mark_abandoned, read_manifest, read_summary,
+                               record_launch)
 from ..run.trainer import train
 from .eta import time_left
 
 log = logging.getLogger(__name__)
 LAUNCH_ENV = "MODULA_SWEEP_LAUNCH"  # the launch id, inherited by the jobs of every launcher
-STOP_MARKER = ".stop"  # written into the sweep folder when the launching process gets a stop signal
+STOP_MARKER = ".stop"  # + ".<launch>": written into the sweep folder when the launching process gets a stop signal
+LISTED = 20  # unfinished runs named one by one when a launch ends; results.csv lists every run
+
+
+def stop_marker(sweep_dir: Path, launch: str | None) -> Path:
+    """The file that tells a launch's jobs to stop: one per launch, so that a stopped launch never stops
+    another launch into the same folder."""
+    return sweep_dir / f"{STOP_MARKER}.{launch or 'none'}"
 
 
 # --- before launch: every job composed and checked, its runs planned --------------------------------------
@@ -67,8 +77,15 @@ def planned_runs(job: list[str], job_cfg: DictConfig) -> dict[str, dict]:
             for member in members}
 
 
-def validate_grid(config: DictConfig, prepare_data: bool = False) -> dict[str, dict]:
-    """Compose and check every job; return the planned runs, or raise one ConfigError listing every bad job.
+@dataclass(frozen=True)
+class Plan:
+    """What a launch will train: every run folder with its knobs, and each job's overrides with its runs."""
+    runs: dict[str, dict]
+    jobs: list[tuple[list[str], list[str]]]
+
+
+def validate_grid(config: DictConfig, prepare_data: bool = False) -> Plan:
+    """Compose and check every job; return the plan, or raise one ConfigError listing every bad job.
     ``prepare_data``: also download or prepare once each dataset that a run still to train needs (offline: one
     line each; a finished sweep relaunched offline still reports).
 
@@ -82,6 +99,7 @@ def validate_grid(config: DictConfig, prepare_data: bool = False) -> dict[str, d
     composed: dict[tuple[str, ...], DictConfig] = {}
     problems: list[str] = []
     planned: dict[str, dict] = {}
+    jobs: list[tuple[list[str], list[str]]] = []
     needs: list[tuple[dict, set[str]]] = []  # each job's data group and the runs it trains
     folders: dict[str, str] = {}  # each variant's sweep-folder suffix: one launch, one variant
     for job in grid_overrides(config):
@@ -97,6 +115,7 @@ def validate_grid(config: DictConfig, prepare_data: bool = False) -> dict[str, d
             folders.setdefault(folder_suffix(variant), variant_name(variant))
             runs = planned_runs(job, job_cfg)
             planned.update(runs)
+            jobs.append((list(job), sorted(runs)))
             needs.append((OmegaConf.to_container(job_cfg.data, resolve=True), set(runs)))
         except ConfigError as error:
             problems += [f"[{' '.join(job)}] {issue}" for issue in error.problems]
@@ -111,7 +130,7 @@ def validate_grid(config: DictConfig, prepare_data: bool = False) -> dict[str, d
         problems += _unavailable(list(datasets.values()))
     if problems:
         raise ConfigError(problems)
-    return planned
+    return Plan(planned, jobs)
 
 
 def finished_runs(config: DictConfig, planned: dict[str, dict]) -> set[str]:
@@ -123,10 +142,27 @@ def finished_runs(config: DictConfig, planned: dict[str, dict]) -> set[str]:
             if is_finished(read_summary(sweep_dir / name, warn=False), knobs["fingerprint"])}
 
 
-def _runs_here(config: DictConfig) -> bool:
-    """The jobs run on this machine (not on SLURM or Ray nodes, which prepare their data themselves)."""
-    launcher = str(config.hydra.launcher.get("_target_", ""))
-    return launcher.endswith("BasicLauncher") or "joblib" in launcher
+@dataclass(frozen=True)
+class Host:
+    """Where a launcher runs its jobs, and what that asks of each job."""
+    in_process: bool = False    # in the launching process (basic launcher): a busy run is left for the end
+    local: bool = False         # on this machine: the data is prepared once before the first job
+    shares_cores: bool = False  # parallel jobs on this machine split its cores (or take one GPU each)
+    on_stop: str = "report"     # a stopped job: "report" it interrupted; "raise" StopRequested (Hydra's submitit
+    #                             plugins requeue on it); "exit" its process (our SLURM launcher: SLURM decides)
+
+
+def host_of(launcher: Any) -> Host:
+    target = str(launcher.get("_target_", "")) if launcher is not None else ""
+    if target.endswith("BasicLauncher"):
+        return Host(in_process=True, local=True)
+    if "joblib" in target:
+        return Host(local=True, shares_cores=True)
+    if target.startswith("hydra_plugins.modula_sweep.slurm_launcher"):
+        return Host(on_stop="exit")
+    if "submitit" in target:
+        return Host(on_stop="raise")
+    return Host()
 
 
 def _unavailable(datasets: list[dict]) -> list[str]:
@@ -158,16 +194,16 @@ def sweep_job(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> Outcome:
     after a stop signal no run starts. A run busy in another process is, with jobs that run in this
     process, left for the end of the sweep (other runs go first), else waited for."""
     hydra_cfg = HydraConfig.get()
-    if STOP.requested or (Path(hydra_cfg.sweep.dir) / STOP_MARKER).exists():
+    STOP.watch(stop_marker(Path(hydra_cfg.sweep.dir), os.environ.get(LAUNCH_ENV)))
+    if STOP.requested:
         return Outcome(PENDING)  # the launching process was told to stop: start nothing more
-    launcher = str(hydra_cfg.launcher.get("_target_", ""))
-    if "joblib" in launcher:
+    host = host_of(hydra_cfg.launcher)
+    if host.shares_cores:
         n_jobs = hydra_cfg.launcher.get("n_jobs") or 1
         _share_local_hardware(cfg, hydra_cfg.job.num, n_jobs if n_jobs > 0 else (os.cpu_count() or 1))
     else:
         configure_threads(cfg.train.threads)
-    in_process = launcher.endswith("BasicLauncher")
-    result = _train_job(cfg, run_dir, overrides, wait=not in_process, requeues="submitit" in launcher)
+    result = _train_job(cfg, run_dir, overrides, wait=not host.in_process, on_stop=host.on_stop)
     if result.status == BUSY:
         log.info("%s is being trained by %s; it will be checked again at the end of this sweep",
                  run_dir.name, result.holder)
@@ -177,16 +213,19 @@ def sweep_job(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> Outcome:
     return result
 
 
-def _train_job(cfg: DictConfig, run_dir: Path, overrides: list[str], wait: bool, requeues: bool = False
+def _train_job(cfg: DictConfig, run_dir: Path, overrides: list[str], wait: bool, on_stop: str = "report"
                ) -> Outcome:
     sweep_dir = run_dir.parent
     try:
         return train(cfg, run_dir, member_dir=sweep_member_dir(sweep_dir, overrides),
                      overrides=overrides, sweep_dir=sweep_dir, launch=os.environ.get(LAUNCH_ENV), wait=wait)
-    except StopRequested:
-        if not requeues:  # checkpointed; the sweep stops after this job
-            return Outcome(INTERRUPTED)
-        raise  # submitit's job process: its launcher requeues the job
+    except StopRequested as stop:
+        if on_stop == "exit":  # checkpointed; SLURM says what follows (cancelled, requeued, pre-empted)
+            log.warning("%s: checkpointed after %s; this job ends", run_dir.name, stop)
+            raise SystemExit(stop.exit_code) from None
+        if on_stop == "raise":
+            raise  # Hydra's submitit plugins requeue on it
+        return Outcome(INTERRUPTED)  # checkpointed; the sweep stops after this job
     except Exception as error:  # noqa: BLE001 - recorded in the run's summary.json by train()
         log.error("%s failed: %s: %s", run_dir.name, type(error).__name__, error)
         return Outcome(FAILED, error=str(error))
@@ -205,9 +244,10 @@ def _share_local_hardware(cfg: DictConfig, job_number: int, parallel_jobs: int) 
         configure_threads(cfg.train.threads, parallel_jobs)
 
 
-def _report_progress(sweep_dir: Path, name: str, result: Outcome) -> None:
-    """One line per job that trained: its outcome, "k of N" of the runs this launch trains, the counts so
-    far, the time left. A job whose runs had all finished before the launch printed its skip line already."""
+def _report_progress(sweep_dir: Path, name: str, result: Outcome, ended: int | None = None) -> None:
+    """One line per job that trained: its outcome, "k of N" of the runs this launch trains (``ended``: k as
+    the caller counted it, else the runs ended on disk), the counts so far, the time left. A job whose runs
+    had all finished before the launch printed its skip line already."""
     launch = os.environ.get(LAUNCH_ENV)
     if not launch or result.skipped:
         return
@@ -216,11 +256,13 @@ def _report_progress(sweep_dir: Path, name: str, result: Outcome) -> None:
     summaries = launch_summaries(sweep_dir, record["runs"])
     counts = launch_counts(sweep_dir, launch, record, summaries)
     before = len(record["finished_before"])
-    ended = sum(counts[s] for s in COUNTED) - before
+    ended = sum(counts[s] for s in COUNTED) - before if ended is None else ended
     left = _time_left(manifest["runs"], summaries, launch, record)
     eta = "" if left is None else f" · about {_duration(left)} left"
     loss = result.train_loss
     outcome = result.status + (f", train loss {loss:.4f}" if isinstance(loss, float) else "")
+    if len(result.members) == 1 and result.members[0].get("ended"):  # a killed run: how its process ended
+        outcome += f" ({result.members[0]['ended']})"
     log.info("[%d of %d] %s: %s · so far %d completed, %d diverged, %d failed%s", ended, len(record["runs"]) - before,
              name, outcome, counts[COMPLETED], counts[DIVERGED], counts[FAILED], eta)
 
@@ -248,32 +290,74 @@ def _duration(seconds: float) -> str:
 
 # --- the whole multirun -------------------------------------------------------------------------------------
 
+class LaunchRefused(Exception):
+    """The launcher cannot run this sweep where it would send it (a request no node can satisfy, a cluster
+    that does not answer): said in one line per problem before anything is written or submitted."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__(problems[0] if len(problems) == 1 else "\n  - " + "\n  - ".join(problems))
+
+
+def _preflight(launcher: DictConfig) -> None:
+    """A launcher that sends jobs to a cluster checks its request against what the cluster offers (its
+    ``preflight``, which raises LaunchRefused and logs what it resolved)."""
+    from hydra.utils import get_class
+
+    target = launcher.get("_target_")
+    check = getattr(get_class(target), "preflight", None) if target else None
+    if check is not None:
+        check(launcher)
+
+
+def _hydra_quoted(text: str) -> str:
+    """``text`` as one quoted Hydra override value."""
+    if "'" not in text:
+        return f"'{text}'"
+    if '"' not in text:
+        return f'"{text}"'
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _pin_sweep_dir(config: DictConfig) -> Path:
+    """The sweep folder, absolute, for this process and every job (whatever its working directory or the
+    values it overrides): each job's config is composed again from ``hydra.overrides.hydra``."""
+    sweep_dir = Path(config.hydra.sweep.dir).absolute()
+    with read_write(config.hydra), open_dict(config.hydra):
+        config.hydra.sweep.dir = str(sweep_dir)
+        config.hydra.overrides.hydra.append(f"hydra.sweep.dir={_hydra_quoted(str(sweep_dir))}")
+    return sweep_dir
+
+
 class SweepCallback(Callback):
-    """Before any job: validates the grid, records the launch and takes over SIGTERM / SIGINT. After the
-    last job: trains the runs that were busy elsewhere (unless stopped), writes the report, prints the
-    counts and exits 128 + signal after a stop, 1 when some run failed, else 0."""
+    """Before any job: validates the grid and the launcher's request, records the launch and takes over
+    SIGTERM / SIGINT. After the last job: trains the runs that were busy elsewhere (unless stopped), settles
+    runs whose process was killed, writes the report, names the unfinished runs and prints the counts; exits
+    128 + signal after a stop, 1 when some run failed or did not finish, else 0."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        host = host_of(config.hydra.launcher)
         try:
-            planned = validate_grid(config, prepare_data=_runs_here(config))
-        except ConfigError as error:  # Hydra turns callback exceptions into warnings: exit instead
-            raise SystemExit(f"modula-sweep: sweep not launched, {error}") from error
+            plan = validate_grid(config, prepare_data=host.local)
+            _preflight(config.hydra.launcher)
+        except (ConfigError, LaunchRefused) as error:  # Hydra turns callback exceptions into warnings: exit
+            raise SystemExit(f"modula-sweep: sweep not launched, {error}") from None
         launch = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
         os.environ[LAUNCH_ENV] = launch
-        sweep_dir = Path(config.hydra.sweep.dir)
-        before = sorted(finished_runs(config, planned))
-        record_launch(sweep_dir, launch, planned, before)
-        (sweep_dir / STOP_MARKER).unlink(missing_ok=True)
+        sweep_dir = _pin_sweep_dir(config)
+        before = sorted(finished_runs(config, plan.runs))
+        record_launch(sweep_dir, launch, plan.runs, before, plan.jobs)
+        marker = stop_marker(sweep_dir, launch)
         _SIGNALS.enter_context(STOP.installed())  # not on self: launchers pickle their callbacks
         # Hydra's launcher announces every job ("#N : overrides", also those a stop skips): each run's progress
         # bar and its closing line say it better, in one format
         logging.getLogger("hydra._internal.core_plugins.basic_launcher").setLevel(logging.WARNING)
-        # Jobs in other processes (local_parallel) learn of a stop from a marker in the sweep folder.
-        STOP.on_stop[:] = [lambda signum: (sweep_dir / STOP_MARKER).write_text(str(signum))]
+        # Jobs in other processes or on other machines learn of a stop from a marker in the sweep folder.
+        STOP.on_stop[:] = [lambda signum: marker.write_text(str(signum))]
         _DEFERRED.clear()
-        log.info("sweep of %d runs into %s%s", len(planned), config.hydra.sweep.dir,
+        log.info("sweep of %d runs into %s%s", len(plan.runs), sweep_dir,
                  f": {len(before)} finished before (skipped; sweep.rerun=true retrains), "
-                 f"{len(planned) - len(before)} to train" if before else "")
+                 f"{len(plan.runs) - len(before)} to train" if before else "")
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir, launch = Path(config.hydra.sweep.dir), os.environ.get(LAUNCH_ENV, "")
@@ -282,22 +366,68 @@ class SweepCallback(Callback):
                 break
             result = _train_job(deferred.cfg, deferred.run_dir, deferred.overrides, wait=True)
             _report_progress(sweep_dir, deferred.run_dir.name, result)
+        record = launch_record(sweep_dir, launch)
+        for name in record["runs"]:  # a job process killed mid-run (SIGKILL, out of memory) left "running"
+            mark_abandoned(sweep_dir / name)
         _write_sweep_report(config, sweep_dir)
-        counts = launch_counts(sweep_dir, launch)
-        line = (f"{counts[COMPLETED]} completed, {counts[SKIPPED]} skipped, {counts[DIVERGED]} diverged, "
-                f"{counts[FAILED]} failed")
+        summaries = launch_summaries(sweep_dir, record["runs"])
+        counts = launch_counts(sweep_dir, launch, record, summaries)
         stopped = STOP.signum
         _SIGNALS.close()
         STOP.on_stop.clear()
-        (sweep_dir / STOP_MARKER).unlink(missing_ok=True)
-        if stopped is not None:
-            print(f"sweep stopped by signal {stopped}: {line}, {counts[INTERRUPTED]} interrupted, "
-                  f"{counts[PENDING] + counts[RUNNING]} not started  ({sweep_dir}); run the same command to "
-                  f"resume", flush=True)
-            raise SystemExit(128 + stopped)
-        print(f"sweep finished: {line}  ({sweep_dir})", flush=True)
-        if counts[FAILED]:
-            raise SystemExit(1)
+        stop_marker(sweep_dir, launch).unlink(missing_ok=True)
+        code = _closing(sweep_dir, launch, record, summaries, counts, stopped)
+        if code:
+            raise SystemExit(code)
+
+
+def _unfinished_lines(sweep_dir: Path, launch: str, record: dict[str, Any],
+                      summaries: dict[str, dict | None]) -> list[str]:
+    """One line per run of this launch that did not finish, with its state and the step a relaunch resumes
+    from; at most LISTED of them."""
+    lines = []
+    for name, summary in summaries.items():
+        status = launch_status(name, summary, launch, record)
+        if status in (COMPLETED, DIVERGED, SKIPPED):
+            continue
+        if status == PENDING:
+            what = "not started"
+        elif status == FAILED:
+            what = f"failed: {(summary or {}).get('error', 'see its summary.json')}"
+        else:
+            step = (summary or {}).get("steps_done")
+            what = f"{status}" + (f" at step {step}" if step else " before its first checkpoint")
+            if (summary or {}).get("ended"):
+                what += f" ({summary['ended']})"
+        lines.append(f"  {name}: {what}")
+    if len(lines) > LISTED:
+        lines = lines[:LISTED] + [f"  … and {len(lines) - LISTED} more ({sweep_dir / 'results.csv'} lists every run)"]
+    return lines
+
+
+def _closing(sweep_dir: Path, launch: str, record: dict[str, Any], summaries: dict[str, dict | None],
+             counts: dict[str, int], stopped: int | None) -> int:
+    """Print the unfinished runs and the closing line; the exit code: 128 + signal after a stop, 1 when a run
+    failed or did not finish, else 0."""
+    line = (f"{counts[COMPLETED]} completed, {counts[SKIPPED]} skipped, {counts[DIVERGED]} diverged, "
+            f"{counts[FAILED]} failed")
+    unfinished = counts[INTERRUPTED] + counts[PENDING] + counts[RUNNING]
+    if unfinished:
+        line += f", {counts[INTERRUPTED]} interrupted, {counts[PENDING]} not started"
+        if counts[RUNNING]:
+            line += f", {counts[RUNNING]} still running elsewhere"
+    listed = _unfinished_lines(sweep_dir, launch, record, summaries)
+    if listed:
+        print("not finished (the same command resumes them" + (", and retries the failed" if counts[FAILED] else "")
+              + "):", *listed, sep="\n", flush=True)
+    if stopped is not None:
+        print(f"sweep stopped by signal {stopped}: {line}  ({sweep_dir}); run the same command to resume", flush=True)
+        return 128 + stopped
+    if unfinished:
+        print(f"sweep incomplete: {line}  ({sweep_dir}); run the same command to resume", flush=True)
+        return 1
+    print(f"sweep finished: {line}  ({sweep_dir})", flush=True)
+    return 1 if counts[FAILED] else 0
 
 
 def _write_sweep_report(config: DictConfig, sweep_dir: Path) -> None:

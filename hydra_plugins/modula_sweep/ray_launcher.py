@@ -1,0 +1,141 @@
+"""``hydra/launcher=ray_cluster``: each job one task on an existing Ray cluster (``ray start --head``), followed to
+an honest end by the launching process (``modula_cli/sweep/cluster.py``).
+
+Before anything is submitted the task's request is fitted to the cluster's alive nodes
+(``modula_cli/sweep/ray_cluster.py``). Each task carries the launch's id, working directory and data root
+(a Ray worker runs wherever ``ray start`` ran) and the CPUs it was given (its ``train.threads``). This module
+is imported by Hydra's plugin scan at every start: Ray itself is imported only when a launch uses it.
+"""
+
+import logging
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.singleton import Singleton
+from hydra.core.utils import JobReturn, run_job, setup_globals
+from hydra.plugins.launcher import Launcher
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RayOptions:
+    init: dict[str, Any] = field(default_factory=lambda: {"address": "auto", "log_to_driver": False})
+    remote: dict[str, Any] = field(default_factory=lambda: {"num_cpus": "auto", "num_gpus": "auto",
+                                                             "max_retries": 3})
+
+
+@dataclass
+class RayLauncherConf:
+    _target_: str = "hydra_plugins.modula_sweep.ray_launcher.RayClusterLauncher"
+    ray: RayOptions = field(default_factory=RayOptions)
+    poll_s: float = 2.0           # how often the launching process looks at the tasks and the run folders
+    stop_grace_s: float = 120.0   # after a stop, how long to wait for running tasks to checkpoint and end
+
+
+ConfigStore.instance().store(group="hydra/launcher", name="_ray_schema", node=RayLauncherConf,
+                             provider="modula_sweep")
+
+
+def _connect(init: dict[str, Any]) -> None:
+    """Join the Ray cluster (once per process); LaunchRefused when Ray is missing or no cluster answers."""
+    from modula_cli.plumbing.signals import STOP
+    from modula_cli.sweep.launch import LaunchRefused
+
+    try:
+        import ray
+    except ImportError:
+        raise LaunchRefused(["hydra/launcher=ray_cluster needs Ray: pip install -e \".[ray]\""]) from None
+    if not ray.is_initialized():
+        try:
+            _probe(init.get("address"))  # ray.init waits minutes for a head that is gone: ask in seconds first
+            ray.init(**{"log_to_driver": False, **init})
+        except (ConnectionError, RuntimeError, ValueError, OSError) as error:
+            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise LaunchRefused([f"hydra/launcher=ray_cluster: no Ray cluster answers at address="
+                                 f"{init.get('address')} ({first}); start one with `ray start --head` (or "
+                                 f"scripts/cluster/ray_up.sh), or set hydra.launcher.ray.init.address"]) from None
+    STOP.reclaim()  # ray.init installs a SIGTERM handler that exits at once: a stop must checkpoint first
+
+
+def _probe(address: Any, timeout_s: float = 5.0) -> None:
+    """ConnectionError unless the cluster's head (its GCS port) accepts a connection within ``timeout_s``."""
+    if not address or str(address).startswith("ray://"):  # a local instance, or Ray Client: ray.init says
+        return
+    from ray._private.services import canonicalize_bootstrap_address_or_die  # "auto": RAY_ADDRESS, ray start's
+
+    host, _, port = canonicalize_bootstrap_address_or_die(str(address)).rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=timeout_s):
+        pass
+
+
+def _fit(ray_options: Any) -> Any:
+    from modula_cli.sweep import ray_cluster
+    from modula_cli.sweep.launch import LaunchRefused
+
+    options = OmegaConf.to_container(ray_options, resolve=True) if OmegaConf.is_config(ray_options) \
+        else dict(ray_options)
+    _connect(dict(options.get("init") or {}))
+    fitted = ray_cluster.fit(dict(options.get("remote") or {}), ray_cluster.alive_nodes())
+    if fitted.problems:
+        raise LaunchRefused(fitted.problems)
+    return fitted
+
+
+def _run_job(env: dict[str, str], hydra_context: HydraContext, sweep_config: DictConfig,
+             task_function: TaskFunction, singleton_state: dict[Any, Any]) -> JobReturn:
+    """One job, in a Ray worker: the launch's environment first, then Hydra's job."""
+    from modula_cli.sweep.cluster import enter_job_environment
+
+    enter_job_environment(env)
+    setup_globals()
+    Singleton.set_state(singleton_state)
+    HydraConfig.instance().set_config(sweep_config)
+    return run_job(hydra_context=hydra_context, task_function=task_function, config=sweep_config,
+                   job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+
+
+class RayClusterLauncher(Launcher):
+    def __init__(self, ray: Any, poll_s: float = 2.0, stop_grace_s: float = 120.0) -> None:
+        self.ray_options = ray
+        self.poll_s, self.stop_grace_s = float(poll_s), float(stop_grace_s)
+        self.config: DictConfig | None = None
+        self.hydra_context: HydraContext | None = None
+        self.task_function: TaskFunction | None = None
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
+
+    @staticmethod
+    def preflight(launcher: DictConfig) -> None:
+        """Before the launch writes anything: a Ray cluster answers and one of its nodes can hold a task."""
+        log.info("Ray: %s", _fit(launcher.ray).describe())
+
+    def launch(self, job_overrides: Any, initial_job_idx: int) -> list[JobReturn]:
+        import ray
+
+        from modula_cli.sweep import ray_cluster
+        from modula_cli.sweep.cluster import CPUS_ENV, follow, job_environment
+
+        assert self.config is not None and self.hydra_context is not None
+        fitted = _fit(self.ray_options)
+        options = {key: value for key, value in fitted.options.items() if value is not None}
+        env = {**job_environment(), CPUS_ENV: str(max(1, int(options.get("num_cpus") or 1)))}
+        remote = ray.remote(**options)(_run_job)
+        refs = []
+        for i, overrides in enumerate(job_overrides):
+            sweep_config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+            with open_dict(sweep_config):
+                sweep_config.hydra.job.id = f"job_id_for_{initial_job_idx + i}"
+                sweep_config.hydra.job.num = initial_job_idx + i
+            refs.append(remote.remote(env, self.hydra_context, sweep_config, self.task_function,
+                                      Singleton.get_state()))
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        log.info("submitted %d tasks to the Ray cluster (%s)", len(refs), fitted.describe())
+        return follow(ray_cluster.RayTasks(refs), job_overrides, sweep_dir, self.poll_s, self.stop_grace_s)

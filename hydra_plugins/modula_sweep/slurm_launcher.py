@@ -1,0 +1,151 @@
+"""``hydra/launcher=slurm``: each job one task of a SLURM array, submitted through submitit (which checkpoints
+and requeues a task on SLURM's time-limit or pre-emption signal), and followed to an honest end by the
+launching process (``modula_cli/sweep/cluster.py``).
+
+Before anything is submitted the request is fitted to the partition (``modula_cli/sweep/slurm.py``):
+``auto`` CPUs, memory and GPUs follow its nodes; a request no node can satisfy is refused in one line.
+Each job carries the launch's id, working directory and data root. This module is imported by Hydra's plugin
+scan at every start: heavy imports wait until a launch.
+"""
+
+
+import contextlib
+import io
+import logging
+import os
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from hydra.core.singleton import Singleton
+from hydra.core.utils import JobReturn, filter_overrides
+from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf, SlurmQueueConf
+from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
+from omegaconf import DictConfig, OmegaConf
+
+log = logging.getLogger(__name__)
+OWN = ("poll_s", "stop_grace_s")  # this launcher's settings, not submitit's
+
+
+@dataclass
+class SlurmLauncherConf(SlurmQueueConf):
+    """submitit's SLURM settings, with requests that follow the cluster (``auto``) and the launcher's own."""
+
+    _target_: str = "hydra_plugins.modula_sweep.slurm_launcher.SlurmLauncher"
+    cpus_per_task: Any = "auto"   # auto: 8, at most what one node of the partition has
+    gpus_per_node: Any = "auto"   # auto: one per task where the partition's nodes have GPUs, else none
+    mem_gb: Any = "auto"          # auto: the node's memory in proportion to the CPUs asked for, at most 32 GB
+    poll_s: float = 5.0           # how often the launching process looks at the queue and the run folders
+    stop_grace_s: float = 120.0   # after a stop, how long to wait for running tasks to checkpoint and end
+
+
+ConfigStore.instance().store(group="hydra/launcher", name="_slurm_schema", node=SlurmLauncherConf,
+                             provider="modula_sweep")
+
+
+def _fit(launcher: Any) -> Any:
+    """The request fitted to the cluster; LaunchRefused when it cannot run there."""
+    from modula_cli.sweep import slurm
+    from modula_cli.sweep.launch import LaunchRefused
+
+    params = OmegaConf.to_container(launcher, resolve=True) if OmegaConf.is_config(launcher) else dict(launcher)
+    if not slurm.available():
+        raise LaunchRefused(["hydra/launcher=slurm: SLURM's commands (sbatch, scontrol) are not on this machine; "
+                             "launch from a login node of the cluster"])
+    try:
+        fitted = slurm.fit(params, slurm.cluster_partitions())
+    except slurm.SlurmError as error:
+        raise LaunchRefused([f"hydra/launcher=slurm: SLURM does not answer: {error}"]) from None
+    if fitted.problems:
+        raise LaunchRefused(fitted.problems)
+    return fitted
+
+
+class SlurmLauncher(BaseSubmititLauncher):
+    _EXECUTOR = "slurm"
+
+    def __init__(self, **params: Any) -> None:
+        own = {key: params.pop(key) for key in OWN if key in params}
+        super().__init__(**params)
+        self.poll_s = float(own.get("poll_s", 5.0))
+        self.stop_grace_s = float(own.get("stop_grace_s", 120.0))
+        self.job_env: dict[str, str] = {}
+
+    @staticmethod
+    def preflight(launcher: DictConfig) -> None:
+        """Before the launch writes anything: the request fits the partition (else LaunchRefused)."""
+        fitted = _fit({k: v for k, v in OmegaConf.to_container(launcher, resolve=True).items() if k not in OWN})
+        for note in fitted.notes:
+            log.warning("SLURM: %s", note)
+        log.info("SLURM: %s", fitted.describe())
+
+    def __call__(self, *args: Any, **kwargs: Any) -> JobReturn:
+        # in the job's process, on a node: the launch's environment first
+        from modula_cli.sweep.cluster import enter_job_environment
+
+        enter_job_environment(self.job_env)
+        return super().__call__(*args, **kwargs)
+
+    def launch(self, job_overrides: Any, initial_job_idx: int) -> list[JobReturn]:
+        import submitit
+
+        from modula_cli.results.records import forget_launch
+        from modula_cli.sweep import slurm
+        from modula_cli.sweep.cluster import follow, job_environment
+        from modula_cli.sweep.launch import LAUNCH_ENV
+
+        assert self.config is not None
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        fitted = _fit(self.params)
+        self.params = {key: value for key, value in fitted.params.items() if value is not None}
+        self.job_env = job_environment()
+        executor = submitit.AutoExecutor(cluster="slurm", folder=self.params["submitit_folder"],
+                                         slurm_max_num_timeout=self.params.get("max_num_timeout", 0))
+        base = set(OmegaConf.structured(BaseQueueConf).keys())
+        executor.update_parameters(**{key if key in base else f"slurm_{key}": value
+                                      for key, value in self.params.items()
+                                      if key not in ("submitit_folder", "max_num_timeout")})
+        folder = Path(str(self.params["submitit_folder"]).split("%")[0])
+        before = set(folder.glob("*")) if folder.is_dir() else set()
+        arguments = [(list(job), "hydra.sweep.dir", initial_job_idx + i, f"job_id_for_{initial_job_idx + i}",
+                      Singleton.get_state()) for i, job in enumerate(job_overrides)]
+        try:
+            with contextlib.redirect_stderr(io.StringIO()):  # submitit echoes sbatch's error: said once, below
+                jobs = executor.map_array(self, *zip(*arguments))
+        except (submitit.core.utils.FailedJobError, OSError) as error:  # sbatch refused it: nothing runs
+            for path in set(folder.glob("*")) - before:
+                path.unlink(missing_ok=True)
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
+            forget_launch(sweep_dir, os.environ.get(LAUNCH_ENV, ""))
+            lines = [line for line in str(error).splitlines() if line.strip()] or [type(error).__name__]
+            reason = lines[-1].replace("sbatch: error: ", "")
+            raise SystemExit(f"modula-sweep: sweep not launched, sbatch refused it: {reason}") from None
+        log.info("submitted %d jobs as SLURM job %s (%s; logs in %s)", len(jobs), jobs[0].job_id.split("_")[0],
+                 fitted.describe(), folder)
+        for i, job in enumerate(job_overrides):
+            log.debug("#%d : %s", initial_job_idx + i, " ".join(filter_overrides(job)))
+        array = slurm.SlurmArray([job.job_id for job in jobs], slurm.has_accounting(),
+                                 [_result_reader(job) for job in jobs])
+        return follow(array, job_overrides, sweep_dir, self.poll_s, self.stop_grace_s)
+
+
+def _result_reader(job: Any) -> Any:
+    """Reads what a task returned (submitit's result file): (JobReturn, None), (None, error), or (None, None)
+    when it left no result (killed, requeued or cancelled before it could write one)."""
+
+    def read() -> tuple[JobReturn | None, str | None]:
+        path = job.paths.result_pickle
+        try:
+            with open(path, "rb") as handle:
+                outcome, value = pickle.load(handle)
+        except (OSError, EOFError, pickle.UnpicklingError, ValueError, TypeError, AttributeError, ImportError):
+            return None, None
+        if outcome == "success":
+            return value, None
+        lines = [line for line in str(value).strip().splitlines() if line.strip()]
+        return None, f"{lines[-1] if lines else 'an error'} (log: {job.paths.stderr})"
+
+    return read

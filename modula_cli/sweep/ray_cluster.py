@@ -1,0 +1,142 @@
+"""What the launching process needs from a Ray cluster: its nodes' resources (to fit a task's request before
+anything is submitted) and following a launch's tasks (``follow`` in ``cluster.py``).
+
+A request is fitted to the nodes that are alive: ``auto`` GPUs are one per task where a node has GPUs, ``auto``
+CPUs are 4 at most what one node has; an explicit request that no node can ever satisfy is refused in one
+line naming the setting and what the cluster has (Ray itself would keep such a task pending forever).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+AUTO = "auto"
+AUTO_CPUS = 4
+SETTING = "hydra.launcher.ray.remote"
+# a task's request: its option name, Ray's resource name and the unit the option counts in
+RESOURCES = (("num_cpus", "CPU", 1.0), ("num_gpus", "GPU", 1.0), ("memory", "memory", 1.0))
+
+
+@dataclass
+class Fit:
+    """The remote options with ``auto`` resolved, or the problems that stop the launch."""
+    options: dict[str, Any]
+    problems: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        gpus = self.options.get("num_gpus") or 0
+        return f"{self.options.get('num_cpus')} CPU per task, " + (f"{gpus:g} GPU" if gpus else "no GPU")
+
+
+def _amount(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
+
+
+def fit(options: Mapping[str, Any], nodes: Sequence[Mapping[str, float]]) -> Fit:
+    """Resolve ``auto`` against the alive nodes' resources (``ray.nodes()[i]["Resources"]``) and check that one
+    node can hold a task."""
+    options = dict(options)
+    if not nodes:
+        return Fit(options, ["the Ray cluster has no alive node"])
+    problems = [f"{SETTING}.{name}={options[name]!r}; allowed: auto, or a number >= 0"
+                for name in ("num_cpus", "num_gpus") if name in options and options[name] != AUTO
+                and not _amount(options[name])]
+    if problems:
+        return Fit(options, problems)
+    if options.get("num_gpus") == AUTO:
+        options["num_gpus"] = 1 if any(node.get("GPU", 0) >= 1 for node in nodes) else 0
+    if options.get("num_cpus") == AUTO:
+        holding = [node for node in nodes if node.get("GPU", 0) >= (options.get("num_gpus") or 0)] or nodes
+        options["num_cpus"] = max(1, min(AUTO_CPUS, int(max(node.get("CPU", 0) for node in holding))))
+    wanted = {resource: float(options.get(name) or 0) * unit for name, resource, unit in RESOURCES}
+    wanted.update({name: float(amount) for name, amount in (options.get("resources") or {}).items()})
+    if not any(all(node.get(resource, 0) >= amount for resource, amount in wanted.items() if amount)
+               for node in nodes):
+        for name, resource, _ in [*RESOURCES, *((n, n, 1.0) for n in (options.get("resources") or {}))]:
+            amount = wanted.get(resource, 0)
+            most = max(node.get(resource, 0) for node in nodes)
+            if amount > most:
+                key = name if name in {r[0] for r in RESOURCES} else f"resources.{name}"
+                have = (f"the nodes of this Ray cluster have at most {most:g} {resource}" if most else
+                        f"no node of this Ray cluster has {resource}")
+                problems.append(f"{SETTING}.{key}={options.get(name, amount)!r}, but {have}; set "
+                                f"{SETTING}.{key}={most:g}" + (" or less" if most else "")
+                                + (" (or auto)" if name in ("num_cpus", "num_gpus") else ""))
+        if not problems:
+            problems.append(f"no single node of this Ray cluster has {wanted} at once")
+    return Fit(options, problems)
+
+
+def alive_nodes() -> list[dict[str, float]]:
+    import ray
+
+    return [dict(node.get("Resources", {})) for node in ray.nodes() if node.get("Alive")]
+
+
+class RayTasks:
+    """A launch's Ray tasks, by position: ended once ``ray.wait`` says so; what each raised is said in words."""
+
+    def __init__(self, refs: Sequence[Any]):
+        self.refs = list(refs)
+        self._done: set[int] = set()
+
+    def poll(self) -> dict[int, Any]:
+        import ray
+
+        waiting = [ref for i, ref in enumerate(self.refs) if i not in self._done]
+        if not waiting:
+            return {}
+        ready, _ = ray.wait(waiting, num_returns=len(waiting), timeout=0)
+        ended = {}
+        for ref in ready:
+            index = self.refs.index(ref)
+            self._done.add(index)
+            ended[index] = self._end(ref)
+        return ended
+
+    @staticmethod
+    def _end(ref: Any) -> Any:
+        import ray
+        import ray.exceptions as errors
+
+        from .cluster import JobEnd
+
+        try:
+            return JobEnd("finished", ray.get(ref))
+        except errors.TaskCancelledError:
+            return JobEnd("cancelled")
+        except errors.WorkerCrashedError:
+            return JobEnd("its worker process died (retries exhausted)")
+        except errors.NodeDiedError:
+            return JobEnd("its node died")
+        except errors.OutOfMemoryError:
+            return JobEnd("killed by Ray's memory monitor")
+        except errors.RayTaskError as error:
+            cause = error.cause if getattr(error, "cause", None) is not None else error
+            first = str(cause).strip().splitlines()
+            return JobEnd("raised", error=f"{type(cause).__name__}: {first[0] if first else ''}")
+        except errors.RayError as error:
+            return JobEnd(type(error).__name__, error=str(error).strip().splitlines()[0])
+
+    def waiting(self) -> str:
+        return f"{len(self.refs) - len(self._done)} tasks not finished"
+
+    def never_starts(self) -> str | None:
+        return None  # fitted before submission; a node that leaves later shows as a task that waits
+
+    def cancel(self) -> None:
+        """Tasks not started never start; running ones have the stop marker and checkpoint at their next step."""
+        import ray
+
+        for i, ref in enumerate(self.refs):
+            if i not in self._done:
+                ray.cancel(ref, force=False)
+
+    def name(self, index: int) -> str:
+        return f"Ray task {index}"
+

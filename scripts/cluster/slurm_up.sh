@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# A one-machine SLURM cluster with accounting, for trying `hydra/launcher=slurm` on a workstation and for
+# the test suite: munge, MariaDB, slurmdbd, slurmctld and slurmd started by hand (no systemd), one node
+# with this machine's CPUs and memory in one partition, `cpu`. Root; Debian's packages
+# (scripts/cluster/install.sh). Idempotent: a daemon already running is left alone.
+#
+#   MODULA_CLUSTER_DIR   state, logs and pid files (default /var/lib/modula-cluster)
+#   SLURM_CRED_EXPIRE    seconds a requeued job waits before it may start again (SLURM's default: 120)
+#
+# No cgroups: proctrack/linuxproc, task/none and jobacct_gather/none, so it runs in containers too. The
+# configuration goes to /etc/slurm (where every SLURM command looks); a slurm.conf this script did not
+# write is never overwritten.
+set -euo pipefail
+if [ "$(id -u)" -ne 0 ]; then echo "scripts/cluster/slurm_up.sh: run as root" >&2; exit 1; fi
+command -v slurmctld >/dev/null || { echo "slurm_up.sh: SLURM is not installed; run scripts/cluster/install.sh" >&2; exit 1; }
+
+DIR=${MODULA_CLUSTER_DIR:-/var/lib/modula-cluster}
+CRED_EXPIRE=${SLURM_CRED_EXPIRE:-120}
+MARK="# written by modula-sweep scripts/cluster/slurm_up.sh"
+CONF=/etc/slurm/slurm.conf
+DBD_CONF=/etc/slurm/slurmdbd.conf
+HOST=$(hostname -s)
+mkdir -p "$DIR"/{log,slurmctld,slurmd} /etc/slurm
+
+if [ -f "$CONF" ] && ! grep -qF "$MARK" "$CONF"; then
+  echo "slurm_up.sh: $CONF exists and was not written by this script; not touching a real cluster's configuration" >&2
+  exit 1
+fi
+
+running() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+wait_for() {  # wait_for SECONDS DESCRIPTION COMMAND...
+  local limit=$1 what=$2; shift 2
+  for _ in $(seq 1 $((limit * 4))); do "$@" >/dev/null 2>&1 && return 0; sleep 0.25; done
+  echo "slurm_up.sh: $what did not come up within ${limit}s; logs in $DIR/log" >&2
+  exit 1
+}
+
+# --- munge: authentication between the daemons and the commands ------------------------------------------
+mkdir -p /run/munge /var/log/munge /var/lib/munge
+chown munge:munge /run/munge /var/log/munge /var/lib/munge
+[ -s /etc/munge/munge.key ] || { mungekey --create --force; chown munge:munge /etc/munge/munge.key; }
+if ! pgrep -x munged >/dev/null; then runuser -u munge -- /usr/sbin/munged; fi
+wait_for 10 munge sh -c 'munge -n | unmunge'
+
+# --- MariaDB and slurmdbd: accounting, so that sacct knows every job's end ---------------------------------
+mkdir -p /run/mysqld && chown mysql:mysql /run/mysqld
+if ! pgrep -x mariadbd >/dev/null && ! pgrep -x mysqld >/dev/null; then
+  [ -d /var/lib/mysql/mysql ] || mariadb-install-db --user=mysql --datadir=/var/lib/mysql >/dev/null
+  nohup /usr/sbin/mariadbd --user=mysql --datadir=/var/lib/mysql --socket=/run/mysqld/mysqld.sock \
+    --skip-networking=0 --bind-address=127.0.0.1 >"$DIR/log/mariadb.log" 2>&1 &
+fi
+wait_for 30 MariaDB mariadb -e 'select 1'
+DB_PASS_FILE="$DIR/db_password"
+[ -s "$DB_PASS_FILE" ] || { head -c 18 /dev/urandom | base64 | tr -d '/+=' >"$DB_PASS_FILE"; chmod 600 "$DB_PASS_FILE"; }
+DB_PASS=$(cat "$DB_PASS_FILE")
+mariadb <<SQL
+CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY '$DB_PASS';
+ALTER USER 'slurm'@'localhost' IDENTIFIED BY '$DB_PASS';
+GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost';
+SQL
+
+cat >"$DBD_CONF" <<EOF
+$MARK
+AuthType=auth/munge
+DbdHost=localhost
+SlurmUser=root
+StorageType=accounting_storage/mysql
+StorageHost=localhost
+StorageUser=slurm
+StoragePass=$DB_PASS
+StorageLoc=slurm_acct_db
+LogFile=$DIR/log/slurmdbd.log
+PidFile=$DIR/slurmdbd.pid
+EOF
+chmod 600 "$DBD_CONF"
+
+# --- slurm.conf: this machine as the one node of partition `cpu` -----------------------------------------
+NODE=$(slurmd -C | head -n 1 | sed -e "s/^NodeName=[^ ]*/NodeName=$HOST/")
+OLD=$(cat "$CONF" 2>/dev/null || true)
+cat >"$CONF" <<EOF
+$MARK
+ClusterName=modula
+SlurmctldHost=$HOST
+SlurmUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=cred_expire=$CRED_EXPIRE
+StateSaveLocation=$DIR/slurmctld
+SlurmdSpoolDir=$DIR/slurmd
+SlurmctldPidFile=$DIR/slurmctld.pid
+SlurmdPidFile=$DIR/slurmd.pid
+SlurmctldLogFile=$DIR/log/slurmctld.log
+SlurmdLogFile=$DIR/log/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=localhost
+JobCompType=jobcomp/none
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+DefMemPerCPU=1024
+MpiDefault=none
+ReturnToService=2
+KillWait=10
+$NODE State=UNKNOWN
+PartitionName=cpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+EOF
+
+if [ "$OLD" != "$(cat "$CONF")" ]; then  # a changed slurm.conf: restart (some settings are read only at start)
+  for daemon in slurmd slurmctld; do
+    if running "$DIR/$daemon.pid"; then kill "$(cat "$DIR/$daemon.pid")"; fi
+  done
+  for daemon in slurmd slurmctld; do
+    for _ in $(seq 1 40); do running "$DIR/$daemon.pid" || break; sleep 0.25; done
+  done
+fi
+if ! running "$DIR/slurmdbd.pid"; then /usr/sbin/slurmdbd; fi
+wait_for 30 slurmdbd sacctmgr -n list cluster
+sacctmgr -i -Q add cluster modula >/dev/null 2>&1 || true
+if ! running "$DIR/slurmctld.pid"; then /usr/sbin/slurmctld; fi
+wait_for 30 slurmctld scontrol ping
+if ! running "$DIR/slurmd.pid"; then /usr/sbin/slurmd; fi
+wait_for 30 "the node" sh -c "sinfo -h -N -o '%t' | grep -qE '^(idle|mix|alloc)'"
+sinfo
