@@ -118,24 +118,27 @@ class RayClusterLauncher(Launcher):
         log.info("Ray: %s", _fit(launcher.ray).describe())
 
     def launch(self, job_overrides: Any, initial_job_idx: int) -> list[JobReturn]:
-        import ray
-
         from modula_cli.sweep import ray_cluster
-        from modula_cli.sweep.cluster import CPUS_ENV, follow, job_environment
+        from modula_cli.sweep.cluster import CPUS_ENV, job_environment, run_unfinished
 
         assert self.config is not None and self.hydra_context is not None
-        fitted = _fit(self.ray_options)
+        fitted = _fit(self.ray_options)  # joins the cluster
+        import ray
         options = {key: value for key, value in fitted.options.items() if value is not None}
         env = {**job_environment(), CPUS_ENV: str(max(1, int(options.get("num_cpus") or 1)))}
         remote = ray.remote(**options)(_run_job)
-        refs = []
-        for i, overrides in enumerate(job_overrides):
-            sweep_config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
-            with open_dict(sweep_config):
-                sweep_config.hydra.job.id = f"job_id_for_{initial_job_idx + i}"
-                sweep_config.hydra.job.num = initial_job_idx + i
-            refs.append(remote.remote(env, self.hydra_context, sweep_config, self.task_function,
-                                      Singleton.get_state()))
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
-        log.info("submitted %d tasks to the Ray cluster (%s)", len(refs), fitted.describe())
-        return follow(ray_cluster.RayTasks(refs), job_overrides, sweep_dir, self.poll_s, self.stop_grace_s)
+
+        def submit(todo: list[int]) -> Any:
+            refs = []
+            for i in todo:
+                sweep_config = self.hydra_context.config_loader.load_sweep_config(self.config, list(job_overrides[i]))
+                with open_dict(sweep_config):
+                    sweep_config.hydra.job.id = f"job_id_for_{initial_job_idx + i}"
+                    sweep_config.hydra.job.num = initial_job_idx + i
+                refs.append(remote.remote(env, self.hydra_context, sweep_config, self.task_function,
+                                          Singleton.get_state()))
+            log.info("submitted %d tasks to the Ray cluster (%s)", len(refs), fitted.describe())
+            return ray_cluster.RayTasks(refs)
+
+        return run_unfinished(job_overrides, sweep_dir, submit, self.poll_s, self.stop_grace_s)

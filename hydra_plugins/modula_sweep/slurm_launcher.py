@@ -20,7 +20,7 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from hydra.core.singleton import Singleton
-from hydra.core.utils import JobReturn, filter_overrides
+from hydra.core.utils import JobReturn
 from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf, SlurmQueueConf
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
 from omegaconf import DictConfig, OmegaConf
@@ -93,7 +93,7 @@ class SlurmLauncher(BaseSubmititLauncher):
 
         from modula_cli.results.records import forget_launch
         from modula_cli.sweep import slurm
-        from modula_cli.sweep.cluster import follow, job_environment
+        from modula_cli.sweep.cluster import job_environment, run_unfinished
         from modula_cli.sweep.launch import LAUNCH_ENV
 
         assert self.config is not None
@@ -103,33 +103,38 @@ class SlurmLauncher(BaseSubmititLauncher):
         self.job_env = job_environment()
         executor = submitit.AutoExecutor(cluster="slurm", folder=self.params["submitit_folder"],
                                          slurm_max_num_timeout=self.params.get("max_num_timeout", 0))
-        base = set(OmegaConf.structured(BaseQueueConf).keys())
-        executor.update_parameters(**{key if key in base else f"slurm_{key}": value
-                                      for key, value in self.params.items()
-                                      if key not in ("submitit_folder", "max_num_timeout")})
+        executor.update_parameters(**executor_parameters(self.params))
         folder = Path(str(self.params["submitit_folder"]).split("%")[0])
-        before = set(folder.glob("*")) if folder.is_dir() else set()
-        arguments = [(list(job), "hydra.sweep.dir", initial_job_idx + i, f"job_id_for_{initial_job_idx + i}",
-                      Singleton.get_state()) for i, job in enumerate(job_overrides)]
-        try:
-            with contextlib.redirect_stderr(io.StringIO()):  # submitit echoes sbatch's error: said once, below
-                jobs = executor.map_array(self, *zip(*arguments))
-        except (submitit.core.utils.FailedJobError, OSError) as error:  # sbatch refused it: nothing runs
-            for path in set(folder.glob("*")) - before:
-                path.unlink(missing_ok=True)
-            if folder.is_dir() and not any(folder.iterdir()):
-                folder.rmdir()
-            forget_launch(sweep_dir, os.environ.get(LAUNCH_ENV, ""))
-            lines = [line for line in str(error).splitlines() if line.strip()] or [type(error).__name__]
-            reason = lines[-1].replace("sbatch: error: ", "")
-            raise SystemExit(f"modula-sweep: sweep not launched, sbatch refused it: {reason}") from None
-        log.info("submitted %d jobs as SLURM job %s (%s; logs in %s)", len(jobs), jobs[0].job_id.split("_")[0],
-                 fitted.describe(), folder)
-        for i, job in enumerate(job_overrides):
-            log.debug("#%d : %s", initial_job_idx + i, " ".join(filter_overrides(job)))
-        array = slurm.SlurmArray([job.job_id for job in jobs], slurm.has_accounting(),
-                                 [_result_reader(job) for job in jobs])
-        return follow(array, job_overrides, sweep_dir, self.poll_s, self.stop_grace_s)
+
+        def submit(todo: list[int]) -> Any:
+            before = set(folder.glob("*")) if folder.is_dir() else set()
+            arguments = [(list(job_overrides[i]), "hydra.sweep.dir", initial_job_idx + i,
+                          f"job_id_for_{initial_job_idx + i}", Singleton.get_state()) for i in todo]
+            try:
+                with contextlib.redirect_stderr(io.StringIO()):  # submitit echoes sbatch's error: said once, below
+                    jobs = executor.map_array(self, *zip(*arguments))
+            except (submitit.core.utils.FailedJobError, OSError) as error:  # sbatch refused it: nothing runs
+                for path in set(folder.glob("*")) - before:
+                    path.unlink(missing_ok=True)
+                if folder.is_dir() and not any(folder.iterdir()):
+                    folder.rmdir()
+                forget_launch(sweep_dir, os.environ.get(LAUNCH_ENV, ""))
+                lines = [line for line in str(error).splitlines() if line.strip()] or [type(error).__name__]
+                reason = lines[-1].replace("sbatch: error: ", "")
+                raise SystemExit(f"modula-sweep: sweep not launched, sbatch refused it: {reason}") from None
+            log.info("submitted %d jobs as SLURM job %s (%s; logs in %s)", len(jobs), jobs[0].job_id.split("_")[0],
+                     fitted.describe(), folder)
+            return slurm.SlurmArray([job.job_id for job in jobs], slurm.has_accounting(),
+                                    [_result_reader(job) for job in jobs])
+
+        return run_unfinished(job_overrides, sweep_dir, submit, self.poll_s, self.stop_grace_s)
+
+
+def executor_parameters(params: dict[str, Any]) -> dict[str, Any]:
+    """The fitted settings as submitit's executor takes them (``slurm_``-prefixed but for the shared ones)."""
+    base = set(OmegaConf.structured(BaseQueueConf).keys())
+    return {key if key in base else f"slurm_{key}": value for key, value in params.items()
+            if key not in ("submitit_folder", "max_num_timeout") and value is not None}
 
 
 def _result_reader(job: Any) -> Any:

@@ -97,6 +97,7 @@ class Summary(TypedDict, total=False):
     throughput_unit: str         # tokens/s or samples/s
     device: str
     world_size: int
+    threads: int                 # the CPU threads it trained with (train.threads; a cluster job's CPUs)
     packed_with: int             # members trained together (1: a separate run)
     overrides: list[str]
     launch: str | None           # the sweep launch that trained it

@@ -443,6 +443,7 @@ def _write_summaries(ctx: RunContext, state: RunState, record: _Record, final: s
                   "wall_time_s": round(state.elapsed, 3),
                   "throughput": round(steps_done * ctx.units_per_step / max(state.elapsed, 1e-9), 1),
                   "throughput_unit": f"{ctx.units}/s", "device": str(ctx.device), "world_size": ctx.world,
+                  "threads": torch.get_num_threads(),
                   "packed_with": len(ctx.members) if ctx.members.packed else 1, **record.fields(ctx.members, k)}
         if ctx.data.kind == "image":
             fields["test_acc"] = state.last_eval[k].get("test_acc") if done else None

@@ -16,7 +16,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -94,6 +94,27 @@ def runs_by_job(record: dict[str, Any], overrides: Sequence[Sequence[str]]) -> l
     plan does not list the job)."""
     planned = {tuple(job["overrides"]): job["runs"] for job in record.get("jobs", [])}
     return [list(planned.get(tuple(job), [run_name(list(job))])) for job in overrides]
+
+
+def run_unfinished(overrides: Sequence[Sequence[str]], sweep_dir: Path, submit: Callable[[list[int]], Jobs],
+                   poll_s: float, grace_s: float) -> list[JobReturn]:
+    """Submit the jobs that have a run left to train (``submit`` gets their positions and returns them as
+    ``Jobs``), follow them, and return a result for every job: a job whose runs all finished before the
+    launch is not sent to the cluster to find that out."""
+    record = launch_record(sweep_dir, os.environ.get(LAUNCH_ENV, ""))
+    runs = runs_by_job(record, overrides)
+    before = set(record["finished_before"])
+    todo = [i for i, names in enumerate(runs) if not set(names) <= before]
+    results = dict(zip(todo, follow(submit(todo), [overrides[i] for i in todo], sweep_dir, poll_s, grace_s)
+                       if todo else []))
+    for i, job in enumerate(overrides):
+        if i not in results:
+            finished = [{**summary, "skipped": True} for summary in launch_summaries(sweep_dir, runs[i]).values()
+                        if summary is not None]
+            results[i] = JobReturn(overrides=list(job), status=JobStatus.COMPLETED)
+            results[i].return_value = Outcome.of(finished, packed=len(runs[i]) > 1) if finished else \
+                Outcome(PENDING)
+    return [results[i] for i in range(len(overrides))]
 
 
 def follow(jobs: Jobs, overrides: Sequence[Sequence[str]], sweep_dir: Path, poll_s: float, grace_s: float

@@ -20,6 +20,7 @@ AUTO_CPUS = 4
 SETTING = "hydra.launcher.ray.remote"
 # a task's request: its option name, Ray's resource name and the unit the option counts in
 RESOURCES = (("num_cpus", "CPU", 1.0), ("num_gpus", "GPU", 1.0), ("memory", "memory", 1.0))
+ARTICLE = {"CPU": "a CPU", "GPU": "a GPU"}
 
 
 @dataclass
@@ -61,10 +62,11 @@ def fit(options: Mapping[str, Any], nodes: Sequence[Mapping[str, float]]) -> Fit
             amount = wanted.get(resource, 0)
             most = max(node.get(resource, 0) for node in nodes)
             if amount > most:
-                key = name if name in {r[0] for r in RESOURCES} else f"resources.{name}"
+                standard = name in {r[0] for r in RESOURCES}
+                key, asked = (name, options.get(name)) if standard else (f"resources.{name}", options["resources"][name])
                 have = (f"the nodes of this Ray cluster have at most {most:g} {resource}" if most else
-                        f"no node of this Ray cluster has {resource}")
-                problems.append(f"{SETTING}.{key}={options.get(name, amount)!r}, but {have}; set "
+                        f"no node of this Ray cluster has {ARTICLE.get(resource, resource)}")
+                problems.append(f"{SETTING}.{key}={asked!r}, but {have}; set "
                                 f"{SETTING}.{key}={most:g}" + (" or less" if most else "")
                                 + (" (or auto)" if name in ("num_cpus", "num_gpus") else ""))
         if not problems:

@@ -76,12 +76,13 @@ EOF
 chmod 600 "$DBD_CONF"
 
 # --- slurm.conf: this machine as the one node of partition `cpu` -----------------------------------------
-NODE=$(slurmd -C | head -n 1 | sed -e "s/^NodeName=[^ ]*/NodeName=$HOST/")
+# this machine, addressed by loopback (its name need not resolve)
+NODE=$(slurmd -C | head -n 1 | sed -e "s/^NodeName=[^ ]*/NodeName=$HOST NodeAddr=127.0.0.1/")
 OLD=$(cat "$CONF" 2>/dev/null || true)
 cat >"$CONF" <<EOF
 $MARK
 ClusterName=modula
-SlurmctldHost=$HOST
+SlurmctldHost=$HOST(127.0.0.1)
 SlurmUser=root
 AuthType=auth/munge
 CredType=cred/munge

@@ -1,0 +1,377 @@
+"""Sweeps on real engines, as a cluster user meets them: a one-machine SLURM cluster with accounting
+(slurm-wlm, slurmdbd, MariaDB, munge) and a local Ray head, both started by ``scripts/cluster/up.sh``
+(``.ci/run`` always runs it). The faults are the real ones: ``scancel``, ``scontrol requeue``, SLURM's
+pre-emption signal, ``kill -9`` of a training process, SIGTERM to the launching process.
+
+Without an engine these tests skip with one line; with ``MODULA_CLUSTER_TESTS=required`` (CI) they fail
+instead. They share one xdist group: the engines have the machine's two cores, not one per test worker.
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("clusters")]
+
+REQUIRED = os.environ.get("MODULA_CLUSTER_TESTS") == "required"
+# a tiny GPT whose runs last a few seconds: long enough to act on a run that is training
+GRID = ["arch=gpt", "arch.width=8,16", "arch.depth=1", "arch.heads=2", "data.context=8", "train.batch_size=4",
+        "train.eval_batches=1", "train.eval_every=1000", "train.progress=false", "train.checkpoint_every=10",
+        "train.log_every=1", "optim.lr=0.05,0.1"]
+LONG = "train.steps=1500"
+
+
+# --- the engines ------------------------------------------------------------------------------------------
+
+def _unavailable(reason: str) -> None:
+    (pytest.fail if REQUIRED else pytest.skip)(f"{reason} (scripts/cluster/up.sh starts one)")
+
+
+def slurm_missing() -> str | None:
+    if shutil.which("sbatch") is None:
+        return "no SLURM here"
+    try:
+        ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=20).stdout
+        nodes = subprocess.run(["sinfo", "-h", "-N", "-o", "%t"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"SLURM does not answer ({error})"
+    if "UP" not in ping or not re.search(r"idle|mix|alloc", nodes):
+        return "no SLURM controller with a usable node here"
+    return None
+
+
+def ray_missing() -> str | None:
+    try:
+        from ray._private.services import canonicalize_bootstrap_address_or_die
+    except ImportError:
+        return "Ray is not installed"
+    try:
+        host, _, port = canonicalize_bootstrap_address_or_die("auto").rpartition(":")
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except (ConnectionError, OSError, ValueError) as error:
+        return f"no Ray head here ({str(error).splitlines()[0]})"
+    return None
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster():
+    if (reason := slurm_missing()) is not None:
+        _unavailable(reason)
+
+
+@pytest.fixture(scope="module")
+def ray_head():
+    if (reason := ray_missing()) is not None:
+        _unavailable(reason)
+
+
+# --- launching and watching -------------------------------------------------------------------------------
+
+class Launch:
+    """``modula-sweep -m`` in the background, its output in a file, in its own session (signals reach it
+    alone, as a scheduler's or a terminal's would)."""
+
+    def __init__(self, cwd: Path, *overrides: str, env: dict | None = None):
+        self.log = cwd / f"launch-{time.monotonic_ns()}.log"
+        full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        with open(self.log, "w") as out:
+            self.proc = subprocess.Popen([sys.executable, "-m", "modula_cli.train", "-m", *overrides], cwd=cwd,
+                                         env=full_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+    @property
+    def output(self) -> str:
+        return self.log.read_text()
+
+    def finish(self, timeout: float = 300) -> tuple[int, str]:
+        try:
+            code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise AssertionError(f"the launch did not end within {timeout} s:\n{self.output[-3000:]}") from None
+        return code, self.output
+
+    def signal(self, signum: int) -> None:
+        self.proc.send_signal(signum)
+
+
+def wait_for(condition, what: str, timeout: float = 180, launch: Launch | None = None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        if launch is not None and launch.proc.poll() is not None:
+            raise AssertionError(f"the launch ended while waiting for {what}:\n{launch.output[-3000:]}")
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}" + (f":\n{launch.output[-3000:]}" if launch else ""))
+
+
+def summary(run_dir: Path) -> dict | None:
+    try:
+        return json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def job_runs(sweep_dir: Path) -> list[Path]:
+    """Each job's run folder, in job (array task) order, from the launch's record in sweep.json."""
+    manifest = json.loads((sweep_dir / "sweep.json").read_text())
+    launch = max(manifest["launches"].values(), key=lambda record: record["started"])
+    return [sweep_dir / job["runs"][0] for job in launch["jobs"]]
+
+
+def checkpointed(run_dir: Path) -> bool:
+    """Training, with a checkpoint behind it (its running summary records the step)."""
+    record = summary(run_dir)
+    return bool(record) and record["status"] == "running" and record.get("steps_done", 0) >= 20
+
+
+def trainer_pid(run_dir: Path) -> int:
+    return int(json.loads((run_dir / "run.owner").read_text())["pid"])
+
+
+def losses(run_dir: Path) -> list[tuple[int, float]]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [(row["step"], row["train_loss"]) for row in rows if "train_loss" in row]
+
+
+@pytest.fixture(scope="session")
+def reference(tmp_path_factory):
+    """The same grid, uninterrupted, on the basic launcher: every run's logged losses."""
+    root = tmp_path_factory.mktemp("reference")
+    (root / "data" / "shakespeare").mkdir(parents=True)
+    (root / "data" / "shakespeare" / "input.txt").write_text(CORPUS)
+    code, out = Launch(root, *GRID, LONG, "data.root=data", f"hydra.sweep.dir={root / 'sweep'}",
+                       env={"OMP_NUM_THREADS": "1"}).finish()
+    assert code == 0, out[-3000:]
+    return {folder.name: losses(folder) for folder in (root / "sweep").iterdir() if (folder / "summary.json").exists()}
+
+
+CORPUS = "".join(f"To be, or not to be: line {i}.\n" for i in range(400))
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    (tmp_path / "data" / "shakespeare").mkdir(parents=True)
+    (tmp_path / "data" / "shakespeare" / "input.txt").write_text(CORPUS)
+    return tmp_path
+
+
+def assert_resumed_exactly(sweep_dir: Path, reference: dict) -> None:
+    """Every run's logged losses equal the uninterrupted sweep's, each step logged once."""
+    for name, expected in reference.items():
+        got = losses(sweep_dir / name)
+        assert got == expected, f"{name}: {len(got)} logged losses differ from the uninterrupted run's"
+
+
+def no_task_left(array: str) -> bool:
+    listed = subprocess.run(["squeue", "-h", "-r", "-j", array], capture_output=True, text=True).stdout
+    return not listed.strip()
+
+
+def slurm_args(sweep_dir: Path, *extra: str) -> list[str]:
+    return [*GRID, "data.root=data", "hydra/launcher=slurm", "hydra.launcher.poll_s=0.5",
+            f"hydra.sweep.dir={sweep_dir}", *extra]
+
+
+def array_of(launch: Launch) -> str:
+    found = wait_for(lambda: re.search(r"submitted \d+ jobs as SLURM job (\d+)", launch.output), "the submission",
+                     launch=launch)
+    return found[1]
+
+
+# --- SLURM ------------------------------------------------------------------------------------------------
+
+def test_slurm_packed_sweep_reports_progress_here_and_threads_are_the_tasks_cpus(slurm_cluster, workdir):
+    sweep_dir = workdir / "packed"
+    args = slurm_args(sweep_dir, "train.steps=100", "train.seed=0,1", "sweep.pack=true",
+                      "hydra.launcher.cpus_per_task=2")
+    code, out = Launch(workdir, *args).finish()
+    assert code == 0, out[-3000:]
+    assert re.search(r"submitted 2 jobs as SLURM job \d+ \(partition \w+, 2 CPU per task", out), out
+    # progress in the launching terminal, from the run folders: one line per packed job, counting its runs
+    assert re.findall(r"\[(\d) of 8\]", out) == ["4", "8"], out
+    assert "sweep finished: 8 completed, 0 skipped, 0 diverged, 0 failed" in out
+    runs = [folder for folder in sweep_dir.iterdir() if (folder / "summary.json").exists()]
+    assert len(runs) == 8
+    for folder in runs:  # the task's 2 CPUs (SLURM_CPUS_PER_TASK), on a machine whose other core is busy
+        record = summary(folder)
+        assert (record["threads"], record["packed_with"], record["steps_done"]) == (2, 4, 101), record
+    again_code, again = Launch(workdir, *args).finish()
+    assert again_code == 0, again[-3000:]
+    assert "sweep finished: 0 completed, 8 skipped" in again and "submitted" not in again  # nothing sent
+
+
+def test_slurm_faults_end_honestly_and_the_same_command_resumes_exactly(slurm_cluster, workdir, reference):
+    """Four runs, two at a time: kill -9 of one trainer, `scontrol requeue` of another, a pre-emption (USR2)
+    of the third and `scancel` of the fourth. The requeued and the pre-empted runs resume within the launch;
+    the killed and the cancelled ones are named with their state and checkpoint step; exit 1, no traceback."""
+    sweep_dir = workdir / "faults"
+    launch = Launch(workdir, *slurm_args(sweep_dir, LONG, "hydra.launcher.cpus_per_task=1"))
+    array = array_of(launch)
+    runs = wait_for(lambda: (sweep_dir / "sweep.json").exists() and job_runs(sweep_dir), "the plan", launch=launch)
+    wait_for(lambda: checkpointed(runs[0]) and checkpointed(runs[1]), "tasks 0 and 1 to train", launch=launch)
+    os.kill(trainer_pid(runs[0]), signal.SIGKILL)
+    subprocess.run(["scontrol", "requeue", f"{array}_1"], check=True)
+    wait_for(lambda: checkpointed(runs[2]), "task 2 to train", launch=launch)
+    subprocess.run(["scancel", "--signal=USR2", f"{array}_2"], check=True)  # what SLURM sends before a time limit
+    wait_for(lambda: checkpointed(runs[3]), "task 3 to train", launch=launch)
+    subprocess.run(["scancel", f"{array}_3"], check=True)
+    code, out = launch.finish()
+    assert code == 1, out[-3000:]
+    assert "Traceback" not in out, out[-3000:]
+    assert "sweep incomplete: 2 completed, 0 skipped, 0 diverged, 0 failed, 2 interrupted, 0 not started" in out
+    killed, cancelled = summary(runs[0]), summary(runs[3])
+    assert killed["status"] == cancelled["status"] == "interrupted"
+    assert killed["ended"].startswith(f"SLURM job {array}_0: FAILED"), killed  # sacct's word for it
+    assert f"{runs[0].name}: interrupted at step {killed['steps_done']} (SLURM job {array}_0: FAILED" in out
+    assert f"{runs[3].name}: interrupted at step {cancelled['steps_done']}" in out
+    assert killed["steps_done"] >= 20 and killed["steps_done"] % 10 == 0  # its last checkpoint
+    assert [summary(runs[i])["status"] for i in (1, 2)] == ["completed", "completed"]  # requeued, resumed
+    results = pd.read_csv(sweep_dir / "results.csv")
+    assert sorted(results["status"]) == ["completed", "completed", "interrupted", "interrupted"]
+    assert re.search(r"\[4 of 4\]", out), out
+    again_code, again = Launch(workdir, *slurm_args(sweep_dir, LONG, "hydra.launcher.cpus_per_task=1")).finish()
+    assert again_code == 0, again[-3000:]
+    assert "sweep finished: 2 completed, 2 skipped" in again and "submitted 2 jobs" in again
+    assert_resumed_exactly(sweep_dir, reference)
+
+
+def test_slurm_without_accounting_a_killed_task_and_a_stopped_launch_still_end(slurm_cluster, workdir, reference):
+    """sacct hidden from the launching process (a cluster without accounting): the launch follows its tasks
+    with squeue alone. One task at a time (2 CPUs each): the first trainer is killed, SIGTERM reaches the
+    launching process while the second trains and two are pending: every task is cancelled, the launch
+    ends 143 with a report, and the same command resumes exactly."""
+    bin_dir = workdir / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sacct").write_text("#!/bin/sh\necho 'sacct: error: Slurm accounting storage is disabled' >&2\nexit 1\n")
+    (bin_dir / "sacct").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    sweep_dir = workdir / "stopped"
+    args = slurm_args(sweep_dir, LONG, "hydra.launcher.cpus_per_task=2")
+    launch = Launch(workdir, *args, env=env)
+    array = array_of(launch)
+    runs = wait_for(lambda: (sweep_dir / "sweep.json").exists() and job_runs(sweep_dir), "the plan", launch=launch)
+    wait_for(lambda: checkpointed(runs[0]), "task 0 to train", launch=launch)
+    os.kill(trainer_pid(runs[0]), signal.SIGKILL)
+    wait_for(lambda: checkpointed(runs[1]), "task 1 to train", launch=launch)
+    launch.signal(signal.SIGTERM)
+    code, out = launch.finish()
+    assert code == 143, out[-3000:]
+    assert "Traceback" not in out, out[-3000:]
+    assert "sweep stopped by signal 15: 0 completed, 0 skipped, 0 diverged, 0 failed, 2 interrupted, 2 not started" \
+        in out, out[-3000:]
+    assert f"{runs[0].name}: interrupted at step {summary(runs[0])['steps_done']} (SLURM job {array}_0:" in out
+    assert f"{runs[2].name}: not started" in out
+    assert no_task_left(array)  # cancelled, not left pending
+    assert summary(runs[1])["status"] == "interrupted" and (sweep_dir / "transfer.png").exists()
+    again_code, again = Launch(workdir, *args, env=env).finish()
+    assert again_code == 0, again[-3000:]
+    assert "sweep finished: 4 completed, 0 skipped" in again
+    assert_resumed_exactly(sweep_dir, reference)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("hydra.launcher.cpus_per_task=64", r"cpus_per_task=64 needs 64 CPUs on one node, but the nodes of partition "
+                                        r"\w+ have at most \d+; set hydra.launcher.cpus_per_task=\d+ or less"),
+    ("hydra.launcher.mem_gb=100000", r"mem_gb=100000 is more than a node of partition \w+ has"),
+    ("hydra.launcher.gpus_per_node=1", r"gpus_per_node=1, but no node of partition \w+ has a GPU; set "
+                                       r"hydra.launcher.gpus_per_node=0 \(or auto\)"),
+    ("hydra.launcher.partition=nope", r"partition=nope is not a partition of this cluster \(partitions: "),
+    ("hydra.launcher.constraint=nofeature", r"sbatch refused it: Batch job submission failed: Invalid feature"),
+])
+def test_slurm_request_the_cluster_cannot_run_is_refused_in_one_line(slurm_cluster, workdir, override, message):
+    sweep_dir = workdir / "refused"
+    code, out = Launch(workdir, *slurm_args(sweep_dir, "train.steps=5", override)).finish(timeout=120)
+    assert code == 1, out[-3000:]
+    assert re.search("modula-sweep: sweep not launched, .*" + message, out), out[-3000:]
+    assert "Traceback" not in out and not sweep_dir.exists(), out[-3000:]  # nothing written, nothing left
+
+
+# --- Ray --------------------------------------------------------------------------------------------------
+
+def ray_args(sweep_dir: str, *extra: str) -> list[str]:
+    return [*GRID, "data.root=data", "hydra/launcher=ray_cluster", "hydra.launcher.poll_s=0.5",
+            f"hydra.sweep.dir={sweep_dir}", *extra]
+
+
+def test_ray_runs_land_where_the_launch_looks_and_count_right(ray_head, workdir):
+    """Launched from a folder the Ray head never saw, with a relative sweep folder and data root: the runs land
+    in the launch's folder, the closing counts are this launch's, each run's threads are its task's CPUs."""
+    code, out = Launch(workdir, *ray_args("sweeps/ray", "train.steps=100", "hydra.launcher.ray.remote.num_cpus=2")
+                       ).finish()
+    assert code == 0, out[-3000:]
+    sweep_dir = workdir / "sweeps" / "ray"
+    assert f"sweep of 4 runs into {sweep_dir}" in out  # made absolute before any task starts
+    assert "sweep finished: 4 completed, 0 skipped, 0 diverged, 0 failed" in out
+    assert sorted(re.findall(r"\[(\d) of 4\]", out)) == list("1234"), out
+    records = [summary(folder) for folder in sweep_dir.iterdir() if (folder / "summary.json").exists()]
+    assert len(records) == 4 and {r["threads"] for r in records} == {2}
+    assert {r["steps_done"] for r in records} == {101}  # the paper variant's extra iteration
+    again_code, again = Launch(workdir, *ray_args("sweeps/ray", "train.steps=100",
+                                                  "hydra.launcher.ray.remote.num_cpus=2")).finish()
+    assert again_code == 0 and "sweep finished: 0 completed, 4 skipped" in again and "submitted" not in again
+
+
+def test_ray_killed_worker_and_stopped_launch_end_honestly_and_resume_exactly(ray_head, workdir, reference):
+    """max_retries=0: a trainer killed with SIGKILL is its task's end (Ray's retries exhausted), recorded as
+    interrupted at its checkpoint; SIGTERM to the launching process then stops the other tasks (they
+    checkpoint); the same command resumes every run to the uninterrupted losses."""
+    sweep_dir = workdir / "ray_faults"
+    args = ray_args(str(sweep_dir), LONG, "hydra.launcher.ray.remote.num_cpus=1",
+                    "hydra.launcher.ray.remote.max_retries=0")
+    launch = Launch(workdir, *args)
+    runs = wait_for(lambda: (sweep_dir / "sweep.json").exists() and job_runs(sweep_dir), "the plan", launch=launch)
+    first = wait_for(lambda: next((r for r in runs if checkpointed(r)), None), "a task to train", launch=launch)
+    os.kill(trainer_pid(first), signal.SIGKILL)
+    wait_for(lambda: summary(first)["status"] == "interrupted", "the killed run to be settled", launch=launch)
+    wait_for(lambda: any(checkpointed(r) for r in runs if r != first), "another task to train", launch=launch)
+    launch.signal(signal.SIGTERM)
+    code, out = launch.finish()
+    assert code == 143 and "Traceback" not in out, out[-3000:]
+    killed = summary(first)
+    assert killed["ended"] == f"Ray task {runs.index(first)}: its worker process died (retries exhausted)", killed
+    assert f"{first.name}: interrupted at step {killed['steps_done']} (Ray task" in out
+    assert re.search(r"sweep stopped by signal 15: \d completed, 0 skipped, 0 diverged, 0 failed, \d interrupted", out)
+    assert not any(summary(r) and summary(r)["status"] == "running" for r in runs)
+    again_code, again = Launch(workdir, *args).finish()
+    assert again_code == 0, again[-3000:]
+    assert "sweep finished:" in again and " 0 failed" in again
+    assert_resumed_exactly(sweep_dir, reference)
+
+
+def test_ray_killed_worker_with_retries_left_resumes_within_the_launch(ray_head, workdir, reference):
+    sweep_dir = workdir / "ray_retry"
+    args = ray_args(str(sweep_dir), LONG, "optim.lr=0.05", "arch.width=8", "hydra.launcher.ray.remote.num_cpus=1",
+                    "hydra.launcher.ray.remote.max_retries=1")
+    launch = Launch(workdir, *args)
+    runs = wait_for(lambda: (sweep_dir / "sweep.json").exists() and job_runs(sweep_dir), "the plan", launch=launch)
+    wait_for(lambda: checkpointed(runs[0]), "the task to train", launch=launch)
+    os.kill(trainer_pid(runs[0]), signal.SIGKILL)
+    code, out = launch.finish()
+    assert code == 0 and "sweep finished: 1 completed, 0 skipped" in out, out[-3000:]
+    assert losses(runs[0]) == reference[runs[0].name]
+
+
+@pytest.mark.parametrize("override, message", [
+    ("hydra.launcher.ray.remote.num_gpus=1", r"num_gpus=1, but no node of this Ray cluster has a GPU; set "
+                                             r"hydra.launcher.ray.remote.num_gpus=0 \(or auto\)"),
+    ("hydra.launcher.ray.remote.num_cpus=64", r"num_cpus=64, but the nodes of this Ray cluster have at most \d+ CPU"),
+    ("hydra.launcher.ray.init.address=127.0.0.1:9", r"no Ray cluster answers at address=127.0.0.1:9"),
+])
+def test_ray_request_the_cluster_cannot_run_is_refused_in_one_line(ray_head, workdir, override, message):
+    started = time.monotonic()
+    code, out = Launch(workdir, *ray_args("refused", "train.steps=5", override)).finish(timeout=120)
+    assert code == 1 and re.search("modula-sweep: sweep not launched, .*" + message, out), out[-3000:]
+    assert "Traceback" not in out and not (workdir / "refused").exists()
+    assert time.monotonic() - started < 60  # never a wait on a resource no node has

@@ -1,0 +1,323 @@
+"""The cluster launchers' logic that needs no cluster: fitting a request to what SLURM's commands and Ray
+report (GPU partitions and GPU nodes, which this machine cannot offer: their configuration is tested here, on
+the commands' real output formats), the sbatch script a GPU partition gets, task states, runs whose process
+was killed, the stop marker, the honest closing line, and the threads of a cluster job."""
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from modula_cli.plumbing import threads
+from modula_cli.plumbing.locks import is_held
+from modula_cli.plumbing.signals import MARKER_POLL_S, StopSignal
+from modula_cli.results.records import (INTERRUPTED, RUNNING, as_seen, forget_launch, launch_record, launch_summaries,
+                                        mark_abandoned, read_summary, record_launch, summary_record, write_summary)
+from modula_cli.sweep import ray_cluster, slurm
+from modula_cli.sweep.cluster import runs_by_job
+from modula_cli.sweep.launch import _closing, _hydra_quoted
+
+# `scontrol show partition -o` / `scontrol show node -o` of a cluster with a CPU and a GPU partition
+PARTITIONS = textwrap.dedent("""\
+    PartitionName=cpu AllowGroups=ALL Default=YES QoS=N/A DefaultTime=NONE MaxNodes=UNLIMITED MaxTime=2-00:00:00 MinNodes=0 Nodes=c[01-02] State=UP TotalCPUs=64 TotalNodes=2 DefMemPerNode=UNLIMITED MaxMemPerNode=UNLIMITED TRES=cpu=64,mem=250G,node=2
+    PartitionName=gpu AllowGroups=ALL Default=NO QoS=N/A DefaultTime=NONE MaxNodes=1 MaxTime=04:00:00 MinNodes=0 Nodes=g01 State=UP TotalCPUs=48 TotalNodes=1 MaxMemPerNode=256000 TRES=cpu=48,mem=500G,node=1,billing=48,gres/gpu=4
+    PartitionName=old AllowGroups=ALL Default=NO MaxTime=UNLIMITED Nodes=c01 State=INACTIVE TotalCPUs=32 TotalNodes=1
+""")
+NODES = textwrap.dedent("""\
+    NodeName=c01 Arch=x86_64 CoresPerSocket=16  CPUAlloc=0 CPUEfctv=32 CPUTot=32 CPULoad=0.10 Gres=(null) NodeAddr=c01 OS=Linux 6.1.0 #1 SMP PREEMPT_DYNAMIC RealMemory=128000 State=IDLE Partitions=cpu,old  BootTime=2026-11-01T00:00:00
+    NodeName=c02 Arch=x86_64 CoresPerSocket=16  CPUAlloc=0 CPUEfctv=32 CPUTot=32 Gres=(null) RealMemory=128000 State=DRAINED Partitions=cpu
+    NodeName=g01 Arch=x86_64 CoresPerSocket=24  CPUAlloc=0 CPUEfctv=48 CPUTot=48 Gres=gpu:a100:4(S:0-1) RealMemory=512000 State=MIXED Partitions=gpu
+""")
+BASE = {"partition": None, "cpus_per_task": "auto", "gpus_per_node": "auto", "mem_gb": "auto", "tasks_per_node": 1,
+        "nodes": 1, "timeout_min": 240, "gres": None, "gpus_per_task": None}
+
+
+@pytest.fixture
+def cluster():
+    return slurm.partitions(PARTITIONS, NODES)
+
+
+def test_scontrol_records_times_and_gres_parse_as_slurm_prints_them(cluster):
+    assert set(cluster) == {"cpu", "gpu", "old"} and cluster["cpu"].default and not cluster["gpu"].default
+    assert [n.name for n in cluster["cpu"].nodes] == ["c01", "c02"] and cluster["old"].nodes[0].name == "c01"
+    g01 = cluster["gpu"].nodes[0]
+    assert (g01.cpus, g01.memory_mb, g01.gpus, g01.usable) == (48, 512000, 4, True)
+    assert not cluster["cpu"].nodes[1].usable  # DRAINED
+    assert (cluster["gpu"].max_time_min, cluster["gpu"].max_mem_per_node_mb, cluster["gpu"].max_nodes) == (240, 256000, 1)
+    assert cluster["cpu"].max_time_min == 2 * 1440 and math.isinf(cluster["old"].max_time_min)
+    assert [slurm.minutes(t) for t in ("30", "1:30", "2:00:00", "1-12", "1-00:30", "1-00:00:30")] == \
+        [30, 1.5, 120, 2160, 1470, 1440.5]
+    assert [slurm.gpu_count(g) for g in ("(null)", "gpu:4", "gpu:a100:2,gpu:v100:2(S:0)", "shard:8", "gpu")] == \
+        [0, 4, 4, 0, 1]
+    record = slurm.records("NodeName=x OS=Linux 6.1 #1 SMP Gres=gpu:2 AllocTRES=")[0]
+    assert record == {"NodeName": "x", "OS": "Linux 6.1 #1 SMP", "Gres": "gpu:2", "AllocTRES": ""}
+
+
+def test_auto_follows_the_partition_one_gpu_per_task_only_where_there_are_gpus(cluster):
+    cpu = slurm.fit(BASE, cluster)
+    assert not cpu.problems and cpu.partition == "cpu"
+    # no GPU asked on a CPU partition; 8 CPUs; memory in proportion: 128000 MB × 8 / 32 CPUs = 31.25 GB → 31
+    assert (cpu.params["gpus_per_node"], cpu.params["cpus_per_task"], cpu.params["mem_gb"]) == (None, 8, 31)
+    gpu = slurm.fit({**BASE, "partition": "gpu"}, cluster)
+    assert not gpu.problems
+    # one GPU per task; memory 512000 × 8 / 48 = 85 GB, capped at 32 GB
+    assert (gpu.params["gpus_per_node"], gpu.params["cpus_per_task"], gpu.params["mem_gb"]) == (1, 8, 32)
+    two = slurm.fit({**BASE, "partition": "gpu", "tasks_per_node": 2}, cluster)
+    assert two.params["gpus_per_node"] == 2 and two.params["cpus_per_task"] == 8
+    by_gres = slurm.fit({**BASE, "partition": "gpu", "gres": "gpu:2"}, cluster)
+    assert by_gres.params["gpus_per_node"] is None  # asked for another way: not twice
+    assert cpu.notes == [] and gpu.describe() == "partition gpu, 8 CPU per task, 32 GB, 1 GPU"
+
+
+def test_a_gpu_partition_gets_an_sbatch_script_that_asks_for_its_gpu(cluster, tmp_path):
+    import submitit
+
+    from hydra_plugins.modula_sweep.slurm_launcher import executor_parameters
+
+    fitted = slurm.fit({**BASE, "partition": "gpu", "submitit_folder": str(tmp_path), "max_num_timeout": 20,
+                        "signal_delay_s": 120, "array_parallelism": 64, "setup": [], "additional_parameters": {},
+                        "name": "train", "stderr_to_stdout": False}, cluster)
+    executor = submitit.AutoExecutor(folder=tmp_path, cluster="slurm")
+    executor.update_parameters(**executor_parameters(fitted.params))
+    script = executor._executor._make_submission_file_text("python -c 1", "uid")
+    for line in ("--partition=gpu", "--gpus-per-node=1", "--cpus-per-task=8", "--mem=32GB", "--time=240",
+                 "--signal=USR2@120"):
+        assert f"#SBATCH {line}\n" in script, script
+    on_cpu = slurm.fit({**BASE, "submitit_folder": str(tmp_path)}, cluster)
+    executor = submitit.AutoExecutor(folder=tmp_path, cluster="slurm")
+    executor.update_parameters(**executor_parameters(on_cpu.params))
+    assert "gpus" not in executor._executor._make_submission_file_text("python -c 1", "uid")
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"cpus_per_task": 64}, "hydra.launcher.cpus_per_task=64 needs 64 CPUs on one node, but the nodes of partition "
+                            "cpu have at most 32; set hydra.launcher.cpus_per_task=32 or less (or auto)"),
+    ({"cpus_per_task": 20, "tasks_per_node": 2}, "cpus_per_task=20 × tasks_per_node=2 needs 40 CPUs on one node"),
+    ({"gpus_per_node": 1}, "hydra.launcher.gpus_per_node=1, but no node of partition cpu has a GPU; set "
+                           "hydra.launcher.gpus_per_node=0 (or auto)"),
+    ({"partition": "gpu", "gpus_per_node": 8}, "gpus_per_node=8, but the nodes of partition gpu have at most 4 GPUs; "
+                                               "set hydra.launcher.gpus_per_node=4 or less"),
+    ({"partition": "gpu", "gpus_per_task": 3, "tasks_per_node": 2, "gpus_per_node": 0},
+     "gpus_per_task=3 (6 GPUs per node in all), but the nodes of partition gpu have at most 4 GPUs"),
+    ({"mem_gb": 200}, "hydra.launcher.mem_gb=200 is more than a node of partition cpu has (125.0 GB at most)"),
+    ({"partition": "gpu", "mem_gb": 300}, "mem_gb=300 is more than a node of partition gpu has (250.0 GB at most)"),
+    ({"partition": "gpu", "timeout_min": 600}, "timeout_min=600 exceeds the time limit of partition gpu (240 minutes)"),
+    ({"partition": "gpu", "nodes": 2}, "hydra.launcher.nodes=2: partition gpu has 1 node(s) for one job"),
+    ({"partition": "nope"}, "hydra.launcher.partition=nope is not a partition of this cluster (partitions: cpu, gpu, "
+                            "old)"),
+    ({"partition": "old"}, "partition old is INACTIVE: it accepts no jobs"),
+    ({"cpus_per_task": "many"}, "hydra.launcher.cpus_per_task='many'; allowed: auto, or an integer >= 0"),
+])
+def test_a_request_no_node_can_satisfy_is_named_with_what_the_cluster_has(cluster, change, message):
+    problems = slurm.fit({**BASE, **change}, cluster).problems
+    assert any(message in problem for problem in problems), problems
+
+
+def test_no_default_partition_and_nodes_down_are_said():
+    text = PARTITIONS.replace("Default=YES", "Default=NO")
+    assert slurm.fit(BASE, slurm.partitions(text, NODES)).problems == [
+        "this cluster has no default partition: set hydra.launcher.partition (one of cpu, gpu, old)"]
+    all_drained = NODES.replace("State=IDLE", "State=DOWN+DRAIN")
+    fitted = slurm.fit(BASE, slurm.partitions(PARTITIONS, all_drained))
+    assert not fitted.problems and "down or drained now" in fitted.notes[0]
+
+
+def test_task_states_from_squeue_and_sacct_as_they_print_them():
+    live = slurm.squeue_states("12_1|RUNNING|None\n12_2|PENDING|Resources\n12_3|PENDING|BeginTime\n")
+    assert live["12_1"].live and live["12_2"].text() == "PENDING (Resources)"
+    ended = slurm.sacct_states("12_[4-5]|PENDING|0:0\n12_0|REQUEUED|0:15\n12_0|FAILED|9:0\n"
+                               "12_1|CANCELLED by 0|0:15\n12_6|COMPLETED|0:0\n")
+    assert "12_[4-5]" not in ended and ended["12_0"].text() == "FAILED, exit code 9:0"  # the last row counts
+    assert not ended["12_1"].live and ended["12_1"].state == "CANCELLED by 0"
+
+
+def test_ray_auto_takes_a_gpu_only_where_a_node_has_one_and_refuses_what_no_node_holds():
+    gpu_nodes = [{"CPU": 16.0, "GPU": 2.0, "memory": 6e10}, {"CPU": 64.0, "memory": 2e11}]
+    fitted = ray_cluster.fit({"num_cpus": "auto", "num_gpus": "auto", "max_retries": 3}, gpu_nodes)
+    assert fitted.options == {"num_cpus": 4, "num_gpus": 1, "max_retries": 3} and not fitted.problems
+    cpu_only = ray_cluster.fit({"num_cpus": "auto", "num_gpus": "auto"}, [{"CPU": 2.0, "memory": 1e10}])
+    assert cpu_only.options == {"num_cpus": 2, "num_gpus": 0} and cpu_only.describe() == "2 CPU per task, no GPU"
+    # 16 CPUs with a GPU: the GPU node has them, the big node has no GPU: no single node holds the task
+    both = ray_cluster.fit({"num_cpus": 32, "num_gpus": 1}, gpu_nodes)
+    assert both.problems == ["no single node of this Ray cluster has {'CPU': 32.0, 'GPU': 1.0, 'memory': 0.0} at once"]
+    assert ray_cluster.fit({"num_gpus": 4}, gpu_nodes).problems == [
+        "hydra.launcher.ray.remote.num_gpus=4, but the nodes of this Ray cluster have at most 2 GPU; set "
+        "hydra.launcher.ray.remote.num_gpus=2 or less (or auto)"]
+    assert ray_cluster.fit({"num_cpus": "x"}, gpu_nodes).problems == [
+        "hydra.launcher.ray.remote.num_cpus='x'; allowed: auto, or a number >= 0"]
+    assert ray_cluster.fit({"resources": {"TPU": 1}}, gpu_nodes).problems[0].startswith(
+        "hydra.launcher.ray.remote.resources.TPU=1, but no node of this Ray cluster has TPU")
+
+
+# --- runs whose process died -------------------------------------------------------------------------------
+
+HOLDER = """
+import sys, time
+from pathlib import Path
+from modula_cli.plumbing.locks import RunLocks
+locks = RunLocks([Path(sys.argv[1])])
+assert locks.try_acquire()
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+KNOBS = {"arch": "gpt", "data": "shakespeare", "optimizer": "adam", "mode": "normed", "variant": "paper",
+         "width": 32, "lr": 0.1, "seed": 0}
+
+
+def _running_summary(run_dir: Path, step: int) -> None:
+    write_summary(run_dir, summary_record(RUNNING, run_dir, KNOBS, "fp", steps_done=step))
+
+
+def test_a_run_whose_trainer_was_killed_reads_interrupted_at_its_checkpoint_and_a_live_one_running(tmp_path):
+    run_dir = tmp_path / "lr=0.1"
+    run_dir.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(run_dir)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        _running_summary(run_dir, 40)
+        assert is_held(run_dir) and as_seen(run_dir, read_summary(run_dir))["status"] == RUNNING
+        assert mark_abandoned(run_dir) is None  # a live trainer is never declared dead
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait()
+    finally:
+        holder.kill()
+    assert not is_held(run_dir)  # the kernel released the lock with its holder
+    seen = as_seen(run_dir, read_summary(run_dir))
+    assert (seen["status"], seen["steps_done"]) == (INTERRUPTED, 40) and "killed" in seen["ended"]
+    assert read_summary(run_dir)["status"] == RUNNING  # reading changes nothing on disk
+    settled = mark_abandoned(run_dir, "SLURM job 7_1: FAILED, exit code 9:0")
+    assert settled["status"] == INTERRUPTED and read_summary(run_dir)["ended"] == "SLURM job 7_1: FAILED, exit code 9:0"
+    assert mark_abandoned(run_dir) is None  # once
+
+
+def test_the_report_never_shows_a_killed_run_as_running(tmp_path, capsys):
+    from modula_cli.analysis.report import main
+
+    sweep = tmp_path / "sweep"
+    run_dir = sweep / "lr=0.1"
+    run_dir.mkdir(parents=True)
+    _running_summary(run_dir, 30)
+    (run_dir / "run.lock").touch()  # it started, and no process holds it now
+    main([str(sweep)])
+    assert "1 interrupted" in capsys.readouterr().out
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == RUNNING  # the report writes no run
+
+
+def test_a_report_of_a_sweep_still_queued_writes_every_file_and_says_pending(tmp_path, capsys):
+    from modula_cli.analysis.report import main
+
+    planned = {f"lr={lr},width={w}": {**KNOBS, "width": w, "lr": lr, "fingerprint": "f"}
+               for w in (32, 64, 128) for lr in (0.125, 0.25, 0.5)}
+    record_launch(tmp_path, "l1", planned)
+    main([str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "  9 pending" in out and out.count("no completed run: 3 pending") == 3, out
+    for name in ("results.csv", "curves.csv", "optimal_lr.csv", "transfer.csv", "transfer.png", "scale.png",
+                 "scale.csv"):
+        assert (tmp_path / name).exists(), name
+
+
+def test_forgetting_a_refused_launch_leaves_what_was_there_before(tmp_path):
+    sweep = tmp_path / "sweep"
+    record_launch(sweep, "refused", {"lr=0.1": {"lr": 0.1}})
+    (sweep / "multirun.yaml").write_text("hydra: {}\n")
+    forget_launch(sweep, "refused")
+    assert not sweep.exists()  # nothing left behind
+    record_launch(sweep, "earlier", {"lr=0.2": {"lr": 0.2}})
+    record_launch(sweep, "refused", {"lr=0.1": {"lr": 0.1}, "lr=0.2": {"lr": 0.2}})
+    forget_launch(sweep, "refused")
+    manifest = json.loads((sweep / "sweep.json").read_text())
+    assert list(manifest["launches"]) == ["earlier"] and list(manifest["runs"]) == ["lr=0.2"]
+
+
+def test_each_job_knows_its_runs_from_the_launch_record(tmp_path):
+    record_launch(tmp_path, "l", {"a": {}, "b": {}, "c": {}}, jobs=[(["optim.lr=[0.1,0.2]"], ["b", "a"]),
+                                                                    (["optim.lr=0.3"], ["c"])])
+    record = launch_record(tmp_path, "l")
+    assert runs_by_job(record, [["optim.lr=0.3"], ["optim.lr=[0.1,0.2]"], ["optim.lr=0.4"]]) == \
+        [["c"], ["a", "b"], ["lr=0.4"]]  # an unlisted job: its run named from its overrides
+
+
+# --- stopping and ending ---------------------------------------------------------------------------------
+
+def test_a_stop_marker_reaches_a_job_within_its_poll(tmp_path):
+    stop = StopSignal()
+    marker = tmp_path / ".stop.launch-1"
+    stop.watch(marker)
+    assert not stop.requested
+    marker.write_text("15")
+    deadline = time.monotonic() + MARKER_POLL_S + 1
+    while not stop.requested and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert stop.requested and stop.signum == signal.SIGTERM
+    other = StopSignal()
+    other.watch(tmp_path / ".stop.launch-2")  # another launch into the same folder is not stopped
+    time.sleep(MARKER_POLL_S + 0.1)
+    assert not other.requested
+
+
+def _launch_with(tmp_path: Path, statuses: dict[str, str | None]) -> tuple:
+    planned = {name: {"lr": 0.1, "fingerprint": "f"} for name in statuses}
+    record_launch(tmp_path, "L", planned)
+    for name, status in statuses.items():
+        if status:
+            (tmp_path / name).mkdir()
+            write_summary(tmp_path / name, {**summary_record(status, tmp_path / name, {}, "f", steps_done=20),
+                                            "launch": "L"})
+    record = launch_record(tmp_path, "L")
+    summaries = launch_summaries(tmp_path, record["runs"])
+    from modula_cli.results.records import launch_counts
+
+    return record, summaries, launch_counts(tmp_path, "L", record, summaries)
+
+
+def test_a_launch_whose_runs_never_landed_is_incomplete_never_exit_0(tmp_path, capsys):
+    record, summaries, counts = _launch_with(tmp_path, {"a": None, "b": None})
+    assert _closing(tmp_path, "L", record, summaries, counts, stopped=None) == 1
+    out = capsys.readouterr().out
+    assert "sweep incomplete: 0 completed, 0 skipped, 0 diverged, 0 failed, 0 interrupted, 2 not started" in out
+    assert "  a: not started" in out
+
+
+def test_the_closing_line_names_each_unfinished_run_and_its_step(tmp_path, capsys):
+    record, summaries, counts = _launch_with(tmp_path, {"a": "completed", "b": "interrupted", "c": None})
+    assert _closing(tmp_path, "L", record, summaries, counts, stopped=15) == 143
+    out = capsys.readouterr().out
+    assert "  b: interrupted at step 20\n  c: not started" in out
+    assert "sweep stopped by signal 15: 1 completed, 0 skipped, 0 diverged, 0 failed, 1 interrupted, 1 not started" \
+        in out
+
+
+def test_hydra_quoting_keeps_any_sweep_folder_whole():
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    for folder in ("/tmp/plain", "/tmp/a,b=c [x]", "/tmp/it's", "/tmp/say \"hi\" it's"):
+        parsed = OverridesParser.create().parse_override(f"hydra.sweep.dir={_hydra_quoted(folder)}")
+        assert parsed.value() == folder
+
+
+def test_a_cluster_jobs_threads_are_the_cpus_it_was_given(monkeypatch):
+    for name in ("MODULA_JOB_CPUS", "SLURM_CPUS_PER_TASK", "OMP_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(threads, "_CHOSEN", {})
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "3")  # more than this 2-core machine: auto alone never says 3
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    before = threads.torch.get_num_threads()
+    try:
+        assert threads.configure_threads("auto") == 3
+        monkeypatch.setattr(threads, "_CHOSEN", {})
+        monkeypatch.setenv("MODULA_JOB_CPUS", "5")  # Ray's num_cpus, passed by the launcher
+        assert threads.configure_threads("auto") == 5
+        monkeypatch.setattr(threads, "_CHOSEN", {})
+        assert threads.configure_threads(2) == 2  # an explicit count wins
+    finally:
+        threads.torch.set_num_threads(before)
