@@ -175,3 +175,41 @@ def test_help_describes_the_program_and_lists_every_option(tmp_path, program):
         "modula-sweep optim=sgd", "modula-sweep-report DIR", "-m "]
     assert all(example in out for example in examples), out
     assert not (tmp_path / "outputs").exists()
+
+
+# --- Hydra's search path ------------------------------------------------------------------------------------
+
+def _user_configs(tmp_path: Path) -> Path:
+    folder = tmp_path / "my_configs" / "arch"
+    folder.mkdir(parents=True)
+    (folder / "mine.yaml").write_text("name: gpt\nwidth: 16\ndepth: 1\nheads: 2\n")
+    return folder.parent
+
+
+@pytest.mark.parametrize("form", ["file://{dir}", "file://my_configs", "pkg://user_configs_pkg"])
+def test_options_on_hydras_search_path_are_accepted(tmp_path, form):
+    """`hydra.searchpath=[...]` on the command line (Hydra's documented way to add a config folder, the same as
+    --config-dir): its options pass the front door, and a typo among them is still named."""
+    folder = _user_configs(tmp_path)
+    package = tmp_path / "user_configs_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "arch").symlink_to(folder / "arch")
+    entry = form.format(dir=folder)
+    env = {"PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    code, out = cli(tmp_path, f"hydra.searchpath=[{entry}]", "arch=mine", "--cfg", "job", **env)
+    assert code == 0 and "width: 16" in out, out
+    code, out = cli(tmp_path, f"hydra.searchpath=[{entry}]", "arch=mnie", **env)
+    assert code == 2 and "arch=mnie is not an option; did you mean arch=mine?" in out, out
+
+
+def test_the_search_path_of_the_primary_config_file_counts_too(tmp_path):
+    from modula_cli.cli import search_path
+
+    folder = _user_configs(tmp_path)
+    primary = tmp_path / "primary"
+    primary.mkdir()
+    (primary / "main.yaml").write_text(f"hydra:\n  searchpath:\n    - file://{folder}\n    - structured://x\n")
+    assert search_path([], [primary, CONFIG_DIR], "main") == [folder.resolve()]
+    assert search_path([f"hydra.searchpath=[file://{primary}]"], [primary], "main") == [primary.resolve()]
+    assert search_path([], [CONFIG_DIR], "config") == []
