@@ -281,6 +281,29 @@ def test_slurm_without_accounting_a_killed_task_and_a_stopped_launch_still_end(s
     assert_resumed_exactly(sweep_dir, reference)
 
 
+def test_slurm_a_node_lost_mid_run_requeues_its_tasks_and_the_launch_waits_for_them(slurm_cluster, workdir,
+                                                                                     reference):
+    """The node set DOWN while both runs train (what the controller does to a node that stops answering):
+    SLURM kills and requeues its tasks; the launch follows them until they resume and finish."""
+    sweep_dir = workdir / "node_down"
+    launch = Launch(workdir, *slurm_args(sweep_dir, LONG, "optim.lr=0.05", "hydra.launcher.cpus_per_task=1"))
+    array = array_of(launch)
+    runs = wait_for(lambda: (sweep_dir / "sweep.json").exists() and job_runs(sweep_dir), "the plan", launch=launch)
+    wait_for(lambda: all(checkpointed(run) for run in runs), "both tasks to train", launch=launch)
+    node = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True).stdout.split()[0]
+    subprocess.run(["scontrol", "update", f"NodeName={node}", "State=DOWN", "Reason=modula-sweep test"], check=True)
+    try:
+        wait_for(lambda: "BeginTime" in subprocess.run(["squeue", "-h", "-r", "-j", array, "-o", "%r"],
+                                                       capture_output=True, text=True).stdout, "the requeue")
+    finally:  # back in service (ReturnToService=2 may have done it already)
+        subprocess.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], capture_output=True)
+    code, out = launch.finish()
+    assert code == 0 and "sweep finished: 2 completed, 0 skipped, 0 diverged, 0 failed" in out, out[-3000:]
+    assert "Traceback" not in out
+    for run in runs:
+        assert losses(run) == reference[run.name]
+
+
 @pytest.mark.parametrize("override, message", [
     ("hydra.launcher.cpus_per_task=64", r"cpus_per_task=64 needs 64 CPUs on one node, but the nodes of partition "
                                         r"\w+ have at most \d+; set hydra.launcher.cpus_per_task=\d+ or less"),
@@ -325,7 +348,7 @@ def test_ray_runs_land_where_the_launch_looks_and_count_right(ray_head, workdir)
 
 def test_ray_killed_worker_and_stopped_launch_end_honestly_and_resume_exactly(ray_head, workdir, reference):
     """max_retries=0: a trainer killed with SIGKILL is its task's end (Ray's retries exhausted), recorded as
-    interrupted at its checkpoint; SIGTERM to the launching process then stops the other tasks (they
+    interrupted at its checkpoint; Ctrl-C to the launching process then stops the other tasks (they
     checkpoint); the same command resumes every run to the uninterrupted losses."""
     sweep_dir = workdir / "ray_faults"
     args = ray_args(str(sweep_dir), LONG, "hydra.launcher.ray.remote.num_cpus=1",
@@ -336,13 +359,13 @@ def test_ray_killed_worker_and_stopped_launch_end_honestly_and_resume_exactly(ra
     os.kill(trainer_pid(first), signal.SIGKILL)
     wait_for(lambda: summary(first)["status"] == "interrupted", "the killed run to be settled", launch=launch)
     wait_for(lambda: any(checkpointed(r) for r in runs if r != first), "another task to train", launch=launch)
-    launch.signal(signal.SIGTERM)
+    launch.signal(signal.SIGINT)  # Ctrl-C
     code, out = launch.finish()
-    assert code == 143 and "Traceback" not in out, out[-3000:]
+    assert code == 130 and "Traceback" not in out, out[-3000:]
     killed = summary(first)
     assert killed["ended"] == f"Ray task {runs.index(first)}: its worker process died (retries exhausted)", killed
     assert f"{first.name}: interrupted at step {killed['steps_done']} (Ray task" in out
-    assert re.search(r"sweep stopped by signal 15: \d completed, 0 skipped, 0 diverged, 0 failed, \d interrupted", out)
+    assert re.search(r"sweep stopped by signal 2: \d completed, 0 skipped, 0 diverged, 0 failed, \d interrupted", out)
     assert not any(summary(r) and summary(r)["status"] == "running" for r in runs)
     again_code, again = Launch(workdir, *args).finish()
     assert again_code == 0, again[-3000:]

@@ -65,7 +65,7 @@ def enter_job_environment(env: dict[str, str]) -> None:
 @dataclass(frozen=True)
 class JobEnd:
     """How a job ended, as its scheduler tells it."""
-    state: str               # "COMPLETED", "CANCELLED by 0", "FAILED (exit 0:9)", "finished", "its worker died"
+    state: str               # "COMPLETED", "CANCELLED by 0", "FAILED, exit code 9:0", "finished", "cancelled"
     returned: Any = None     # the job's own JobReturn, when it delivered one
     error: str | None = None  # an error the job raised outside its runs
 
@@ -104,7 +104,7 @@ def run_unfinished(overrides: Sequence[Sequence[str]], sweep_dir: Path, submit: 
     record = launch_record(sweep_dir, os.environ.get(LAUNCH_ENV, ""))
     runs = runs_by_job(record, overrides)
     before = set(record["finished_before"])
-    todo = [i for i, names in enumerate(runs) if not set(names) <= before]
+    todo = [] if STOP.requested else [i for i, names in enumerate(runs) if not set(names) <= before]
     results = dict(zip(todo, follow(submit(todo), [overrides[i] for i in todo], sweep_dir, poll_s, grace_s)
                        if todo else []))
     for i, job in enumerate(overrides):

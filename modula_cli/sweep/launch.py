@@ -393,7 +393,8 @@ def _unfinished_lines(sweep_dir: Path, launch: str, record: dict[str, Any],
         if status == PENDING:
             what = "not started"
         elif status == FAILED:
-            what = f"failed: {(summary or {}).get('error', 'see its summary.json')}"
+            error = str((summary or {}).get("error") or "see its summary.json").strip().splitlines()
+            what = f"failed: {error[0] if error else 'see its summary.json'}"
         else:
             step = (summary or {}).get("steps_done")
             what = f"{status}" + (f" at step {step}" if step else " before its first checkpoint")
@@ -418,7 +419,7 @@ def _closing(sweep_dir: Path, launch: str, record: dict[str, Any], summaries: di
             line += f", {counts[RUNNING]} still running elsewhere"
     listed = _unfinished_lines(sweep_dir, launch, record, summaries)
     if listed:
-        print("not finished (the same command resumes them" + (", and retries the failed" if counts[FAILED] else "")
+        print("not finished (the same command " + ("resumes or retries them" if counts[FAILED] else "resumes them")
               + "):", *listed, sep="\n", flush=True)
     if stopped is not None:
         print(f"sweep stopped by signal {stopped}: {line}  ({sweep_dir}); run the same command to resume", flush=True)

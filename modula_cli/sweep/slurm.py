@@ -390,6 +390,7 @@ class SlurmArray:
         self._unlisted = [0] * len(self.job_ids)
         self._states: dict[str, TaskState] = {}
         self._stuck: dict[str, int] = {}
+        self._silent = False  # SLURM did not answer at the last poll (said once)
 
     def poll(self) -> dict[int, Any]:
         from .cluster import JobEnd
@@ -397,8 +398,11 @@ class SlurmArray:
         try:
             self._states = task_states(self.array, self.accounting)
         except SlurmError as error:  # the controller may be restarting: ask again at the next poll
-            log.warning("SLURM did not answer (%s); asking again", error)
+            if not self._silent:
+                log.warning("SLURM did not answer (%s); asking again until it does", error)
+            self._silent = True
             return {}
+        self._silent = False
         ended = {}
         for index, job_id in enumerate(self.job_ids):
             state = self._states.get(job_id)
