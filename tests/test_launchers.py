@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -25,16 +24,9 @@ from modula_cli.sweep.cluster import runs_by_job
 from modula_cli.sweep.launch import _closing, _hydra_quoted
 
 # `scontrol show partition -o` / `scontrol show node -o` of a cluster with a CPU and a GPU partition
-PARTITIONS = textwrap.dedent("""\
-    PartitionName=cpu AllowGroups=ALL Default=YES QoS=N/A DefaultTime=NONE MaxNodes=UNLIMITED MaxTime=2-00:00:00 MinNodes=0 Nodes=c[01-02] State=UP TotalCPUs=64 TotalNodes=2 DefMemPerNode=UNLIMITED MaxMemPerNode=UNLIMITED TRES=cpu=64,mem=250G,node=2
-    PartitionName=gpu AllowGroups=ALL Default=NO QoS=N/A DefaultTime=NONE MaxNodes=1 MaxTime=04:00:00 MinNodes=0 Nodes=g01 State=UP TotalCPUs=48 TotalNodes=1 MaxMemPerNode=256000 TRES=cpu=48,mem=500G,node=1,billing=48,gres/gpu=4
-    PartitionName=old AllowGroups=ALL Default=NO MaxTime=UNLIMITED Nodes=c01 State=INACTIVE TotalCPUs=32 TotalNodes=1
-""")
-NODES = textwrap.dedent("""\
-    NodeName=c01 Arch=x86_64 CoresPerSocket=16  CPUAlloc=0 CPUEfctv=32 CPUTot=32 CPULoad=0.10 Gres=(null) NodeAddr=c01 OS=Linux 6.1.0 #1 SMP PREEMPT_DYNAMIC RealMemory=128000 State=IDLE Partitions=cpu,old  BootTime=2026-11-01T00:00:00
-    NodeName=c02 Arch=x86_64 CoresPerSocket=16  CPUAlloc=0 CPUEfctv=32 CPUTot=32 Gres=(null) RealMemory=128000 State=DRAINED Partitions=cpu
-    NodeName=g01 Arch=x86_64 CoresPerSocket=24  CPUAlloc=0 CPUEfctv=48 CPUTot=48 Gres=gpu:a100:4(S:0-1) RealMemory=512000 State=MIXED Partitions=gpu
-""")
+DATA = Path(__file__).parent / "data"
+PARTITIONS = (DATA / "scontrol_show_partition.txt").read_text()
+NODES = (DATA / "scontrol_show_node.txt").read_text()
 BASE = {"partition": None, "cpus_per_task": "auto", "gpus_per_node": "auto", "mem_gb": "auto", "tasks_per_node": 1,
         "nodes": 1, "timeout_min": 240, "gres": None, "gpus_per_task": None}
 
@@ -50,7 +42,8 @@ def test_scontrol_records_times_and_gres_parse_as_slurm_prints_them(cluster):
     g01 = cluster["gpu"].nodes[0]
     assert (g01.cpus, g01.memory_mb, g01.gpus, g01.usable) == (48, 512000, 4, True)
     assert not cluster["cpu"].nodes[1].usable  # DRAINED
-    assert (cluster["gpu"].max_time_min, cluster["gpu"].max_mem_per_node_mb, cluster["gpu"].max_nodes) == (240, 256000, 1)
+    gpu = cluster["gpu"]
+    assert (gpu.max_time_min, gpu.max_mem_per_node_mb, gpu.max_nodes) == (240, 256000, 1)
     assert cluster["cpu"].max_time_min == 2 * 1440 and math.isinf(cluster["old"].max_time_min)
     assert [slurm.minutes(t) for t in ("30", "1:30", "2:00:00", "1-12", "1-00:30", "1-00:00:30")] == \
         [30, 1.5, 120, 2160, 1470, 1440.5]

@@ -63,7 +63,8 @@ def fit(options: Mapping[str, Any], nodes: Sequence[Mapping[str, float]]) -> Fit
             most = max(node.get(resource, 0) for node in nodes)
             if amount > most:
                 standard = name in {r[0] for r in RESOURCES}
-                key, asked = (name, options.get(name)) if standard else (f"resources.{name}", options["resources"][name])
+                key, asked = ((name, options.get(name)) if standard else
+                              (f"resources.{name}", options["resources"][name]))
                 have = (f"the nodes of this Ray cluster have at most {most:g} {resource}" if most else
                         f"no node of this Ray cluster has {ARTICLE.get(resource, resource)}")
                 problems.append(f"{SETTING}.{key}={asked!r}, but {have}; set "
