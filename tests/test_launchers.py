@@ -66,7 +66,7 @@ def test_auto_follows_the_partition_one_gpu_per_task_only_where_there_are_gpus(c
     assert two.params["gpus_per_node"] == 2 and two.params["cpus_per_task"] == 8
     by_gres = slurm.fit({**BASE, "partition": "gpu", "gres": "gpu:2"}, cluster)
     assert by_gres.params["gpus_per_node"] is None  # asked for another way: not twice
-    assert cpu.notes == [] and gpu.describe() == "partition gpu, 8 CPU per task, 32 GB, 1 GPU"
+    assert cpu.notes == [] and gpu.describe() == "partition gpu, 8 CPU per task, 32 GB and 1 GPU per node"
 
 
 def test_a_gpu_partition_gets_an_sbatch_script_that_asks_for_its_gpu(cluster, tmp_path):
@@ -139,7 +139,8 @@ def test_ray_auto_takes_a_gpu_only_where_a_node_has_one_and_refuses_what_no_node
     assert cpu_only.options == {"num_cpus": 2, "num_gpus": 0} and cpu_only.describe() == "2 CPU per task, no GPU"
     # 16 CPUs with a GPU: the GPU node has them, the big node has no GPU: no single node holds the task
     both = ray_cluster.fit({"num_cpus": 32, "num_gpus": 1}, gpu_nodes)
-    assert both.problems == ["no single node of this Ray cluster has {'CPU': 32.0, 'GPU': 1.0, 'memory': 0.0} at once"]
+    assert both.problems == ["no single node of this Ray cluster has 32 CPU, 1 GPU at once; ask for less of one "
+                             "(hydra.launcher.ray.remote)"]
     assert ray_cluster.fit({"num_gpus": 4}, gpu_nodes).problems == [
         "hydra.launcher.ray.remote.num_gpus=4, but the nodes of this Ray cluster have at most 2 GPU; set "
         "hydra.launcher.ray.remote.num_gpus=2 or less (or auto)"]
@@ -314,3 +315,161 @@ def test_a_cluster_jobs_threads_are_the_cpus_it_was_given(monkeypatch):
         assert threads.configure_threads(2) == 2  # an explicit count wins
     finally:
         threads.torch.set_num_threads(before)
+
+
+# --- following jobs: SLURM's task states and the follower, on a scripted scheduler ---------------------------
+
+def test_slurm_array_ends_a_task_after_two_polls_unlisted_once_and_rides_out_a_requeue(monkeypatch, caplog):
+    T = slurm.TaskState
+    script = iter([
+        {"5_0": T("RUNNING", "None"), "5_1": T("RUNNING", "None")},
+        {"5_1": T("RUNNING", "None")},                                             # 5_0 left the queue...
+        {"5_0": T("COMPLETED", "0:0", listed=False), "5_1": T("PENDING", "BeginTime")},  # ...and 5_1 was requeued
+        slurm.SlurmError("`squeue`: Socket timed out"),
+        slurm.SlurmError("`squeue`: Socket timed out"),
+        {"5_0": T("COMPLETED", "0:0", listed=False), "5_1": T("RUNNING", "None", listed=False)},
+        {"5_0": T("COMPLETED", "0:0", listed=False), "5_1": T("RUNNING", "None", listed=False)},
+    ])
+
+    def states(array, accounting, ended_ask=True):
+        step = next(script)
+        if isinstance(step, Exception):
+            raise step
+        return step
+
+    monkeypatch.setattr(slurm, "task_states", states)
+    array = slurm.SlurmArray(["5_0", "5_1"], accounting=True, results=[lambda: (None, None)] * 2,
+                             logs=["/logs/5_0.err", "/logs/5_1.err"])
+    polls = [array.poll() for _ in range(7)]
+    assert polls[:2] == [{}, {}] and list(polls[2]) == [0]  # unlisted twice: ended, said once
+    assert (polls[2][0].state, polls[2][0].log, polls[2][0].cancelled) == ("COMPLETED", "/logs/5_0.err", False)
+    assert slurm.TaskState("FAILED", "9:0").text() == "FAILED, exit code 9:0"
+    assert polls[3] == polls[4] == {} and polls[5] == {}  # SLURM silent: nothing decided; 5_1 unlisted once
+    assert polls[6][1].state == "(SLURM has not recorded how yet)"  # sacct lags behind squeue
+    assert sum("did not answer" in r.message for r in caplog.records) == 1  # said once
+    assert array.owner(1) == "slurm:5_1" and array.name(0) == "SLURM job 5_0"
+
+
+def test_slurm_cancels_only_after_a_reason_that_never_clears_has_stood(monkeypatch):
+    array = slurm.SlurmArray(["7_0", "7_1"], accounting=False)
+    array._states = {"7_0": slurm.TaskState("PENDING", "MaxCpuPerAccount"),  # clears as others' jobs end
+                     "7_1": slurm.TaskState("PENDING", "Resources")}
+    monkeypatch.setattr(slurm, "NEVER_STARTS_AFTER_S", 0.0)
+    assert array.never_starts() is None
+    array._states["7_1"] = slurm.TaskState("PENDING", "PartitionConfig")
+    monkeypatch.setattr(slurm, "NEVER_STARTS_AFTER_S", 3600.0)
+    assert array.never_starts() is None  # not yet long enough
+    monkeypatch.setattr(slurm, "NEVER_STARTS_AFTER_S", 0.0)
+    assert "PartitionConfig (the request does not fit the partition's configuration)" in array.never_starts()
+    array._states["7_0"] = slurm.TaskState("PENDING", "JobHeldAdmin")
+    assert "held" not in array.waiting() and "release with: scontrol release 7" in array.waiting()
+
+
+class ScriptedJobs:
+    """A scheduler that says what a test scripts: poll results in turn, and records stops and cancels."""
+
+    def __init__(self, polls, never=None):
+        self.polls, self.never = list(polls), never
+        self.stops, self.cancels = [], 0
+
+    def poll(self):
+        return self.polls.pop(0) if self.polls else {}
+
+    def waiting(self):
+        return "1 running"
+
+    def never_starts(self):
+        return self.never
+
+    def stop(self, training):
+        self.stops.append(set(training))
+
+    def cancel(self):
+        self.cancels += 1
+
+    def name(self, index):
+        return f"SLURM job 9_{index}"
+
+    def owner(self, index):
+        return f"slurm:9_{index}"
+
+
+@pytest.fixture
+def three_jobs(tmp_path, monkeypatch):
+    from modula_cli.sweep.launch import LAUNCH_ENV
+
+    monkeypatch.setenv(LAUNCH_ENV, "L")
+    planned = {name: {**KNOBS, "lr": lr, "fingerprint": "fp"} for name, lr in (("a", 0.1), ("b", 0.2), ("c", 0.4))}
+    record_launch(tmp_path, "L", planned, jobs=[([f"optim.lr={k['lr']}"], [name]) for name, k in planned.items()])
+    return tmp_path, [[f"optim.lr={k['lr']}"] for k in planned.values()]
+
+
+def _summary_of_launch(run_dir: Path, status: str, step: int, owner_host: str | None = None, job: str = "") -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_summary(run_dir, {**summary_record(status, run_dir, KNOBS, "fp", steps_done=step,
+                                             train_loss=2.5 if status == "completed" else None), "launch": "L"})
+    (run_dir / "run.lock").touch()
+    if owner_host:
+        (run_dir / "run.owner").write_text(json.dumps({"pid": 1, "host": owner_host, "job": job}))
+
+
+def test_the_follower_ends_every_job_honestly(three_jobs, caplog):
+    """A completed job, a job whose trainer died on another node (its lock says nothing there: the scheduler
+    does), and a job that died before its run started: completed, interrupted at its checkpoint, failed."""
+    import logging
+
+    from modula_cli.sweep.cluster import Follower
+
+    caplog.set_level(logging.INFO)
+    from modula_cli.sweep.jobs import JobEnd
+
+    sweep, overrides = three_jobs
+    _summary_of_launch(sweep / "a", "completed", 101)
+    _summary_of_launch(sweep / "b", "running", 40, owner_host="node-17", job="slurm:9_1")
+    assert as_seen(sweep / "b", read_summary(sweep / "b"))["status"] == RUNNING  # another host: not decided here
+    jobs = ScriptedJobs([{0: JobEnd("COMPLETED")},
+                         {1: JobEnd("NODE_FAIL"), 2: JobEnd("FAILED, exit code 1:0", log="/logs/9_2.err")}])
+    results = Follower(jobs, overrides, sweep, poll_s=0.01, grace_s=5).follow()
+    assert [r.return_value.status for r in results] == ["completed", "interrupted", "failed"]
+    b, c = read_summary(sweep / "b"), read_summary(sweep / "c")
+    assert (b["status"], b["steps_done"], b["ended"]) == (INTERRUPTED, 40, "SLURM job 9_1: NODE_FAIL")
+    assert c["status"] == "failed" and c["error"] == ("SLURM job 9_2 ended FAILED, exit code 1:0 before its runs "
+                                                      "started (log: /logs/9_2.err)")
+    assert c["lr"] == 0.4 and c["launch"] == "L"  # its own knobs, from the plan: the report places it
+    progress = [r.message for r in caplog.records if " of 3]" in r.message]
+    assert [m[:8] for m in progress] == ["[1 of 3]", "[2 of 3]", "[3 of 3]"] and jobs.stops == []
+
+
+def test_a_stop_ends_pending_jobs_lets_training_ones_checkpoint_then_cancels_what_is_left(three_jobs, monkeypatch):
+    from modula_cli.plumbing.signals import STOP
+    from modula_cli.sweep.cluster import Follower
+
+    sweep, overrides = three_jobs
+    _summary_of_launch(sweep / "b", "running", 20, owner_host="node-3")  # training there
+    monkeypatch.setattr(STOP, "signum", signal.SIGTERM)
+    jobs = ScriptedJobs([])  # nothing ever ends
+    started = time.monotonic()
+    results = Follower(jobs, overrides, sweep, poll_s=0.01, grace_s=0.3).follow()
+    assert 0.3 <= time.monotonic() - started < 5
+    assert jobs.stops and all(training == {1} for training in jobs.stops)  # job 1 trains: it checkpoints itself
+    assert jobs.cancels == 1 and len(results) == 3  # the grace is over: nothing of the launch goes on
+
+
+def test_jobs_that_can_never_start_are_cancelled_and_the_closing_says_why(three_jobs, capsys):
+    from modula_cli.sweep.cluster import Follower
+    from modula_cli.sweep.launch import CLOSING_NOTES
+
+    sweep, overrides = three_jobs
+    CLOSING_NOTES.clear()
+    jobs = ScriptedJobs([], never="SLURM has kept them pending with reason PartitionConfig")
+    Follower(jobs, overrides, sweep, poll_s=0.01, grace_s=0.1).follow()
+    assert jobs.stops and jobs.cancels == 1
+    assert CLOSING_NOTES == ["the jobs were cancelled: SLURM has kept them pending with reason PartitionConfig; "
+                             "change the request (hydra.launcher) or the partition, and run the command again"]
+    CLOSING_NOTES.clear()
+
+
+def socket_host() -> str:
+    from modula_cli.plumbing.locks import HOST
+
+    return HOST

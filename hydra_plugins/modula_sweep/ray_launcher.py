@@ -8,6 +8,7 @@ is imported by Hydra's plugin scan at every start: Ray itself is imported only w
 """
 
 import logging
+import os
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,10 +91,14 @@ def _fit(ray_options: Any) -> Any:
 
 def _run_job(env: dict[str, str], hydra_context: HydraContext, sweep_config: DictConfig,
              task_function: TaskFunction, singleton_state: dict[Any, Any]) -> JobReturn:
-    """One job, in a Ray worker: the launch's environment first, then Hydra's job."""
+    """One job, in a Ray worker: the launch's environment and the task its trainer records, then Hydra's job."""
+    import ray
+
+    from modula_cli.plumbing.locks import JOB_ENV
     from modula_cli.sweep.cluster import enter_job_environment
 
     enter_job_environment(env)
+    os.environ[JOB_ENV] = f"ray:{ray.get_runtime_context().get_task_id()}"
     setup_globals()
     Singleton.set_state(singleton_state)
     HydraConfig.instance().set_config(sweep_config)
@@ -121,13 +126,20 @@ class RayClusterLauncher(Launcher):
         from modula_cli.sweep import ray_cluster
         from modula_cli.sweep.cluster import CPUS_ENV, job_environment, run_unfinished
 
+        from modula_cli.results.records import forget_launch
+        from modula_cli.sweep.launch import LAUNCH_ENV, LaunchRefused
+
         assert self.config is not None and self.hydra_context is not None
-        fitted = _fit(self.ray_options)  # joins the cluster
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        try:  # joins the cluster; again: it may have changed since the preflight
+            fitted = _fit(self.ray_options)
+        except LaunchRefused as error:
+            forget_launch(sweep_dir, os.environ.get(LAUNCH_ENV, ""))
+            raise SystemExit(f"modula-sweep: sweep not launched, {error}") from None
         import ray
         options = {key: value for key, value in fitted.options.items() if value is not None}
         env = {**job_environment(), CPUS_ENV: str(max(1, int(options.get("num_cpus") or 1)))}
         remote = ray.remote(**options)(_run_job)
-        sweep_dir = Path(str(self.config.hydra.sweep.dir))
 
         def submit(todo: list[int]) -> Any:
             refs = []

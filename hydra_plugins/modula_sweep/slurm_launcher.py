@@ -14,6 +14,7 @@ import io
 import logging
 import os
 import pickle
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,7 @@ class SlurmLauncherConf(SlurmQueueConf):
     cpus_per_task: Any = "auto"   # auto: 8, at most what one node of the partition has
     gpus_per_node: Any = "auto"   # auto: one per task where the partition's nodes have GPUs, else none
     mem_gb: Any = "auto"          # auto: the node's memory in proportion to the CPUs asked for, at most 32 GB
-    poll_s: float = 5.0           # how often the launching process looks at the queue and the run folders
+    poll_s: float = 10.0          # how often the launching process looks at the queue and the run folders
     stop_grace_s: float = 120.0   # after a stop, how long to wait for running tasks to checkpoint and end
 
 
@@ -69,7 +70,7 @@ class SlurmLauncher(BaseSubmititLauncher):
     def __init__(self, **params: Any) -> None:
         own = {key: params.pop(key) for key in OWN if key in params}
         super().__init__(**params)
-        self.poll_s = float(own.get("poll_s", 5.0))
+        self.poll_s = float(own.get("poll_s", 10.0))
         self.stop_grace_s = float(own.get("stop_grace_s", 120.0))
         self.job_env: dict[str, str] = {}
 
@@ -82,10 +83,13 @@ class SlurmLauncher(BaseSubmititLauncher):
         log.info("SLURM: %s", fitted.describe())
 
     def __call__(self, *args: Any, **kwargs: Any) -> JobReturn:
-        # in the job's process, on a node: the launch's environment first
+        # in the job's process, on a node: the launch's environment first, and the task its trainer records
+        from modula_cli.plumbing.locks import JOB_ENV
         from modula_cli.sweep.cluster import enter_job_environment
+        from modula_cli.sweep.slurm import job_id_here
 
         enter_job_environment(self.job_env)
+        os.environ[JOB_ENV] = job_id_here() or ""
         return super().__call__(*args, **kwargs)
 
     def launch(self, job_overrides: Any, initial_job_idx: int) -> list[JobReturn]:
@@ -94,11 +98,15 @@ class SlurmLauncher(BaseSubmititLauncher):
         from modula_cli.results.records import forget_launch
         from modula_cli.sweep import slurm
         from modula_cli.sweep.cluster import job_environment, run_unfinished
-        from modula_cli.sweep.launch import LAUNCH_ENV
+        from modula_cli.sweep.launch import LAUNCH_ENV, LaunchRefused
 
         assert self.config is not None
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
-        fitted = _fit(self.params)
+        try:  # again: the preflight's answer may have changed since (or SLURM may not answer now)
+            fitted = _fit(self.params)
+        except LaunchRefused as error:
+            forget_launch(sweep_dir, os.environ.get(LAUNCH_ENV, ""))
+            raise SystemExit(f"modula-sweep: sweep not launched, {error}") from None
         self.params = {key: value for key, value in fitted.params.items() if value is not None}
         self.job_env = job_environment()
         executor = submitit.AutoExecutor(cluster="slurm", folder=self.params["submitit_folder"],
@@ -113,19 +121,25 @@ class SlurmLauncher(BaseSubmititLauncher):
             try:
                 with contextlib.redirect_stderr(io.StringIO()):  # submitit echoes sbatch's error: said once, below
                     jobs = executor.map_array(self, *zip(*arguments))
-            except (submitit.core.utils.FailedJobError, OSError) as error:  # sbatch refused it: nothing runs
-                for path in set(folder.glob("*")) - before:
-                    path.unlink(missing_ok=True)
-                if folder.is_dir() and not any(folder.iterdir()):
-                    folder.rmdir()
-                forget_launch(sweep_dir, os.environ.get(LAUNCH_ENV, ""))
+            except (submitit.core.utils.UncompletedJobError, submitit.core.utils.FailedSubmissionError,
+                    OSError) as error:  # no job id came back
                 lines = [line for line in str(error).splitlines() if line.strip()] or [type(error).__name__]
                 reason = lines[-1].replace("sbatch: error: ", "")
-                raise SystemExit(f"modula-sweep: sweep not launched, sbatch refused it: {reason}") from None
+                if not re.search(r"timed out|unable to contact|connection refused|interrupted", reason, re.I):
+                    # sbatch refused it: nothing was queued, and nothing of the launch is left
+                    for path in set(folder.glob("*")) - before:
+                        path.unlink(missing_ok=True)
+                    if folder.is_dir() and not any(folder.iterdir()):
+                        folder.rmdir()
+                    forget_launch(sweep_dir, os.environ.get(LAUNCH_ENV, ""))
+                    raise SystemExit(f"modula-sweep: sweep not launched, sbatch refused it: {reason}") from None
+                raise SystemExit(f"modula-sweep: sbatch did not answer ({reason}): the jobs may have been queued "
+                                 f"all the same; look for job name {self.params.get('name')!r} in squeue before "
+                                 f"running the command again (it skips what finished)") from None
             log.info("submitted %d jobs as SLURM job %s (%s; logs in %s)", len(jobs), jobs[0].job_id.split("_")[0],
                      fitted.describe(), folder)
             return slurm.SlurmArray([job.job_id for job in jobs], slurm.has_accounting(),
-                                    [_result_reader(job) for job in jobs])
+                                    [_result_reader(job) for job in jobs], [str(job.paths.stderr) for job in jobs])
 
         return run_unfinished(job_overrides, sweep_dir, submit, self.poll_s, self.stop_grace_s)
 

@@ -1,5 +1,7 @@
 """One trainer per run: a run folder's ``run.lock`` (an OS file lock, released when its process dies,
-even by SIGKILL) is held while the run trains; ``run.owner`` says by whom."""
+even by SIGKILL) is held while the run trains; ``run.owner`` says by whom: process, host and, in a cluster
+job, the job (``MODULA_JOB_ID``, set by the SLURM and Ray launchers), so that a launcher that saw the job end
+can tell its run was abandoned even where file locks do not reach across nodes."""
 
 from __future__ import annotations
 
@@ -18,6 +20,17 @@ from . import atomic
 
 log = logging.getLogger(__name__)
 LOCK_FILE, OWNER_FILE = "run.lock", "run.owner"
+JOB_ENV = "MODULA_JOB_ID"  # the cluster job this process runs in ("slurm:12_3", "ray:<task id>")
+HOST = socket.gethostname()
+
+
+def owner_of(folder: Path) -> dict | None:
+    """Who holds, or last held, the run: ``{"pid", "host", "since", "job"}``; None when unknown."""
+    try:
+        owner = json.loads((folder / OWNER_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return owner if isinstance(owner, dict) else None
 
 
 @contextmanager
@@ -41,9 +54,16 @@ def is_held(folder: Path) -> bool:
     """Whether a live process holds ``folder``'s run lock (trains it now). The kernel releases the lock when
     its holder dies, even by SIGKILL, so a ``running`` summary in a folder nobody holds was left by a process
     that is gone. Probing takes the lock for an instant; a trainer starting in that instant finds the run
-    busy and comes back to it. An unreadable lock counts as held (nothing is declared dead on a doubt)."""
+    busy and comes back to it. An unreadable lock counts as held (nothing is declared dead on a doubt).
+    Only a holder on this host is seen for sure: file locks do not reach across nodes on every file system."""
     with holding(folder) as taken:
         return (folder / LOCK_FILE).exists() and not taken
+
+
+def held_here(folder: Path) -> bool:
+    """Whether the run's last holder ran on this host (or nothing says where): its lock probe is then sure."""
+    owner = owner_of(folder)
+    return owner is None or owner.get("host") in (None, HOST)
 
 
 class RunLocks:
@@ -67,7 +87,7 @@ class RunLocks:
                 return False
             taken.append(lock)
         self.held = True
-        owner = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()})
+        owner = json.dumps({"pid": os.getpid(), "host": HOST, "since": time.time(), "job": os.environ.get(JOB_ENV)})
         for folder in self.run_dirs:
             atomic.write_text(folder / OWNER_FILE, owner)
         return True
@@ -83,11 +103,9 @@ class RunLocks:
     def holder(self) -> str:
         """Who holds the first busy folder, as far as its owner file says."""
         for folder in self.run_dirs:
-            try:
-                owner = json.loads((folder / OWNER_FILE).read_text())
-                return f"pid {owner['pid']} on {owner['host']}"
-            except (OSError, ValueError, KeyError, TypeError):
-                continue
+            owner = owner_of(folder) or {}
+            if "pid" in owner and "host" in owner:
+                return f"pid {owner['pid']} on {owner['host']}" + (f" ({owner['job']})" if owner.get("job") else "")
         return "another process"
 
     def release(self) -> None:

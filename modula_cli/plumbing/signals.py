@@ -45,11 +45,12 @@ class StopSignal:
         self.on_stop: list[Callable[[int], None]] = []  # told once, at the first signal
         self._marker: Path | None = None
         self._marker_seen_at = 0.0
+        self.received = False  # a signal reached this process (not only the launch's stop marker)
 
     @property
     def requested(self) -> bool:
         if self.signum is None and self._marker is not None and self._marker_appeared():
-            self.signum = signal.SIGTERM
+            self.signum = signal.SIGTERM  # as if the launcher's SIGTERM had reached this process
             log.warning("the launch was stopped (%s): the current run checkpoints after this step and no further "
                         "run starts", self._marker.name)
         return self.signum is not None
@@ -79,7 +80,7 @@ class StopSignal:
         signals stay with whoever runs this thread (a launcher)."""
         owner = self._depth == 0 and threading.current_thread() is threading.main_thread()
         if owner:
-            self.signum = None
+            self.signum, self.received = None, False
             self._previous = {s: signal.signal(s, self._handle) for s in HANDLED}
         self._depth += 1
         try:
@@ -92,10 +93,10 @@ class StopSignal:
                 self._previous = {}
 
     def _handle(self, signum: int, frame: Any) -> None:
-        if self.signum is not None and signum == signal.SIGINT:
+        if self.received and signum == signal.SIGINT:
             raise KeyboardInterrupt  # a second Ctrl-C: the user wants out now
         first = self.signum is None
-        self.signum = signum
+        self.signum, self.received = signum, True
         if first:
             log.warning("received %s: the current run checkpoints after this step and no further run starts "
                         "(Ctrl-C again to stop at once)", signal.Signals(signum).name)
@@ -110,8 +111,8 @@ class StopSignal:
         """After checkpointing, pass the signal to the handler that was there before (e.g. submitit's,
         which requeues the job, or exits); Python's own defaults are left out. A handler that cannot do its
         part (submitit's, when the job has been requeued too often) is said in a warning: the run is
-        checkpointed either way."""
-        previous = self._previous.get(self.signum) if self.signum is not None else None
+        checkpointed either way. A stop that came as the launch's marker, not a signal, is not passed on."""
+        previous = self._previous.get(self.signum) if self.received and self.signum is not None else None
         if callable(previous) and previous is not signal.default_int_handler:
             try:
                 previous(self.signum, None)

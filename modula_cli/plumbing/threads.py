@@ -111,8 +111,10 @@ def configure_threads(setting: object, parallel_jobs: int = 1) -> int:
     if (setting, parallel_jobs) in _CHOSEN:
         return _CHOSEN[(setting, parallel_jobs)]
     given = job_cpus() if setting == AUTO else None
-    if given is not None:
-        count, why = given[0], f"{given[1]}={given[0]}: the CPUs this job was given"
+    if given is not None:  # shared evenly by the jobs a local launcher runs at once inside the cluster job
+        count = max(1, given[0] // parallel_jobs)
+        why = f"{given[1]}={given[0]}: the CPUs this job was given" + (
+            f", {parallel_jobs} jobs at once" if parallel_jobs > 1 else "")
     elif setting == AUTO and os.environ.get("OMP_NUM_THREADS"):
         count = max(1, int(os.environ["OMP_NUM_THREADS"])) if os.environ["OMP_NUM_THREADS"].isdigit() \
             else torch.get_num_threads()

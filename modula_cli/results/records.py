@@ -25,7 +25,7 @@ from ..config.identity import experiment_settings
 from ..models.variant import HISTORICAL as HISTORICAL_VARIANT
 from ..models.variant import name_of as variant_name_of
 from ..plumbing import atomic
-from ..plumbing.locks import holding, is_held
+from ..plumbing.locks import HOST, held_here, holding, is_held, owner_of
 
 log = logging.getLogger(__name__)
 
@@ -194,8 +194,9 @@ def read_summary(run_dir: Path, warn: bool = True) -> Summary | None:
 
 def abandoned(run_dir: Path, summary: Summary | None) -> bool:
     """A summary that says ``running`` in a folder no live process holds: its trainer was killed (SIGKILL, out
-    of memory, a dead node) before it could write how it ended."""
-    return bool(summary) and summary["status"] == RUNNING and not is_held(run_dir)
+    of memory) before it could write how it ended. Told only for a trainer on this host (where the lock probe
+    is sure); one on another node is settled by its launch, which saw its job end (``mark_abandoned``)."""
+    return bool(summary) and summary["status"] == RUNNING and held_here(run_dir) and not is_held(run_dir)
 
 
 ABANDONED = "its process ended without a word (killed, out of memory, or its node died)"
@@ -209,17 +210,32 @@ def as_seen(run_dir: Path, summary: Summary | None) -> Summary | None:
     return summary
 
 
-def mark_abandoned(run_dir: Path, why: str = ABANDONED) -> Summary | None:
-    """Record an abandoned run as ``interrupted`` at the step of its last checkpoint, saying ``why``; under
-    the run's lock, so that a trainer starting now is never overwritten. The new summary, or None when the
-    run was not abandoned."""
+def mark_abandoned(run_dir: Path, why: str = ABANDONED, job: str | None = None) -> Summary | None:
+    """Record an abandoned run as ``interrupted`` at the step of its last checkpoint, saying ``why``. On this
+    host the lock decides (under it, so that a trainer starting now is never overwritten); ``job``: a cluster
+    job the scheduler says has ended, which settles the run it held on any node. The new summary, or None
+    when the run was not abandoned."""
     with holding(run_dir) as held:
-        summary = read_summary(run_dir, warn=False) if held else None
+        summary = read_summary(run_dir, warn=False)
         if summary is None or summary["status"] != RUNNING:
+            return None
+        owner = owner_of(run_dir) or {}
+        by_lock = held and held_here(run_dir)
+        by_scheduler = job is not None and owner.get("job") == job and owner.get("host") != HOST
+        if not (by_lock or by_scheduler):
             return None
         settled: Summary = {**summary, "status": INTERRUPTED, "ended": why, "written_at": time.time()}
         write_summary(run_dir, settled)
         return settled
+
+
+def record_failed_start(run_dir: Path, planned: dict[str, Any], error: str, launch: str | None) -> None:
+    """A planned run whose job ended before the run started: ``failed``, with why (a relaunch retries it).
+    ``planned``: its knobs and fingerprint, as ``sweep.json`` holds them."""
+    knobs = {key: value for key, value in planned.items() if key != "fingerprint"}
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_summary(run_dir, summary_record(FAILED, run_dir, knobs, str(planned.get("fingerprint", "")), error=error,
+                                          launch=launch))
 
 
 def is_finished(summary: Summary | None, fingerprint: str) -> bool:

@@ -1,12 +1,13 @@
 """Jobs on other machines (SLURM, Ray): what each job carries from the launching process, and how the
 launching process follows them to an honest end.
 
-The truth about a run is its folder (``summary.json``, ``run.lock``); the truth about a job is its scheduler.
-While the jobs run, the launching process polls both (``follow``): it prints ``[k of N]`` as jobs end, says
-now and then how the others wait, records a run whose process died as interrupted at its last checkpoint,
-and on SIGTERM / Ctrl-C stops every job (the scheduler cancels them; running ones checkpoint) and waits for
-them. It returns one result per job and never raises on what clusters do to jobs (cancelled, requeued,
-pre-empted, killed, a node lost): each is a run state in the report and the closing line.
+The truth about a run is its folder (``summary.json``, ``run.lock``, ``run.owner``); the truth about a job is
+its scheduler. While the jobs run, the launching process polls both (``Follower``): it prints ``[k of N]`` as
+jobs end, says now and then how the others wait, records a run whose job ended under it as interrupted at its
+last checkpoint and the runs of a job that died before they started as failed, and on SIGTERM / Ctrl-C stops
+every job (pending ones never start; training ones checkpoint) and waits for them. It returns one result per
+job and never raises on what clusters do to jobs (cancelled, requeued, pre-empted, killed, a node lost):
+each is a run state in the report and the closing lines.
 """
 
 from __future__ import annotations
@@ -17,18 +18,18 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from hydra.core.utils import JobReturn, JobStatus
 
 from ..config.identity import run_name
 from ..data.storage import data_root
 from ..plumbing.signals import STOP
-from ..results.records import (COMPLETED, DIVERGED, FAILED, PENDING, Outcome, launch_record, launch_status,
-                               launch_summaries, mark_abandoned)
-from .launch import LAUNCH_ENV, _report_progress
+from ..results.records import (COMPLETED, DIVERGED, FAILED, PENDING, RUNNING, Outcome, launch_record, launch_status,
+                               launch_summaries, mark_abandoned, read_manifest, record_failed_start)
+from .jobs import JobEnd, Jobs
+from .launch import CLOSING_NOTES, LAUNCH_ENV, report_progress
 
 log = logging.getLogger(__name__)
 CWD_ENV = "MODULA_SWEEP_CWD"   # the launching process's working directory, for relative paths in a job's config
@@ -62,33 +63,6 @@ def enter_job_environment(env: dict[str, str]) -> None:
 
 # --- following the jobs -----------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class JobEnd:
-    """How a job ended, as its scheduler tells it."""
-    state: str               # "COMPLETED", "CANCELLED by 0", "FAILED, exit code 9:0", "finished", "cancelled"
-    returned: Any = None     # the job's own JobReturn, when it delivered one
-    error: str | None = None  # an error the job raised outside its runs
-
-
-class Jobs(Protocol):
-    """A launch's jobs on one scheduler, by position in the launch."""
-
-    def poll(self) -> dict[int, JobEnd]:
-        """The jobs that have ended (each may be reported again; the first report counts)."""
-
-    def waiting(self) -> str:
-        """How the others wait now: "2 running, 25 pending (Priority)"."""
-
-    def never_starts(self) -> str | None:
-        """Why the waiting jobs can never start, when no waiting helps."""
-
-    def cancel(self) -> None:
-        """Stop every job: pending ones never start, running ones checkpoint and end."""
-
-    def name(self, index: int) -> str:
-        """"SLURM job 12_3", "Ray task 3"."""
-
-
 def runs_by_job(record: dict[str, Any], overrides: Sequence[Sequence[str]]) -> list[list[str]]:
     """The run folders of each job, as the launch planned them (one run named from its overrides when the
     plan does not list the job)."""
@@ -100,108 +74,153 @@ def run_unfinished(overrides: Sequence[Sequence[str]], sweep_dir: Path, submit: 
                    poll_s: float, grace_s: float) -> list[JobReturn]:
     """Submit the jobs that have a run left to train (``submit`` gets their positions and returns them as
     ``Jobs``), follow them, and return a result for every job: a job whose runs all finished before the
-    launch is not sent to the cluster to find that out."""
+    launch is not sent to the cluster to find that out (nor any after a stop)."""
     record = launch_record(sweep_dir, os.environ.get(LAUNCH_ENV, ""))
     runs = runs_by_job(record, overrides)
     before = set(record["finished_before"])
     todo = [] if STOP.requested else [i for i, names in enumerate(runs) if not set(names) <= before]
-    results = dict(zip(todo, follow(submit(todo), [overrides[i] for i in todo], sweep_dir, poll_s, grace_s)
-                       if todo else []))
+    followed = Follower(submit(todo), [overrides[i] for i in todo], sweep_dir, poll_s, grace_s).follow() if todo \
+        else []
+    results = dict(zip(todo, followed))
     for i, job in enumerate(overrides):
         if i not in results:
-            finished = [{**summary, "skipped": True} for summary in launch_summaries(sweep_dir, runs[i]).values()
-                        if summary is not None]
-            results[i] = JobReturn(overrides=list(job), status=JobStatus.COMPLETED)
-            results[i].return_value = Outcome.of(finished, packed=len(runs[i]) > 1) if finished else \
-                Outcome(PENDING)
+            results[i] = _completed(job, _outcome(runs[i], launch_summaries(sweep_dir, runs[i]), None, skipped=True))
     return [results[i] for i in range(len(overrides))]
 
 
-def follow(jobs: Jobs, overrides: Sequence[Sequence[str]], sweep_dir: Path, poll_s: float, grace_s: float
-           ) -> list[JobReturn]:
-    """Wait for every job, reporting as they end; on a stop, cancel them and wait up to ``grace_s`` for the
-    running ones to checkpoint. Returns one completed JobReturn per job (its Outcome from the run folders)."""
-    launch = os.environ.get(LAUNCH_ENV, "")
-    record = launch_record(sweep_dir, launch)
-    runs = runs_by_job(record, overrides)
-    ended: dict[int, JobEnd] = {}
-    told: set[int] = set()
-    counted = _Counter(set(record["finished_before"]))
-    wake = threading.Event()
-    listener = lambda signum: wake.set()  # noqa: E731 - a stop ends the wait at once
-    STOP.on_stop.append(listener)
-    stopping_since: float | None = None
-    last_word = time.monotonic()
-    try:
-        while True:
-            for index, end in jobs.poll().items():
-                ended.setdefault(index, end)
-            for index, job in enumerate(overrides):
-                if index not in told and _tell(jobs, index, job, runs[index], ended.get(index), sweep_dir, launch,
-                                               record, counted):
-                    told.add(index)
+class Follower:
+    """Follows one launch's jobs on their scheduler and its runs in their folders, to the end of every job
+    (or of a stop's grace)."""
+
+    def __init__(self, jobs: Jobs, overrides: Sequence[Sequence[str]], sweep_dir: Path, poll_s: float,
+                 grace_s: float):
+        self.jobs, self.overrides, self.sweep_dir = jobs, overrides, sweep_dir
+        self.poll_s, self.grace_s = poll_s, grace_s
+        self.launch = os.environ.get(LAUNCH_ENV, "")
+        self.planned = read_manifest(sweep_dir)["runs"]
+        self.record = launch_record(sweep_dir, self.launch)
+        self.runs = runs_by_job(self.record, overrides)
+        self.before = set(self.record["finished_before"])
+        self.ended: dict[int, JobEnd] = {}
+        self.told: set[int] = set()
+        self.counted = 0          # the k of "[k of N]": runs of the jobs told so far
+        self.stopping_since: float | None = None
+        self.troubled = False     # a file problem was said (once)
+
+    def follow(self) -> list[JobReturn]:
+        wake = threading.Event()
+        listener = lambda signum: wake.set()  # noqa: E731 - a stop ends the wait at once
+        STOP.on_stop.append(listener)
+        last_word = time.monotonic()
+        try:
+            while True:
+                self.ended.update(self.jobs.poll())
+                summaries = launch_summaries(self.sweep_dir, self.record["runs"])  # once per poll
+                if any([self._tell(i, summaries) for i in range(len(self.overrides)) if i not in self.told]):
                     last_word = time.monotonic()
-            if len(ended) == len(overrides):
-                break
-            now = time.monotonic()
-            if stopping_since is None and STOP.requested:
-                log.warning("stopping the sweep: its %d unfinished jobs are cancelled; running runs checkpoint "
-                            "(waiting up to %.0f s for them)", len(overrides) - len(ended), grace_s)
-                jobs.cancel()
-                stopping_since = now
-            elif stopping_since is None and (why := jobs.never_starts()):
-                log.error("these jobs can never start: %s; cancelling them (change the request, or the "
-                          "partition, and relaunch)", why)
-                jobs.cancel()
-                stopping_since = now
-            elif stopping_since is not None and now - stopping_since > grace_s:
-                log.warning("%d jobs have not ended %.0f s after the stop (%s); leaving them: they stop at their "
-                            "next step, and a relaunch resumes them", len(overrides) - len(ended), grace_s,
-                            jobs.waiting())
-                break
-            elif now - last_word > WORD_EVERY_S:
-                log.info("waiting for %d of %d jobs: %s", len(overrides) - len(ended), len(overrides), jobs.waiting())
-                last_word = now
-            wake.wait(poll_s)
-            wake.clear()
-    except KeyboardInterrupt:  # a second Ctrl-C: stop waiting (the jobs were cancelled at the first)
-        log.warning("not waiting any longer: %s", jobs.waiting())
-    finally:
-        STOP.on_stop.remove(listener)
-    return [_job_return(job, runs[index], ended.get(index), sweep_dir) for index, job in enumerate(overrides)]
+                if len(self.ended) == len(self.overrides) or not self._keep_waiting(summaries):
+                    break
+                if time.monotonic() - last_word > WORD_EVERY_S:
+                    log.info("waiting for %d of %d jobs: %s", len(self.overrides) - len(self.ended),
+                             len(self.overrides), self.jobs.waiting())
+                    last_word = time.monotonic()
+                wake.wait(self.poll_s)
+                wake.clear()
+        except KeyboardInterrupt:  # a second Ctrl-C: stop waiting, and leave nothing of the launch behind
+            log.warning("not waiting any longer: cancelling what is left (%s)", self.jobs.waiting())
+            self.jobs.cancel()
+        finally:
+            STOP.on_stop.remove(listener)
+        return [self._result(i) for i in range(len(self.overrides))]
 
+    def _keep_waiting(self, summaries: dict[str, dict | None]) -> bool:
+        """Stop the jobs on a stop (or when they can never start); False once a stop's grace is over."""
+        now = time.monotonic()
+        if self.stopping_since is None:
+            if STOP.requested:
+                log.warning("stopping the sweep: its %d unfinished jobs end (pending ones never start, training "
+                            "ones checkpoint first); waiting up to %.0f s", len(self.overrides) - len(self.ended),
+                            self.grace_s)
+            elif why := self.jobs.never_starts():
+                log.error("these jobs can never start: %s; cancelling them", why)
+                CLOSING_NOTES.append(f"the jobs were cancelled: {why}; change the request (hydra.launcher) or "
+                                     f"the partition, and run the command again")
+            else:
+                return True
+            self.stopping_since = now
+        if now - self.stopping_since > self.grace_s:
+            log.warning("%d jobs had not ended %.0f s after the stop (%s); cancelling them", len(self.overrides) -
+                        len(self.ended), self.grace_s, self.jobs.waiting())
+            self.jobs.cancel()
+            return False
+        self.jobs.stop(self._training(summaries))
+        return True
 
-@dataclass
-class _Counter:
-    """The k of "[k of N]": runs of the jobs told so far (less those finished before the launch)."""
-    before: set[str]
-    runs: int = 0
+    def _training(self, summaries: dict[str, dict | None]) -> set[int]:
+        return {i for i, names in enumerate(self.runs)
+                if any((summaries.get(n) or {}).get("status") == RUNNING and (summaries.get(n) or {}).get("launch")
+                       == self.launch for n in names)}
 
-    def add(self, names: list[str]) -> int:
-        self.runs += sum(name not in self.before for name in names)
-        return self.runs
+    def _tell(self, index: int, summaries: dict[str, dict | None]) -> bool:
+        """Print a job's progress line once it has ended, or once all its runs have settled (its process may
+        still be exiting). First: runs its job left ``running`` are interrupted at their checkpoint; the runs
+        of a job that died before they started are failed. Whether it was told."""
+        try:
+            return self._tell_job(index, summaries)
+        except OSError as error:  # a shared file system's hiccup: said once, tried again at the next poll
+            if not self.troubled:
+                log.warning("could not read or write the run folders (%s: %s); trying again", type(error).__name__,
+                            error)
+            self.troubled = True
+            return False
 
+    def _tell_job(self, index: int, summaries: dict[str, dict | None]) -> bool:
+        names, end = self.runs[index], self.ended.get(index)
+        if end is not None:
+            for name in names:
+                if mark_abandoned(self.sweep_dir / name, f"{self.jobs.name(index)}: {end.state}",
+                                  job=self.jobs.owner(index)) is not None:
+                    summaries.update(launch_summaries(self.sweep_dir, [name]))
+        statuses = [launch_status(name, summaries.get(name), self.launch, self.record) for name in names]
+        if end is None and not all(status in SETTLED for status in statuses):
+            return False
+        self.told.add(index)
+        if all(status == PENDING for status in statuses):
+            if end is None or end.cancelled or self.stopping_since is not None:
+                return False  # never started: cancelled, or stopped before it could
+            self._failed_start(index, end, names)
+            summaries.update(launch_summaries(self.sweep_dir, names))
+        self.counted += sum(name not in self.before for name in names)
+        report_progress(self.sweep_dir, run_name(list(self.overrides[index])),
+                        _outcome(names, summaries, end), self.counted)
+        return True
 
-def _tell(jobs: Jobs, index: int, job: Sequence[str], names: list[str], end: JobEnd | None, sweep_dir: Path,
-          launch: str, record: dict[str, Any], counted: _Counter) -> bool:
-    """Print a job's progress line once it has ended, or once all its runs have settled (its process may still
-    be exiting); first record runs its dead process left ``running``. Whether it was told."""
-    if end is not None:
+    def _failed_start(self, index: int, end: JobEnd, names: list[str]) -> None:
+        """A job that ended before its runs started (its node's environment, its setup, memory, a lost node):
+        its runs are failed, saying how (a relaunch retries them)."""
+        if end.returned is not None:  # it ran and returned, yet its runs left nothing where the launch looks
+            why = f"{self.jobs.name(index)} finished, but its runs wrote nothing into {self.sweep_dir}"
+        else:
+            why = f"{self.jobs.name(index)} ended {end.state} before its runs started" + \
+                (f": {end.error}" if end.error else "")
+        why += f" (log: {end.log})" if end.log else ""
+        log.error("%s", why)
         for name in names:
-            mark_abandoned(sweep_dir / name, f"{jobs.name(index)}: {end.state}")
-    summaries = launch_summaries(sweep_dir, names)
-    statuses = [launch_status(name, summaries[name], launch, record) for name in names]
-    if end is None and not all(status in SETTLED for status in statuses):
-        return False
-    if end is not None and end.error and not any(summaries.values()):
-        log.error("%s (%s) failed before its runs started: %s", jobs.name(index), " ".join(job), end.error)
-    if not all(status == PENDING for status in statuses):  # a job cancelled before it started has nothing to say
-        _report_progress(sweep_dir, run_name(list(job)), _outcome(names, summaries, end), counted.add(names))
-    return True
+            record_failed_start(self.sweep_dir / name, self.planned.get(name, {}), why, self.launch)
+
+    def _result(self, index: int) -> JobReturn:
+        """A completed JobReturn whatever happened (Hydra's sweeper raises on a failed one): the job's Outcome."""
+        end = self.ended.get(index)
+        if end is not None and isinstance(end.returned, JobReturn) and end.returned.status == JobStatus.COMPLETED:
+            return end.returned
+        names = self.runs[index]
+        return _completed(self.overrides[index], _outcome(names, launch_summaries(self.sweep_dir, names), end))
 
 
-def _outcome(names: list[str], summaries: dict[str, dict | None], end: JobEnd | None) -> Outcome:
-    found = [summaries[name] for name in names if summaries[name] is not None]
+def _outcome(names: list[str], summaries: dict[str, dict | None], end: JobEnd | None, skipped: bool = False
+             ) -> Outcome:
+    found = [{**summaries[name], "skipped": True} if skipped else summaries[name]
+             for name in names if summaries.get(name) is not None]
     if len(found) == len(names):
         return Outcome.of(found, packed=len(names) > 1)
     if end is not None and end.error:
@@ -209,11 +228,7 @@ def _outcome(names: list[str], summaries: dict[str, dict | None], end: JobEnd | 
     return Outcome(PENDING)
 
 
-def _job_return(job: Sequence[str], names: list[str], end: JobEnd | None, sweep_dir: Path) -> JobReturn:
-    """A completed JobReturn whatever happened (Hydra's sweeper raises on a failed one): the job's Outcome."""
-    returned = end.returned if end is not None else None
-    if isinstance(returned, JobReturn) and returned.status == JobStatus.COMPLETED:
-        return returned
+def _completed(job: Sequence[str], outcome: Outcome) -> JobReturn:
     result = JobReturn(overrides=list(job), status=JobStatus.COMPLETED)
-    result.return_value = _outcome(names, launch_summaries(sweep_dir, names), end)
+    result.return_value = outcome
     return result

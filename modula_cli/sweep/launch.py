@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 LAUNCH_ENV = "MODULA_SWEEP_LAUNCH"  # the launch id, inherited by the jobs of every launcher
 STOP_MARKER = ".stop"  # + ".<launch>": written into the sweep folder when the launching process gets a stop signal
 LISTED = 20  # unfinished runs named one by one when a launch ends; results.csv lists every run
+CLOSING_NOTES: list[str] = []  # what a launcher has to say before the closing line (why its jobs were cancelled)
 
 
 def stop_marker(sweep_dir: Path, launch: str | None) -> Path:
@@ -209,7 +210,7 @@ def sweep_job(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> Outcome:
                  run_dir.name, result.holder)
         _DEFERRED.append(_Deferred(cfg, run_dir, overrides))
     else:
-        _report_progress(Path(hydra_cfg.sweep.dir), run_dir.name, result)
+        report_progress(Path(hydra_cfg.sweep.dir), run_dir.name, result)
     return result
 
 
@@ -244,7 +245,7 @@ def _share_local_hardware(cfg: DictConfig, job_number: int, parallel_jobs: int) 
         configure_threads(cfg.train.threads, parallel_jobs)
 
 
-def _report_progress(sweep_dir: Path, name: str, result: Outcome, ended: int | None = None) -> None:
+def report_progress(sweep_dir: Path, name: str, result: Outcome, ended: int | None = None) -> None:
     """One line per job that trained: its outcome, "k of N" of the runs this launch trains (``ended``: k as
     the caller counted it, else the runs ended on disk), the counts so far, the time left. A job whose runs
     had all finished before the launch printed its skip line already."""
@@ -342,6 +343,9 @@ class SweepCallback(Callback):
             _preflight(config.hydra.launcher)
         except (ConfigError, LaunchRefused) as error:  # Hydra turns callback exceptions into warnings: exit
             raise SystemExit(f"modula-sweep: sweep not launched, {error}") from None
+        except Exception as error:  # noqa: BLE001 - the launcher's check broke: never launch without it
+            raise SystemExit(f"modula-sweep: sweep not launched, the launcher's check failed: "
+                             f"{type(error).__name__}: {error}") from None
         launch = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
         os.environ[LAUNCH_ENV] = launch
         sweep_dir = _pin_sweep_dir(config)
@@ -355,6 +359,7 @@ class SweepCallback(Callback):
         # Jobs in other processes or on other machines learn of a stop from a marker in the sweep folder.
         STOP.on_stop[:] = [lambda signum: marker.write_text(str(signum))]
         _DEFERRED.clear()
+        CLOSING_NOTES.clear()
         log.info("sweep of %d runs into %s%s", len(plan.runs), sweep_dir,
                  f": {len(before)} finished before (skipped; sweep.rerun=true retrains), "
                  f"{len(plan.runs) - len(before)} to train" if before else "")
@@ -365,7 +370,7 @@ class SweepCallback(Callback):
             if STOP.requested:
                 break
             result = _train_job(deferred.cfg, deferred.run_dir, deferred.overrides, wait=True)
-            _report_progress(sweep_dir, deferred.run_dir.name, result)
+            report_progress(sweep_dir, deferred.run_dir.name, result)
         record = launch_record(sweep_dir, launch)
         for name in record["runs"]:  # a job process killed mid-run (SIGKILL, out of memory) left "running"
             mark_abandoned(sweep_dir / name)
@@ -375,7 +380,8 @@ class SweepCallback(Callback):
         stopped = STOP.signum
         _SIGNALS.close()
         STOP.on_stop.clear()
-        stop_marker(sweep_dir, launch).unlink(missing_ok=True)
+        if stopped is None or host_of(config.hydra.launcher).local:  # a cluster's job that starts late after a
+            stop_marker(sweep_dir, launch).unlink(missing_ok=True)        # stop still finds the marker, and stops
         code = _closing(sweep_dir, launch, record, summaries, counts, stopped)
         if code:
             raise SystemExit(code)
@@ -421,6 +427,8 @@ def _closing(sweep_dir: Path, launch: str, record: dict[str, Any], summaries: di
     if listed:
         print("not finished (the same command " + ("resumes or retries them" if counts[FAILED] else "resumes them")
               + "):", *listed, sep="\n", flush=True)
+    for note in CLOSING_NOTES:
+        print(note, flush=True)
     if stopped is not None:
         print(f"sweep stopped by signal {stopped}: {line}  ({sweep_dir}); run the same command to resume", flush=True)
         return 128 + stopped

@@ -9,17 +9,20 @@ line naming the setting and what the cluster has (Ray itself would keep such a t
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from .jobs import JobEnd
 
 log = logging.getLogger(__name__)
 
 AUTO = "auto"
 AUTO_CPUS = 4
 SETTING = "hydra.launcher.ray.remote"
-# a task's request: its option name, Ray's resource name and the unit the option counts in
-RESOURCES = (("num_cpus", "CPU", 1.0), ("num_gpus", "GPU", 1.0), ("memory", "memory", 1.0))
+# a task's request: its option name and Ray's resource name
+RESOURCES = (("num_cpus", "CPU"), ("num_gpus", "GPU"), ("memory", "memory"))
 ARTICLE = {"CPU": "a CPU", "GPU": "a GPU"}
 
 
@@ -54,11 +57,11 @@ def fit(options: Mapping[str, Any], nodes: Sequence[Mapping[str, float]]) -> Fit
     if options.get("num_cpus") == AUTO:
         holding = [node for node in nodes if node.get("GPU", 0) >= (options.get("num_gpus") or 0)] or nodes
         options["num_cpus"] = max(1, min(AUTO_CPUS, int(max(node.get("CPU", 0) for node in holding))))
-    wanted = {resource: float(options.get(name) or 0) * unit for name, resource, unit in RESOURCES}
+    wanted = {resource: float(options.get(name) or 0) for name, resource in RESOURCES}
     wanted.update({name: float(amount) for name, amount in (options.get("resources") or {}).items()})
     if not any(all(node.get(resource, 0) >= amount for resource, amount in wanted.items() if amount)
                for node in nodes):
-        for name, resource, _ in [*RESOURCES, *((n, n, 1.0) for n in (options.get("resources") or {}))]:
+        for name, resource in [*RESOURCES, *((n, n) for n in (options.get("resources") or {}))]:
             amount = wanted.get(resource, 0)
             most = max(node.get(resource, 0) for node in nodes)
             if amount > most:
@@ -71,7 +74,9 @@ def fit(options: Mapping[str, Any], nodes: Sequence[Mapping[str, float]]) -> Fit
                                 f"{SETTING}.{key}={most:g}" + (" or less" if most else "")
                                 + (" (or auto)" if name in ("num_cpus", "num_gpus") else ""))
         if not problems:
-            problems.append(f"no single node of this Ray cluster has {wanted} at once")
+            asked = ", ".join(f"{amount:g} {resource}" for resource, amount in wanted.items() if amount)
+            problems.append(f"no single node of this Ray cluster has {asked} at once; ask for less of one "
+                            f"(hydra.launcher.ray.remote)")
     return Fit(options, problems)
 
 
@@ -82,19 +87,27 @@ def alive_nodes() -> list[dict[str, float]]:
 
 
 class RayTasks:
-    """A launch's Ray tasks, by position: ended once ``ray.wait`` says so; what each raised is said in words."""
+    """A launch's Ray tasks, by position: ended once ``ray.wait`` says so; what each raised is said in words.
+    A cluster that stops answering for ``GONE_AFTER_S`` ends every task still out."""
+
+    GONE_AFTER_S = 300.0
 
     def __init__(self, refs: Sequence[Any]):
         self.refs = list(refs)
         self._done: set[int] = set()
+        self._silent_since: float | None = None
 
-    def poll(self) -> dict[int, Any]:
+    def poll(self) -> dict[int, JobEnd]:
         import ray
 
         waiting = [ref for i, ref in enumerate(self.refs) if i not in self._done]
         if not waiting:
             return {}
-        ready, _ = ray.wait(waiting, num_returns=len(waiting), timeout=0)
+        try:
+            ready, _ = ray.wait(waiting, num_returns=len(waiting), timeout=0)
+        except (ray.exceptions.RayError, ConnectionError, OSError) as error:
+            return self._silent(error)
+        self._silent_since = None
         ended = {}
         for ref in ready:
             index = self.refs.index(ref)
@@ -102,17 +115,28 @@ class RayTasks:
             ended[index] = self._end(ref)
         return ended
 
+    def _silent(self, error: Exception) -> dict[int, JobEnd]:
+        """The cluster did not answer: said once; after GONE_AFTER_S, every task still out has ended."""
+        now = time.monotonic()
+        if self._silent_since is None:
+            log.warning("the Ray cluster did not answer (%s: %s); asking again", type(error).__name__, error)
+            self._silent_since = now
+        if now - self._silent_since < self.GONE_AFTER_S:
+            return {}
+        gone = {i: JobEnd(f"the Ray cluster stopped answering ({type(error).__name__})")
+                for i in range(len(self.refs)) if i not in self._done}
+        self._done.update(gone)
+        return gone
+
     @staticmethod
-    def _end(ref: Any) -> Any:
+    def _end(ref: Any) -> JobEnd:
         import ray
         import ray.exceptions as errors
-
-        from .cluster import JobEnd
 
         try:
             return JobEnd("finished", ray.get(ref))
         except errors.TaskCancelledError:
-            return JobEnd("cancelled")
+            return JobEnd("cancelled", cancelled=True)
         except errors.WorkerCrashedError:
             return JobEnd("its worker process died (retries exhausted)")
         except errors.NodeDiedError:
@@ -132,14 +156,25 @@ class RayTasks:
     def never_starts(self) -> str | None:
         return None  # fitted before submission; a node that leaves later shows as a task that waits
 
+    def stop(self, training: set[int]) -> None:
+        """Tasks not training yet are cancelled (a waiting one never starts); training ones have the stop
+        marker, and checkpoint at their next step."""
+        self._cancel([i for i in range(len(self.refs)) if i not in self._done and i not in training], force=False)
+
     def cancel(self) -> None:
-        """Tasks not started never start; running ones have the stop marker and checkpoint at their next step."""
+        self._cancel([i for i in range(len(self.refs)) if i not in self._done], force=True)
+
+    def _cancel(self, indices: list[int], force: bool) -> None:
         import ray
 
-        for i, ref in enumerate(self.refs):
-            if i not in self._done:
-                ray.cancel(ref, force=False)
+        for i in indices:
+            try:
+                ray.cancel(self.refs[i], force=force)
+            except (ray.exceptions.RayError, ConnectionError, OSError, ValueError) as error:
+                log.debug("ray.cancel: %s", error)
 
     def name(self, index: int) -> str:
         return f"Ray task {index}"
 
+    def owner(self, index: int) -> str:
+        return f"ray:{self.refs[index].task_id().hex()}"

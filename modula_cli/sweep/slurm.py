@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import re
 import shutil
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -159,7 +161,9 @@ def partitions(partition_text: str, node_text: str) -> dict[str, Partition]:
 
 
 def cluster_partitions() -> dict[str, Partition]:
-    return partitions(command(["scontrol", "show", "partition", "-o"]), command(["scontrol", "show", "node", "-o"]))
+    """Every partition (hidden ones too: ``-a``) with its nodes."""
+    return partitions(command(["scontrol", "-a", "-o", "show", "partition"]),
+                      command(["scontrol", "-a", "-o", "show", "node"]))
 
 
 # --- fitting a request to the partition ------------------------------------------------------------------------
@@ -173,10 +177,12 @@ class Fit:
     notes: list[str] = field(default_factory=list)
 
     def describe(self) -> str:
-        """``partition cpu, 1 CPU, 1 GB, no GPU per task``."""
+        """``partition cpu, 1 CPU per task, 11 GB and no GPU per node``."""
         gpus = self.params.get("gpus_per_node") or 0
-        return (f"partition {self.partition}, {self.params.get('cpus_per_task') or 1} CPU per task, "
-                f"{self.params.get('mem_gb') or '?'} GB, " + (f"{gpus} GPU" if gpus else "no GPU"))
+        mem = self.params.get("mem_gb")
+        return (f"partition {self.partition}, {self.params.get('cpus_per_task') or 'default'} CPU per task, "
+                + (f"{mem} GB" if mem else "default memory") + " and " + (f"{gpus} GPU" if gpus else "no GPU")
+                + " per node")
 
 
 def _is_count(value: Any) -> bool:
@@ -188,8 +194,17 @@ def _gres_gpus(gres: Any) -> int:
 
 
 def fit(params: Mapping[str, Any], cluster: Mapping[str, Partition]) -> Fit:
-    """Resolve ``auto`` and check the request against the partition's limits and nodes."""
+    """Resolve ``auto`` and check the request against the partition's limits and nodes. A list of partitions
+    (``gpu,gpu-long``: SLURM runs the job in the first that can) fits when one of them does."""
     params = dict(params)
+    listed = [one.strip() for one in str(params.get("partition") or "").split(",") if one.strip()]
+    if len(listed) > 1:
+        fits = [fit({**params, "partition": one}, cluster) for one in listed]
+        fitting = next((f for f in fits if not f.problems), None)
+        if fitting is None:
+            return Fit(params, params["partition"], [f"no partition of {params['partition']} can run it: " +
+                                                     "; ".join(f.problems[0] for f in fits)])
+        return Fit({**fitting.params, "partition": params["partition"]}, params["partition"], [], fitting.notes)
     part, problems = _partition(params, cluster)
     if part is None or problems:
         return Fit(params, part.name if part else params.get("partition"), problems)
@@ -199,14 +214,18 @@ def fit(params: Mapping[str, Any], cluster: Mapping[str, Partition]) -> Fit:
         return Fit(params, part.name, [problem])
     cpu_limit = int(min(max(n.cpus for n in nodes), part.max_cpus_per_node))
     cpus = params.get("cpus_per_task")
-    if cpus == AUTO:
+    if cpus == AUTO and _asked_otherwise(params, "cpus_per_gpu"):
+        cpus = None  # sbatch takes one form of a request: the user's
+    elif cpus == AUTO:
         cpus = max(1, min(AUTO_CPUS, cpu_limit // tasks))
     elif cpus is not None and cpus * tasks > cpu_limit:
         problems.append(f"{SETTING}.cpus_per_task={cpus}" + (f" × tasks_per_node={tasks}" if tasks > 1 else "") +
                         f" needs {cpus * tasks} CPUs on one node, but the nodes of partition {part.name} have at "
                         f"most {cpu_limit}; set {SETTING}.cpus_per_task={max(1, cpu_limit // tasks)} or less (or auto)")
     nodes = [n for n in nodes if n.cpus >= (cpus or 1) * tasks] or nodes
-    mem, problem = _fit_memory(params.get("mem_gb"), part, nodes, (cpus or 1) * tasks)
+    mem = None if params.get("mem_gb") == AUTO and _asked_otherwise(params, "mem_per_gpu", "mem_per_cpu", "mem") \
+        else params.get("mem_gb")
+    mem, problem = _fit_memory(mem, part, nodes, (cpus or 1) * tasks)
     problems += [problem] if problem else []
     problems += _limit_problems(params, part)
     resolved = {**params, "partition": part.name, "cpus_per_task": cpus, "gpus_per_node": gpus or None,
@@ -238,6 +257,13 @@ def _partition(params: Mapping[str, Any], cluster: Mapping[str, Partition]) -> t
     return part, problems
 
 
+def _asked_otherwise(params: Mapping[str, Any], *keys: str) -> bool:
+    """Whether the request sets one of ``keys`` itself or through ``additional_parameters`` (sbatch refuses
+    two forms of one request, e.g. ``--mem`` with ``--mem-per-gpu``)."""
+    extra = {str(k).replace("-", "_"): v for k, v in (params.get("additional_parameters") or {}).items()}
+    return any(params.get(key) or extra.get(key) for key in keys)
+
+
 def _fit_gpus(params: Mapping[str, Any], part: Partition) -> tuple[int, list[Node], str | None]:
     """GPUs per node (``auto``: one per task where the partition has GPUs, unless asked for another way), the
     nodes that have them, or the problem when none has."""
@@ -245,7 +271,9 @@ def _fit_gpus(params: Mapping[str, Any], part: Partition) -> tuple[int, list[Nod
     other = (params.get("gpus_per_task") or 0) * tasks + _gres_gpus(params.get("gres"))
     gpus = params.get("gpus_per_node")
     if gpus == AUTO:
-        gpus = tasks if any(n.gpus for n in part.nodes) and not other else 0
+        extra = {"additional_parameters": params.get("additional_parameters")}
+        elsewhere = other or _asked_otherwise(extra, "gres", "gpus", "gpus_per_task", "gpus_per_node")
+        gpus = tasks if any(n.gpus for n in part.nodes) and not elsewhere else 0
     wanted = (gpus or 0) + other
     nodes = [n for n in part.nodes if n.gpus >= wanted]
     if nodes:
@@ -310,7 +338,7 @@ class TaskState:
 
     def text(self) -> str:
         """``PENDING (Resources)``; an ended task ``FAILED, exit code 9:0``."""
-        if not self.reason or self.reason == "None":
+        if not self.reason or self.reason in ("None", "0:0"):
             return self.state
         return f"{self.state}, exit code {self.reason}" if ":" in self.reason else f"{self.state} ({self.reason})"
 
@@ -336,19 +364,30 @@ def sacct_states(text: str) -> dict[str, TaskState]:
     return out
 
 
-def task_states(array_id: str, accounting: bool) -> dict[str, TaskState]:
-    """Every task of the array that SLURM knows of: live ones from squeue, ended ones from sacct (with
-    accounting) or from squeue's memory of recent ends (without: ``MinJobAge``, 300 s by default)."""
-    live = squeue_states(command(["squeue", "-h", "-r", "-j", array_id, "-o", "%i|%T|%r"]))
+def _squeue(array_id: str, *flags: str) -> dict[str, TaskState]:
+    """``squeue`` on the array: nothing once SLURM has forgotten it (``Invalid job id``, after ``MinJobAge``)."""
+    try:
+        return squeue_states(command(["squeue", "-h", "-r", *flags, "-j", array_id, "-o", "%i|%T|%r"]))
+    except SlurmError as error:
+        if "Invalid job id" in str(error):
+            return {}
+        raise
+
+
+def task_states(array_id: str, accounting: bool, ended_ask: bool = True) -> dict[str, TaskState]:
+    """Every task of the array that SLURM knows of: live ones from squeue, ended ones (when ``ended_ask``) from
+    sacct (with accounting) or from squeue's memory of recent ends (without: ``MinJobAge``, 300 s by
+    default)."""
+    live = _squeue(array_id)
     ended: dict[str, TaskState] = {}
-    if accounting:
+    if ended_ask and accounting:
         try:
             ended = sacct_states(command(["sacct", "-X", "-n", "-P", "-j", array_id, "-o", "JobID,State,ExitCode"]))
         except SlurmError as error:
             log.debug("sacct: %s", error)
-    else:
-        recent = squeue_states(command(["squeue", "-h", "-r", "--states=all", "-j", array_id, "-o", "%i|%T|%r"]))
-        ended = {task: TaskState(s.state, "", listed=False) for task, s in recent.items() if task not in live}
+    elif ended_ask:
+        ended = {task: TaskState(s.state, "", listed=False)
+                 for task, s in _squeue(array_id, "--states=all").items() if task not in live}
     return {**ended, **live}
 
 
@@ -361,42 +400,48 @@ def has_accounting() -> bool:
     return True
 
 
-def cancel(array_id: str) -> None:
-    """Cancel every task of the array: pending tasks never start, running ones get SIGTERM (they checkpoint)."""
+def _scancel(*args: str) -> None:
     try:
-        command(["scancel", array_id])
+        command(["scancel", *args])
     except SlurmError as error:
-        log.warning("could not cancel SLURM job %s: %s", array_id, error)
+        log.warning("%s", error)
 
 
 # --- following a launch's array ---------------------------------------------------------------------------
 
 REASONS = {"PartitionConfig": "the request does not fit the partition's configuration",
            "PartitionTimeLimit": "the time limit exceeds the partition's",
-           "BadConstraints": "no node has the requested features",
-           "InvalidAccount": "the account is not valid", "InvalidQOS": "the QOS is not valid"}
+           "InvalidAccount": "the account is not valid", "InvalidQOS": "the QOS is not valid",
+           "DependencyNeverSatisfied": "a dependency can never be satisfied"}
+NEVER_STARTS_AFTER_S = 120.0  # a reason of REASONS this long, at every poll, before the jobs are cancelled
+HELD = ("JobHeldAdmin", "JobHeldUser")
 
 
 class SlurmArray:
     """A launch's submitted jobs (an array's tasks, or one job), followed with ``squeue`` (and ``sacct`` where
-    accounting is on). A task has ended once squeue no longer lists it at two polls in a row (a requeued task
-    is listed throughout: pending again, then running)."""
+    accounting is on, for the word on how a task ended). A task has ended once squeue no longer lists it at
+    two polls in a row (a requeued task is listed throughout: pending again, then running)."""
 
-    def __init__(self, job_ids: Sequence[str], accounting: bool, results: Sequence[Any] = ()):
+    def __init__(self, job_ids: Sequence[str], accounting: bool, results: Sequence[Any] = (),
+                 logs: Sequence[str] = ()):
         self.job_ids = list(job_ids)
         self.array = self.job_ids[0].split("_")[0]
         self.accounting = accounting
-        self.results = list(results)  # per task, a callable that reads the job's own result (or None)
+        self.results = list(results)  # per task, a callable that reads the job's own result: (JobReturn, error)
+        self.logs = list(logs)        # per task, its log file
         self._unlisted = [0] * len(self.job_ids)
+        self._reported: set[int] = set()
         self._states: dict[str, TaskState] = {}
-        self._stuck: dict[str, int] = {}
-        self._silent = False  # SLURM did not answer at the last poll (said once)
+        self._stuck_since: dict[str, float] = {}
+        self._silent = False   # SLURM did not answer at the last poll (said once)
+        self._signalled = False
 
     def poll(self) -> dict[int, Any]:
-        from .cluster import JobEnd
+        from .jobs import JobEnd
 
-        try:
-            self._states = task_states(self.array, self.accounting)
+        try:  # how a task ended is asked only when one has left the queue
+            self._states = task_states(self.array, self.accounting,
+                                       ended_ask=any(n >= 1 for n in self._unlisted) or not self._states)
         except SlurmError as error:  # the controller may be restarting: ask again at the next poll
             if not self._silent:
                 log.warning("SLURM did not answer (%s); asking again until it does", error)
@@ -406,41 +451,70 @@ class SlurmArray:
         ended = {}
         for index, job_id in enumerate(self.job_ids):
             state = self._states.get(job_id)
+            if index in self._reported:
+                continue
             if state is not None and state.live:
                 self._unlisted[index] = 0
                 continue
             self._unlisted[index] += 1
-            if self._unlisted[index] >= 2:
-                word = state.text() if state is not None else "(no longer known to SLURM)"
-                returned, error = self.results[index]() if index < len(self.results) else (None, None)
-                ended[index] = JobEnd(word, returned, error)
+            if self._unlisted[index] < 2:
+                continue
+            if state is None:
+                word = "(no longer known to SLURM)"
+            elif state.state.split()[0] in LIVE:  # accounting lags behind the queue
+                word = "(SLURM has not recorded how yet)"
+            else:
+                word = state.text()
+            returned, error = self.results[index]() if index < len(self.results) else (None, None)
+            ended[index] = JobEnd(word, returned, error, cancelled=word.startswith("CANCELLED"),
+                                  log=self.logs[index] if index < len(self.logs) else None)
+            self._reported.add(index)
         return ended
 
     def waiting(self) -> str:
         live = [s for job_id, s in self._states.items() if job_id in self.job_ids and s.live]
-        running = sum(s.state == "RUNNING" for s in live)
-        pending: dict[str, int] = {}
+        by_state: dict[str, int] = {}
         for s in live:
-            if s.state != "RUNNING":
-                pending[s.reason or s.state] = pending.get(s.reason or s.state, 0) + 1
-        parts = [f"{running} running"] if running else []
-        if pending:
-            parts.append(f"{sum(pending.values())} pending (" +
-                         ", ".join(f"{reason}: {n}" if len(pending) > 1 else reason
-                                   for reason, n in sorted(pending.items())) + ")")
-        return ", ".join(parts) or "none listed"
+            word = s.text() if s.state == "PENDING" else s.state.lower()
+            if s.state == "PENDING" and s.reason in HELD:
+                word += f" (release with: scontrol release {self.array})"
+            by_state[word] = by_state.get(word, 0) + 1
+        return ", ".join(f"{n} {word}" for word, n in sorted(by_state.items())) or "none listed"
 
     def never_starts(self) -> str | None:
-        for job_id, state in self._states.items():
-            if job_id in self.job_ids and state.state == "PENDING" and state.reason in NEVER_STARTS:
-                self._stuck[job_id] = self._stuck.get(job_id, 0) + 1
-                if self._stuck[job_id] >= 2:
-                    return f"SLURM keeps them pending with reason {state.reason}" + (
-                        f" ({REASONS[state.reason]})" if state.reason in REASONS else "")
+        if self._silent:
+            return None
+        now = time.monotonic()
+        stuck = {job_id for job_id, s in self._states.items()
+                 if job_id in self.job_ids and s.state == "PENDING" and s.reason in REASONS}
+        self._stuck_since = {job_id: self._stuck_since.get(job_id, now) for job_id in stuck}
+        for job_id, since in self._stuck_since.items():
+            if now - since >= NEVER_STARTS_AFTER_S:
+                reason = self._states[job_id].reason
+                return f"SLURM has kept them pending with reason {reason} ({REASONS[reason]})"
         return None
 
+    def stop(self, training: set[int]) -> None:
+        """Pending tasks are cancelled (at every call: a requeued task is pending again); running ones get
+        SIGTERM once, and checkpoint (no SIGKILL follows, unlike a plain scancel after KillWait)."""
+        _scancel("--state=PENDING", self.array)
+        if not self._signalled:
+            _scancel("--signal=TERM", self.array)
+            self._signalled = True
+
     def cancel(self) -> None:
-        cancel(self.array)
+        _scancel(self.array)
 
     def name(self, index: int) -> str:
         return f"SLURM job {self.job_ids[index]}"
+
+    def owner(self, index: int) -> str:
+        return f"slurm:{self.job_ids[index]}"
+
+
+def job_id_here() -> str | None:
+    """This process's SLURM task, as ``SlurmArray.owner`` names it ("slurm:12_3"); None outside SLURM."""
+    array, task, job = (os.environ.get(k) for k in ("SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_JOB_ID"))
+    if array and task:
+        return f"slurm:{array}_{task}"
+    return f"slurm:{job}" if job else None

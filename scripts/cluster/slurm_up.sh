@@ -40,7 +40,9 @@ wait_for() {  # wait_for SECONDS DESCRIPTION COMMAND...
 mkdir -p /run/munge /var/log/munge /var/lib/munge
 chown munge:munge /run/munge /var/log/munge /var/lib/munge
 [ -s /etc/munge/munge.key ] || { mungekey --create --force; chown munge:munge /etc/munge/munge.key; }
-if ! pgrep -x munged >/dev/null; then runuser -u munge -- /usr/sbin/munged; fi
+if ! pgrep -x munged >/dev/null; then
+  runuser -u munge -- /usr/sbin/munged && touch "$DIR/munged.started"  # down.sh stops only what this started
+fi
 wait_for 10 munge sh -c 'munge -n | unmunge'
 
 # --- MariaDB and slurmdbd: accounting, so that sacct knows every job's end ---------------------------------
@@ -49,6 +51,7 @@ if ! pgrep -x mariadbd >/dev/null && ! pgrep -x mysqld >/dev/null; then
   [ -d /var/lib/mysql/mysql ] || mariadb-install-db --user=mysql --datadir=/var/lib/mysql >/dev/null
   nohup /usr/sbin/mariadbd --user=mysql --datadir=/var/lib/mysql --socket=/run/mysqld/mysqld.sock \
     --skip-networking=0 --bind-address=127.0.0.1 >"$DIR/log/mariadb.log" 2>&1 &
+  echo $! >"$DIR/mariadb.pid"
 fi
 wait_for 30 MariaDB mariadb -e 'select 1'
 DB_PASS_FILE="$DIR/db_password"
