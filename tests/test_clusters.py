@@ -28,7 +28,7 @@ REQUIRED = os.environ.get("MODULA_CLUSTER_TESTS") == "required"
 GRID = ["arch=gpt", "arch.width=8,16", "arch.depth=1", "arch.heads=2", "data.context=8", "train.batch_size=4",
         "train.eval_batches=1", "train.eval_every=1000", "train.progress=false", "train.checkpoint_every=10",
         "train.log_every=1", "optim.lr=0.05,0.1"]
-LONG = "train.steps=1500"
+LONG = "train.steps=1000"
 
 
 # --- the engines ------------------------------------------------------------------------------------------
@@ -247,19 +247,18 @@ def test_slurm_faults_end_honestly_and_the_same_command_resumes_exactly(slurm_cl
     assert_resumed_exactly(sweep_dir, reference)
 
 
-def test_slurm_without_accounting_a_killed_task_and_a_stopped_launch_still_end(slurm_cluster, workdir, reference):
+def test_slurm_without_accounting_a_killed_task_and_a_stopped_launch_still_end(slurm_cluster, workdir):
     """sacct hidden from the launching process (a cluster without accounting): the launch follows its tasks
     with squeue alone. One task at a time (2 CPUs each): the first trainer is killed, SIGTERM reaches the
-    launching process while the second trains and two are pending: every task is cancelled, the launch
-    ends 143 with a report, and the same command resumes exactly."""
+    launching process while the second trains and two are pending: every task ends, the launch ends 143 with
+    a report and names each unfinished run. (The relaunch's exact resume is the test above's.)"""
     bin_dir = workdir / "bin"
     bin_dir.mkdir()
     (bin_dir / "sacct").write_text("#!/bin/sh\necho 'sacct: error: Slurm accounting storage is disabled' >&2\nexit 1\n")
     (bin_dir / "sacct").chmod(0o755)
-    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
     sweep_dir = workdir / "stopped"
-    args = slurm_args(sweep_dir, LONG, "hydra.launcher.cpus_per_task=2")
-    launch = Launch(workdir, *args, env=env)
+    launch = Launch(workdir, *slurm_args(sweep_dir, LONG, "hydra.launcher.cpus_per_task=2"),
+                    env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
     array = array_of(launch)
     runs = wait_for(lambda: (sweep_dir / "sweep.json").exists() and job_runs(sweep_dir), "the plan", launch=launch)
     wait_for(lambda: checkpointed(runs[0]), "task 0 to train", launch=launch)
@@ -271,25 +270,24 @@ def test_slurm_without_accounting_a_killed_task_and_a_stopped_launch_still_end(s
     assert "Traceback" not in out, out[-3000:]
     assert "sweep stopped by signal 15: 0 completed, 0 skipped, 0 diverged, 0 failed, 2 interrupted, 2 not started" \
         in out, out[-3000:]
-    assert f"{runs[0].name}: interrupted at step {summary(runs[0])['steps_done']} (SLURM job {array}_0:" in out
-    assert f"{runs[2].name}: not started" in out
-    assert no_task_left(array)  # cancelled, not left pending
+    killed = summary(runs[0])
+    assert killed["ended"].startswith(f"SLURM job {array}_0: FAILED"), killed  # squeue's word, without sacct
+    assert f"{runs[0].name}: interrupted at step {killed['steps_done']} (SLURM job {array}_0: FAILED" in out
+    assert f"{runs[1].name}: interrupted at step {summary(runs[1])['steps_done']}" in out
+    assert f"{runs[2].name}: not started" in out and f"{runs[3].name}: not started" in out
+    assert no_task_left(array)  # pending tasks cancelled, not left to start later
     assert summary(runs[1])["status"] == "interrupted" and (sweep_dir / "transfer.png").exists()
-    again_code, again = Launch(workdir, *args, env=env).finish()
-    assert again_code == 0, again[-3000:]
-    assert "sweep finished: 4 completed, 0 skipped" in again
-    assert_resumed_exactly(sweep_dir, reference)
 
 
 def test_slurm_a_node_lost_mid_run_requeues_its_tasks_and_the_launch_waits_for_them(slurm_cluster, workdir,
                                                                                      reference):
-    """The node set DOWN while both runs train (what the controller does to a node that stops answering):
-    SLURM kills and requeues its tasks; the launch follows them until they resume and finish."""
+    """The node set DOWN while a run trains (what the controller does to a node that stops answering): SLURM
+    kills and requeues its tasks; the launch follows them until they resume and finish."""
     sweep_dir = workdir / "node_down"
     launch = Launch(workdir, *slurm_args(sweep_dir, LONG, "optim.lr=0.05", "hydra.launcher.cpus_per_task=1"))
     array = array_of(launch)
     runs = wait_for(lambda: (sweep_dir / "sweep.json").exists() and job_runs(sweep_dir), "the plan", launch=launch)
-    wait_for(lambda: all(checkpointed(run) for run in runs), "both tasks to train", launch=launch)
+    wait_for(lambda: any(checkpointed(run) for run in runs), "a task to train", launch=launch)
     node = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True).stdout.split()[0]
     subprocess.run(["scontrol", "update", f"NodeName={node}", "State=DOWN", "Reason=modula-sweep test"], check=True)
     try:

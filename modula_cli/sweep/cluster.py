@@ -26,7 +26,8 @@ from hydra.core.utils import JobReturn, JobStatus
 from ..config.identity import run_name
 from ..data.storage import data_root
 from ..plumbing.signals import STOP
-from ..results.records import (COMPLETED, DIVERGED, FAILED, PENDING, RUNNING, Outcome, launch_record, launch_status,
+from ..results.records import (COMPLETED, DIVERGED, FAILED, PENDING, RUNNING, SKIPPED, Outcome, launch_record,
+                               launch_status,
                                launch_summaries, mark_abandoned, read_manifest, record_failed_start)
 from .jobs import JobEnd, Jobs
 from .launch import CLOSING_NOTES, LAUNCH_ENV, report_progress
@@ -191,8 +192,9 @@ class Follower:
             self._failed_start(index, end, names)
             summaries.update(launch_summaries(self.sweep_dir, names))
         self.counted += sum(name not in self.before for name in names)
-        report_progress(self.sweep_dir, run_name(list(self.overrides[index])),
-                        _outcome(names, summaries, end), self.counted)
+        outcome = Outcome(SKIPPED) if all(status == SKIPPED for status in statuses) else \
+            _outcome(names, summaries, end)  # SKIPPED: trained by another launch meanwhile
+        report_progress(self.sweep_dir, run_name(list(self.overrides[index])), outcome, self.counted)
         return True
 
     def _failed_start(self, index: int, end: JobEnd, names: list[str]) -> None:

@@ -404,7 +404,8 @@ def _scancel(*args: str) -> None:
     try:
         command(["scancel", *args])
     except SlurmError as error:
-        log.warning("%s", error)
+        if "Invalid job id" not in str(error):  # else: nothing of it is left to cancel
+            log.warning("%s", error)
 
 
 # --- following a launch's array ---------------------------------------------------------------------------

@@ -103,6 +103,9 @@ AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
 JobCompType=jobcomp/none
 SchedulerType=sched/backfill
+# a pass over the pending jobs every 2 s (SLURM's defaults: 60 s, backfill 30 s): a requeued job starts as soon
+# as its begin time passes, not at the next minute
+SchedulerParameters=sched_interval=2,bf_interval=2
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=1024
