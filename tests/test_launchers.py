@@ -473,3 +473,79 @@ def socket_host() -> str:
     from modula_cli.plumbing.locks import HOST
 
     return HOST
+
+
+def test_task_states_merges_the_queue_with_accounting_and_survives_a_forgotten_array(monkeypatch):
+    answers = {
+        "squeue": "8_1|RUNNING|None\n8_2|PENDING|BeginTime\n",
+        "squeue --states=all": "8_0|COMPLETED|None\n8_1|RUNNING|None\n8_2|PENDING|BeginTime\n",
+        "sacct": "8_0|COMPLETED|0:0\n8_1|REQUEUED|0:15\n8_1|RUNNING|0:0\n",
+    }
+
+    def command(args, timeout=30):
+        key = "sacct" if args[0] == "sacct" else "squeue --states=all" if "--states=all" in args else "squeue"
+        answer = answers[key]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(slurm, "command", command)
+    with_accounting = slurm.task_states("8", accounting=True)
+    assert with_accounting["8_0"].state == "COMPLETED" and not with_accounting["8_0"].live
+    assert with_accounting["8_1"].live and with_accounting["8_2"].text() == "PENDING (BeginTime)"  # the queue wins
+    without = slurm.task_states("8", accounting=False)
+    assert without["8_0"].state == "COMPLETED" and not without["8_0"].listed and without["8_1"].live
+    assert set(slurm.task_states("8", accounting=True, ended_ask=False)) == {"8_1", "8_2"}
+    answers["squeue"] = answers["squeue --states=all"] = slurm.SlurmError(
+        "`squeue -h -r -j 8`: slurm_load_jobs error: Invalid job id specified")
+    answers["sacct"] = "8_0|COMPLETED|0:0\n8_1|CANCELLED by 0|0:15\n8_2|CANCELLED by 0|0:0\n"
+    forgotten = slurm.task_states("8", accounting=True)  # SLURM purged the array: nothing live, not an error
+    assert not any(state.live for state in forgotten.values()) and forgotten["8_1"].state == "CANCELLED by 0"
+    answers["squeue"] = slurm.SlurmError("`squeue`: Unable to contact slurm controller")
+    with pytest.raises(slurm.SlurmError):  # a controller that does not answer is not an empty queue
+        slurm.task_states("8", accounting=True)
+
+
+def test_a_stop_by_marker_is_not_a_signal_a_later_one_is_not_a_second_ctrl_c_and_nothing_is_chained(tmp_path):
+    calls = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: calls.append(signum))
+    stop = StopSignal()
+    try:
+        with stop.installed():
+            marker = tmp_path / ".stop.L"
+            marker.write_text("15")
+            stop.watch(marker)
+            assert stop.requested and not stop.received
+            stop.chain()
+            assert calls == []  # the marker is not a signal: no handler below is told of one
+            os.kill(os.getpid(), signal.SIGINT)  # e.g. Ray's cancel, which interrupts the task's main thread
+            time.sleep(0.05)
+            assert stop.received and stop.signum == signal.SIGINT  # a first signal: no KeyboardInterrupt
+            with pytest.raises(KeyboardInterrupt):  # a second Ctrl-C after a real first one stops at once
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.05)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_local_parallel_jobs_inside_a_cluster_job_share_its_cpus(monkeypatch):
+    for name in ("MODULA_JOB_CPUS", "SLURM_CPUS_PER_TASK", "OMP_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(threads, "_CHOSEN", {})
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "8")
+    before = threads.torch.get_num_threads()
+    try:
+        assert threads.configure_threads("auto", parallel_jobs=4) == 2
+    finally:
+        threads.torch.set_num_threads(before)
+
+
+def test_auto_yields_to_the_users_own_form_of_a_request(cluster):
+    fitted = slurm.fit({**BASE, "partition": "gpu", "mem_per_gpu": "40G", "cpus_per_gpu": 6}, cluster)
+    assert (fitted.params["mem_gb"], fitted.params["cpus_per_task"], fitted.params["gpus_per_node"]) == (None, None, 1)
+    extra = slurm.fit({**BASE, "partition": "gpu", "additional_parameters": {"mem-per-cpu": "4G", "gpus": 2}}, cluster)
+    assert extra.params["mem_gb"] is None and extra.params["gpus_per_node"] is None
+    listed = slurm.fit({**BASE, "partition": "cpu,gpu", "gpus_per_node": 2}, cluster)
+    assert not listed.problems and listed.params["partition"] == "cpu,gpu"  # gpu can run it
+    none = slurm.fit({**BASE, "partition": "cpu,old", "gpus_per_node": 1}, cluster)
+    assert none.problems[0].startswith("no partition of cpu,old can run it: hydra.launcher.gpus_per_node=1, but")

@@ -194,7 +194,7 @@ class Follower:
         self.counted += sum(name not in self.before for name in names)
         outcome = Outcome(SKIPPED) if all(status == SKIPPED for status in statuses) else \
             _outcome(names, summaries, end)  # SKIPPED: trained by another launch meanwhile
-        report_progress(self.sweep_dir, run_name(list(self.overrides[index])), outcome, self.counted)
+        report_progress(self.sweep_dir, run_name(list(self.overrides[index])), outcome, self.counted, summaries)
         return True
 
     def _failed_start(self, index: int, end: JobEnd, names: list[str]) -> None:

@@ -245,16 +245,18 @@ def _share_local_hardware(cfg: DictConfig, job_number: int, parallel_jobs: int) 
         configure_threads(cfg.train.threads, parallel_jobs)
 
 
-def report_progress(sweep_dir: Path, name: str, result: Outcome, ended: int | None = None) -> None:
+def report_progress(sweep_dir: Path, name: str, result: Outcome, ended: int | None = None,
+                    summaries: dict[str, dict | None] | None = None) -> None:
     """One line per job that trained: its outcome, "k of N" of the runs this launch trains (``ended``: k as
-    the caller counted it, else the runs ended on disk), the counts so far, the time left. A job whose runs
-    had all finished before the launch printed its skip line already."""
+    the caller counted it, else the runs ended on disk), the counts so far, the time left (``summaries``: the
+    launch's runs as already read). A job whose runs had all finished before the launch printed its skip line
+    already."""
     launch = os.environ.get(LAUNCH_ENV)
     if not launch or result.skipped:
         return
     manifest = read_manifest(sweep_dir)
     record = launch_record(sweep_dir, launch, manifest)
-    summaries = launch_summaries(sweep_dir, record["runs"])
+    summaries = summaries if summaries is not None else launch_summaries(sweep_dir, record["runs"])
     counts = launch_counts(sweep_dir, launch, record, summaries)
     before = len(record["finished_before"])
     ended = sum(counts[s] for s in COUNTED) - before if ended is None else ended
