@@ -244,6 +244,8 @@ def test_slurm_faults_end_honestly_and_the_same_command_resumes_exactly(slurm_cl
     again_code, again = Launch(workdir, *slurm_args(sweep_dir, LONG, "hydra.launcher.cpus_per_task=1")).finish()
     assert again_code == 0, again[-3000:]
     assert "sweep finished: 2 completed, 2 skipped" in again and "submitted 2 jobs" in again
+    assert f"completed, train loss {summary(runs[0])['train_loss']:.4f} (resumed from step {killed['steps_done']})" \
+        in again  # the killed run went on from its last checkpoint, and the launching terminal says so
     assert_resumed_exactly(sweep_dir, reference)
 
 

@@ -103,6 +103,8 @@ def test_a_gpu_partition_gets_an_sbatch_script_that_asks_for_its_gpu(cluster, tm
     ({"partition": "gpu", "mem_gb": 300}, "mem_gb=300 is more than a node of partition gpu has (250.0 GB at most)"),
     ({"partition": "gpu", "timeout_min": 600}, "timeout_min=600 exceeds the time limit of partition gpu (240 minutes)"),
     ({"partition": "gpu", "nodes": 2}, "hydra.launcher.nodes=2: partition gpu has 1 node(s) for one job"),
+    ({"gres": "gpu:1"}, "hydra.launcher.gres=gpu:1, but no node of partition cpu has a GPU; remove it: "
+                        "hydra.launcher.gres=null"),
     ({"partition": "nope"}, "hydra.launcher.partition=nope is not a partition of this cluster (partitions: cpu, gpu, "
                             "old)"),
     ({"partition": "old"}, "partition old is INACTIVE: it accepts no jobs"),
@@ -218,6 +220,15 @@ def test_a_report_of_a_sweep_still_queued_writes_every_file_and_says_pending(tmp
     for name in ("results.csv", "curves.csv", "optimal_lr.csv", "transfer.csv", "transfer.png", "scale.png",
                  "scale.csv"):
         assert (tmp_path / name).exists(), name
+
+
+def test_a_report_asked_of_a_presets_folder_names_the_sweeps_in_it(tmp_path, capsys):
+    from modula_cli.analysis.report import main
+
+    record_launch(tmp_path / "width" / "gpt_shakespeare_paper", "l1", {"lr=0.1": {**KNOBS, "fingerprint": "f"}})
+    with pytest.raises(SystemExit) as stopped:
+        main([str(tmp_path / "width")])
+    assert f"the sweeps in it: {tmp_path / 'width' / 'gpt_shakespeare_paper'}" in str(stopped.value)
 
 
 def test_forgetting_a_refused_launch_leaves_what_was_there_before(tmp_path):

@@ -150,7 +150,8 @@ class RayClusterLauncher(Launcher):
                     sweep_config.hydra.job.num = initial_job_idx + i
                 refs.append(remote.remote(env, self.hydra_context, sweep_config, self.task_function,
                                           Singleton.get_state()))
-            log.info("submitted %d tasks to the Ray cluster (%s)", len(refs), fitted.describe())
+            log.info("submitted %d task%s to the Ray cluster (%s; their logs: /tmp/ray/session_latest/logs/worker-*)",
+                     len(refs), "s" if len(refs) > 1 else "", fitted.describe())
             return ray_cluster.RayTasks(refs)
 
         return run_unfinished(job_overrides, sweep_dir, submit, self.poll_s, self.stop_grace_s)

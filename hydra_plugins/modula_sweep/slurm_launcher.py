@@ -136,8 +136,8 @@ class SlurmLauncher(BaseSubmititLauncher):
                 raise SystemExit(f"modula-sweep: sbatch did not answer ({reason}): the jobs may have been queued "
                                  f"all the same; look for job name {self.params.get('name')!r} in squeue before "
                                  f"running the command again (it skips what finished)") from None
-            log.info("submitted %d jobs as SLURM job %s (%s; logs in %s)", len(jobs), jobs[0].job_id.split("_")[0],
-                     fitted.describe(), folder)
+            log.info("submitted %d job%s as SLURM job %s (%s; logs in %s)", len(jobs), "s" if len(jobs) > 1 else "",
+                     jobs[0].job_id.split("_")[0], fitted.describe(), folder)
             return slurm.SlurmArray([job.job_id for job in jobs], slurm.has_accounting(),
                                     [_result_reader(job) for job in jobs], [str(job.paths.stderr) for job in jobs])
 

@@ -384,7 +384,10 @@ def write_report(sweep_dir: Path, metric: str = "train_loss", quiet: bool = Fals
         raise FileNotFoundError(f"no sweep directory at {sweep_dir}")
     frame = collect(sweep_dir)
     if frame.empty:
-        raise FileNotFoundError(f"{sweep_dir} holds no runs (no run folder with a summary.json, no sweep.json)")
+        inside = sorted(str(p.parent) for p in sweep_dir.glob("*/sweep.json"))
+        hint = f"; the sweeps in it: {', '.join(inside)}" if inside else ""
+        raise FileNotFoundError(f"{sweep_dir} holds no runs (no run folder with a summary.json, no sweep.json)"
+                                f"{hint}")
     if frame[metric].isna().all() and (frame["status"] == COMPLETED).any():
         raise ValueError(f"no run in {sweep_dir} recorded {metric} (test_acc exists for image datasets only)")
     frame = one_row_per_run(with_experiments(frame))

@@ -75,12 +75,14 @@ def data_problems(data: Any) -> list[str]:
     return problems
 
 
-def _train_problems(train: TrainConfig) -> list[str]:
+def _train_problems(train: TrainConfig, devices_here: bool = True) -> list[str]:
     problems = _seed_problems(train.seed)
     if not train.diverge_factor > 1:
         problems.append(f"train.diverge_factor={train.diverge_factor}; must be > 1")
     if problem := threads_problem(train.threads):
         problems.append(problem)
+    if not devices_here:  # a cluster's jobs check their own node's GPU when they start
+        return problems
     if train.device == "cuda" and not torch.cuda.is_available():
         problems.append("train.device=cuda but no CUDA GPU is visible; use train.device=cpu or auto")
     if train.dtype == "bfloat16" and resolve_device(train.device).type == "cuda" \
@@ -106,9 +108,10 @@ def _sweep_problems(sweep: SweepConfig, data_name: str) -> list[str]:
     return []
 
 
-def config_problems(cfg: Any) -> list[str]:
+def config_problems(cfg: Any, devices_here: bool = True) -> list[str]:
     """All problems of one composed run config (arch, data, optim, train, sweep, variant), loading nothing
-    heavy. Each value's type first (the schemas); then each group's own rules, on its values with any
+    heavy (``devices_here``: the run trains on this machine, so its GPU is checked here). Each value's type
+    first (the schemas); then each group's own rules, on its values with any
     mistyped one at its default (so a wrong type is named once, and nothing else trips over it)."""
     problems, values = [], {}
     for group, schema in GROUP_SCHEMAS.items():
@@ -116,7 +119,8 @@ def config_problems(cfg: Any) -> list[str]:
             found, values[group] = checked(group, cfg[group], schema)
             problems += found
     arch, data = OmegaConf.create(values["arch"]), OmegaConf.create(values["data"])
-    problems += _arch_problems(arch, data) + data_problems(data) + _train_problems(typed(TrainConfig, values["train"]))
+    train = typed(TrainConfig, values["train"])
+    problems += _arch_problems(arch, data) + data_problems(data) + _train_problems(train, devices_here)
     if "sweep" in values:
         problems += _sweep_problems(typed(SweepConfig, values["sweep"]), data.name)
     problems += variant_problems(cfg.get("variant"))  # a config from before variants has none: modular
@@ -141,8 +145,8 @@ def unknown_key_problems(overrides: list[str], cfg: Any) -> list[str]:
     return problems
 
 
-def check_config(cfg: Any, overrides: list[str] | None = None) -> None:
-    problems = unknown_key_problems(overrides or [], cfg) + config_problems(cfg)
+def check_config(cfg: Any, overrides: list[str] | None = None, devices_here: bool = True) -> None:
+    problems = unknown_key_problems(overrides or [], cfg) + config_problems(cfg, devices_here)
     if problems:
         raise ConfigError(problems)
 

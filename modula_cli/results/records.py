@@ -101,6 +101,7 @@ class Summary(TypedDict, total=False):
     packed_with: int             # members trained together (1: a separate run)
     overrides: list[str]
     launch: str | None           # the sweep launch that trained it
+    resumed_from: int            # the step its last process resumed from (absent: it started from step 0)
     ortho_dtype: str             # dualized mode's iteration dtype
     error: str                   # failed runs
     traceback: str

@@ -7,6 +7,7 @@ evaluate / checkpoint. Losses are read from the device only at log steps.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -142,11 +143,13 @@ class _Record:
     overrides: list[str]
     sweep_dir: Path | None
     launch: str | None
+    resumed_from: int = 0  # the checkpoint's step this process started from (0: from the start)
 
     def fields(self, members: Members, k: int) -> dict[str, Any]:
         member = members.items[k]
         overrides = member_overrides(self.overrides, member.packed) if members.packed else self.overrides
-        return {"overrides": overrides, "launch": self.launch}
+        return {"overrides": overrides, "launch": self.launch,
+                **({"resumed_from": self.resumed_from} if self.resumed_from else {})}
 
 
 def _write_failed(members: Members, error: Exception, record: _Record) -> None:
@@ -290,6 +293,7 @@ def _train(ctx: RunContext, run_dir: Path, rerun: bool, record: _Record) -> list
     cfg, members = ctx.cfg, ctx.members
     path = run_dir / checkpoint.CHECKPOINT_FILE
     state = _start_state(ctx, path, rerun)
+    record = dataclasses.replace(record, resumed_from=state.step)
     lead = ctx.rank == 0
     if lead:
         for member in members:

@@ -125,7 +125,7 @@ class Follower:
                     log.info("waiting for %d of %d jobs: %s", len(self.overrides) - len(self.ended),
                              len(self.overrides), self.jobs.waiting())
                     last_word = time.monotonic()
-                wake.wait(self.poll_s)
+                wake.wait(self.poll_s if self.stopping_since is None else min(self.poll_s, 1.0))  # a stop: soon
                 wake.clear()
         except KeyboardInterrupt:  # a second Ctrl-C: stop waiting, and leave nothing of the launch behind
             log.warning("not waiting any longer: cancelling what is left (%s)", self.jobs.waiting())
@@ -139,9 +139,9 @@ class Follower:
         now = time.monotonic()
         if self.stopping_since is None:
             if STOP.requested:
+                left = sum(i not in self.ended and i not in self.told for i in range(len(self.overrides)))
                 log.warning("stopping the sweep: its %d unfinished jobs end (pending ones never start, training "
-                            "ones checkpoint first); waiting up to %.0f s", len(self.overrides) - len(self.ended),
-                            self.grace_s)
+                            "ones checkpoint first); waiting up to %.0f s", left, self.grace_s)
             elif why := self.jobs.never_starts():
                 log.error("these jobs can never start: %s; cancelling them", why)
                 CLOSING_NOTES.append(f"the jobs were cancelled: {why}; change the request (hydra.launcher) or "
@@ -200,7 +200,10 @@ class Follower:
     def _failed_start(self, index: int, end: JobEnd, names: list[str]) -> None:
         """A job that ended before its runs started (its node's environment, its setup, memory, a lost node):
         its runs are failed, saying how (a relaunch retries them)."""
-        if end.returned is not None:  # it ran and returned, yet its runs left nothing where the launch looks
+        returned = getattr(end.returned, "_return_value", None)
+        if isinstance(returned, Outcome) and returned.error:  # refused on its node (e.g. no GPU there)
+            why = f"{self.jobs.name(index)}: {returned.error}"
+        elif end.returned is not None:  # it ran and returned, yet its runs left nothing where the launch looks
             why = f"{self.jobs.name(index)} finished, but its runs wrote nothing into {self.sweep_dir}"
         else:
             why = f"{self.jobs.name(index)} ended {end.state} before its runs started" + \

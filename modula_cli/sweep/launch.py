@@ -85,10 +85,11 @@ class Plan:
     jobs: list[tuple[list[str], list[str]]]
 
 
-def validate_grid(config: DictConfig, prepare_data: bool = False) -> Plan:
+def validate_grid(config: DictConfig, prepare_data: bool = False, devices_here: bool = True) -> Plan:
     """Compose and check every job; return the plan, or raise one ConfigError listing every bad job.
     ``prepare_data``: also download or prepare once each dataset that a run still to train needs (offline: one
-    line each; a finished sweep relaunched offline still reports).
+    line each; a finished sweep relaunched offline still reports). ``devices_here``: the jobs run on this
+    machine, so ``train.device=cuda`` needs a GPU here (cluster jobs check their own node's).
 
     Jobs that choose the same config groups share one composition; each job's value overrides are then
     applied with Hydra's own override logic (so unknown keys fail exactly as they would at launch).
@@ -111,7 +112,7 @@ def validate_grid(config: DictConfig, prepare_data: bool = False) -> Plan:
                 composed[groups] = loader.load_sweep_config(config, list(groups))
             job_cfg = copy.deepcopy(composed[groups])
             ConfigLoaderImpl._apply_overrides_to_config([o for o in parsed if o.input_line not in groups], job_cfg)
-            check_config(job_cfg, job)
+            check_config(job_cfg, job, devices_here)
             variant = variant_of(job_cfg)
             folders.setdefault(folder_suffix(variant), variant_name(variant))
             runs = planned_runs(job, job_cfg)
@@ -266,6 +267,9 @@ def report_progress(sweep_dir: Path, name: str, result: Outcome, ended: int | No
     outcome = result.status + (f", train loss {loss:.4f}" if isinstance(loss, float) else "")
     if len(result.members) == 1 and result.members[0].get("ended"):  # a killed run: how its process ended
         outcome += f" ({result.members[0]['ended']})"
+    resumed = {member.get("resumed_from") for member in result.members} - {None}
+    if resumed and result.status != INTERRUPTED:
+        outcome += f" (resumed from step {min(resumed)})"
     log.info("[%d of %d] %s: %s · so far %d completed, %d diverged, %d failed%s", ended, len(record["runs"]) - before,
              name, outcome, counts[COMPLETED], counts[DIVERGED], counts[FAILED], eta)
 
@@ -341,7 +345,7 @@ class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         host = host_of(config.hydra.launcher)
         try:
-            plan = validate_grid(config, prepare_data=host.local)
+            plan = validate_grid(config, prepare_data=host.local, devices_here=host.local)
             _preflight(config.hydra.launcher)
         except (ConfigError, LaunchRefused) as error:  # Hydra turns callback exceptions into warnings: exit
             raise SystemExit(f"modula-sweep: sweep not launched, {error}") from None
@@ -362,7 +366,7 @@ class SweepCallback(Callback):
         STOP.on_stop[:] = [lambda signum: marker.write_text(str(signum))]
         _DEFERRED.clear()
         CLOSING_NOTES.clear()
-        log.info("sweep of %d runs into %s%s", len(plan.runs), sweep_dir,
+        log.info("sweep of %d run%s into %s%s", len(plan.runs), "s" if len(plan.runs) != 1 else "", sweep_dir,
                  f": {len(before)} finished before (skipped; sweep.rerun=true retrains), "
                  f"{len(plan.runs) - len(before)} to train" if before else "")
 

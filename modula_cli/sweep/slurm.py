@@ -278,14 +278,21 @@ def _fit_gpus(params: Mapping[str, Any], part: Partition) -> tuple[int, list[Nod
     nodes = [n for n in part.nodes if n.gpus >= wanted]
     if nodes:
         return gpus or 0, nodes, None
-    setting = "gpus_per_node" if gpus else "gres" if params.get("gres") else "gpus_per_task"
+    asked = [key for key in ("gpus_per_node", "gpus_per_task", "gres") if params.get(key) and params[key] != AUTO]
+    setting = "gpus_per_node" if gpus else asked[0]
     most = max(n.gpus for n in part.nodes)
-    asked = f"{SETTING}.{setting}={params.get(setting)}" + (
-        f" ({wanted} GPUs per node in all)" if wanted != params.get(setting) else "")
+    total = f" ({wanted} GPU{'s' if wanted > 1 else ''} per node in all)" if len(asked) > 1 or tasks > 1 else ""
     have = f"the nodes of partition {part.name} have at most {most} GPUs" if most else \
         f"no node of partition {part.name} has a GPU"
-    return 0, [], (f"{asked}, but {have}; set {SETTING}.gpus_per_node=" + (f"{most} or less" if most else "0") +
-                   " (or auto)")
+    if setting == "gpus_per_node":
+        fix = f"set {SETTING}.gpus_per_node={most} or less (or auto)" if most else \
+            f"set {SETTING}.gpus_per_node=0 (or auto)"
+    elif setting == "gpus_per_task":
+        fix = f"set {SETTING}.gpus_per_task={most // tasks} or less" if most // tasks else \
+            f"remove it: {SETTING}.gpus_per_task=null"
+    else:
+        fix = f"ask for gpu:{most} or less in {SETTING}.gres" if most else f"remove it: {SETTING}.gres=null"
+    return 0, [], f"{SETTING}.{setting}={params.get(setting)}{total}, but {have}; {fix}"
 
 
 def _fit_memory(mem: Any, part: Partition, nodes: list[Node], cpus: int) -> tuple[Any, str | None]:
@@ -473,14 +480,18 @@ class SlurmArray:
         return ended
 
     def waiting(self) -> str:
+        """``1 running, 2 pending (Resources)``: running first, then each other state (a pending one with its
+        reason; a held one with how to release it)."""
         live = [s for job_id, s in self._states.items() if job_id in self.job_ids and s.live]
         by_state: dict[str, int] = {}
         for s in live:
-            word = s.text() if s.state == "PENDING" else s.state.lower()
-            if s.state == "PENDING" and s.reason in HELD:
-                word += f" (release with: scontrol release {self.array})"
+            word = s.state.lower()
+            if s.state == "PENDING" and s.reason and s.reason != "None":
+                word += f" ({s.reason}" + (f"; release with: scontrol release {self.array}" if s.reason in HELD
+                                           else "") + ")"
             by_state[word] = by_state.get(word, 0) + 1
-        return ", ".join(f"{n} {word}" for word, n in sorted(by_state.items())) or "none listed"
+        order = sorted(by_state, key=lambda word: (word != "running", word))
+        return ", ".join(f"{by_state[word]} {word}" for word in order) or "none listed"
 
     def never_starts(self) -> str | None:
         if self._silent:
