@@ -1,4 +1,5 @@
-"""The command line's front door: the ``modula-sweep`` and ``modula-coord-check`` entry points.
+"""The command line's front door: the ``modula-sweep``, ``modula-coord-check`` and ``modula-prepare-data``
+entry points.
 
 Both run the Hydra applications (``modula_cli.train.main``, ``modula_cli.coord.check.main``) with two changes to
 how Hydra treats the command line:
@@ -16,14 +17,12 @@ how Hydra treats the command line:
   These usage errors exit with status 2 and leave no run folder behind. Every option of a config group is
   checked before Hydra starts, sweeps (``data=a,b``) and the optional ``experiment`` group included (Hydra
   itself silently ignores a mistyped optional option). Any other error is reported by Hydra as before;
-  with HYDRA_FULL_ERROR=1 Hydra's errors are not translated at all (its full stack trace instead).
+  with HYDRA_FULL_ERROR=1 nothing is checked ahead (Hydra's own errors, with their stack traces).
 
-How: Hydra 1.3 reports the errors of each step of ``hydra.main`` through
-``hydra._internal.utils.run_and_report``, and applies ``key=value`` overrides in
-``ConfigLoaderImpl._apply_overrides_to_config`` (also called by the sweep's grid validation, which collects
-ordinary exceptions per job). For the duration of the call both are wrapped (``_translated_errors``): the
-wrappers raise ``UsageError``, a SystemExit, so that no ``except Exception`` on the way reformats or
-collects it. These are private Hydra functions; pyproject.toml pins hydra-core below 1.4.
+How: before Hydra starts, the command line is parsed and composed the way ``@hydra.main`` will
+(``check_command_line``; Hydra's loader through ``config/hydra_internals.py``), and its value overrides are
+applied with ``config/overrides.py``, which the sweep's grid validation uses too. Nothing of Hydra's is
+replaced at run time; what is not caught here Hydra reports itself.
 """
 
 from __future__ import annotations
@@ -32,19 +31,17 @@ import difflib
 import os
 import re
 import sys
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable, Sequence
 from importlib import import_module
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
-from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
-from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import ConfigAttributeError, ConfigKeyError
+from hydra.core.override_parser.types import Override
+from hydra.errors import OverrideParseException
+from omegaconf import OmegaConf
 
 from .config import CONFIG_DIR
-from .plumbing.suggest import unknown_key
 
 USAGE_STATUS = 2  # a rejected command line, as argparse exits
 POWER = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)\^([+-]?\d+)(?![\w.])")
@@ -55,8 +52,7 @@ MAX_LISTED = 160  # characters of options listed in a message; longer lists are 
 
 
 class UsageError(SystemExit):
-    """A rejected command line. A SystemExit, so that it passes Hydra's and the grid validation's
-    ``except Exception`` unchanged; ``run`` prints it as one ``prog: message`` line."""
+    """A rejected command line, found before Hydra starts; ``run`` prints it as one ``prog: message`` line."""
 
     def __init__(self, message: str) -> None:
         super().__init__(USAGE_STATUS)
@@ -154,76 +150,54 @@ def parse_error(error: OverrideParseException) -> str:
             f"  write key=value; to pass a value with such characters as text, quote it: {example}")
 
 
-def _missing_option(error: MissingConfigException, overrides: Sequence[str]) -> str | None:
-    """The override naming the missing config file, as a not-an-option line; None if no override did."""
-    for override in overrides:
-        key, eq, value = override.lstrip("+").partition("=")
-        if eq and error.options is not None and error.missing_cfg_file == f"{key}/{value}":
-            return not_an_option(key, value, error.options)
-    return None
-
-
-def _reporting(run_and_report: Callable[[Callable[[], Any]], Any], overrides: Sequence[str]) -> Callable:
-    """Hydra's run_and_report, raising a UsageError for the errors we can say in a line."""
-
-    def translated(func: Callable[[], Any]) -> Any:
-        try:
-            return func()
-        except OverrideParseException as error:
-            raise UsageError(parse_error(error)) from error
-        except MissingConfigException as error:
-            message = _missing_option(error, overrides)
-            if message is None:
-                raise
-            raise UsageError(message) from error
-        except ConfigCompositionException as error:
-            sweep = SWEEP_WITHOUT_MULTIRUN.match(str(error))
-            if sweep is None:
-                raise
-            key, _, values = sweep[1].partition("=")
-            as_list = "" if "(" in values else f", or write a list as {key}=[{values}]"  # not range(…), glob(…)
-            raise UsageError(f"{sweep[1]} gives several values: add -m to sweep over them{as_list}") from error
-
-    return lambda func: run_and_report(lambda: translated(func))
-
-
-def _applying(apply: Callable[[list, DictConfig], None]) -> staticmethod:
-    """ConfigLoaderImpl._apply_overrides_to_config, one override at a time (as it does), so that the
-    override setting a key the config lacks is known, and named with its likely meaning."""
-
-    def apply_each(overrides: list, cfg: DictConfig) -> None:
-        for override in overrides:
-            try:
-                apply([override], cfg)
-            except ConfigCompositionException as error:
-                if not isinstance(error.__cause__, (ConfigAttributeError, ConfigKeyError)):
-                    raise
-                raise UsageError(unknown_key(override.key_or_group, cfg)) from error
-
-    return staticmethod(apply_each)
-
-
-@contextmanager
-def _replaced(owner: Any, name: str, value: Any) -> Iterator[None]:
-    saved = vars(owner)[name]  # the raw attribute: a staticmethod stays one when put back
-    setattr(owner, name, value)
+def _first_value(override: Override) -> str | None:
+    """The override with a sweep's first value (``a=1,2`` -> ``a=1``); None when it has none to take (a glob
+    of options, an interval for an optimising sweeper)."""
+    if not override.is_sweep_override():
+        return override.input_line
     try:
-        yield
-    finally:
-        setattr(owner, name, saved)
+        return f"{override.get_key_element()}={next(iter(override.sweep_string_iterator()))}"
+    except Exception:  # noqa: BLE001 - left for Hydra and the sweeper
+        return None
 
 
-@contextmanager
-def _translated_errors(overrides: Sequence[str]) -> Iterator[None]:
-    import hydra._internal.utils as hydra_utils
-    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+def check_command_line(overrides: Sequence[str], config_dirs: Sequence[Path], extra_dir: Path | None,
+                       config_name: str, multirun: bool) -> None:
+    """Raise a UsageError for what Hydra would reject, in one line, before Hydra starts: an override that does
+    not parse, a config-group option without a file, a key the config lacks (a sweep's keys with its first
+    value), several values without ``-m``. Anything else is left to Hydra to report."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    with ExitStack() as stack:
-        stack.enter_context(_replaced(hydra_utils, "run_and_report",
-                                      _reporting(hydra_utils.run_and_report, overrides)))
-        stack.enter_context(_replaced(ConfigLoaderImpl, "_apply_overrides_to_config",
-                                      _applying(ConfigLoaderImpl._apply_overrides_to_config)))
-        yield
+    from .config.hydra_internals import composer
+    from .config.overrides import OverrideError, apply_overrides
+
+    parser = OverridesParser.create()
+    try:
+        parsed = parser.parse_overrides(list(overrides))
+    except OverrideParseException as error:
+        raise UsageError(parse_error(error)) from error
+    check_choices(overrides, config_dirs)
+    from .config.schema import register_schemas  # the defaults of the fixed groups (imports torch)
+
+    register_schemas()
+    try:
+        compose, is_group = composer(CONFIG_DIR, extra_dir)
+        lines = [(override, _first_value(override)) for override in parsed]
+        chosen = [line for o, line in lines
+                  if line and (is_group(o.key_or_group) or o.key_or_group == "hydra.searchpath")]
+        cfg = compose(config_name, chosen)
+    except Exception:  # noqa: BLE001 - a config Hydra cannot compose: its own error says why
+        return
+    values = parser.parse_overrides([line for _, line in lines if line and line not in chosen])
+    try:
+        apply_overrides(values, cfg)
+    except OverrideError as error:
+        raise UsageError(str(error)) from error
+    sweeps = [o for o in parsed if o.is_sweep_override()]
+    if sweeps and not multirun and str(OmegaConf.select(cfg, "hydra.mode")).rpartition(".")[2] != "MULTIRUN":
+        key, _, values_text = sweeps[0].input_line.partition("=")
+        as_list = "" if "(" in values_text else f", or write a list as {key}=[{values_text}]"  # not range(…), glob(…)
+        raise UsageError(f"{sweeps[0].input_line} gives several values: add -m to sweep over them{as_list}")
 
 
 # --- entry points -----------------------------------------------------------------------------------------
@@ -266,30 +240,31 @@ def search_path(overrides: Sequence[str], config_dirs: Sequence[Path], config_na
     return [folder for folder in map(search_path_dir, entries) if folder is not None and folder.is_dir()]
 
 
-def _command_line(argv: Sequence[str]) -> tuple[list[str], list[Path] | None]:
-    """The overrides and the config dirs to check them against (None: a --config-path we do not follow):
-    ``--config-dir``, the package's configs and every folder of Hydra's search path."""
-    from hydra._internal.utils import get_args_parser
-
-    args = get_args_parser().parse_args(argv)  # Hydra's own parser: exits on what Hydra would exit on
-    if args.config_path is not None:
-        return list(args.overrides), None
-    dirs = [*([Path(args.config_dir).resolve()] if args.config_dir else []), CONFIG_DIR]
-    return list(args.overrides), [*dirs, *search_path(args.overrides, dirs, args.config_name or "config")]
+# Flags after which Hydra composes nothing we could check (help, completion) or reads configs we do not follow.
+UNCHECKED_FLAGS = ("help", "hydra_help", "shell_completion", "config_path")
 
 
-def run(prog: str, hydra_main: Callable[[], Any]) -> None:
+def _check(argv: Sequence[str], config_name: str) -> None:
+    from .config.hydra_internals import args_parser
+
+    args = args_parser().parse_args(argv)  # Hydra's own parser: exits on what Hydra would exit on
+    if any(getattr(args, flag, None) for flag in UNCHECKED_FLAGS):
+        return
+    extra = Path(args.config_dir).resolve() if args.config_dir else None
+    dirs = [*([extra] if extra else []), CONFIG_DIR]
+    name = args.config_name or config_name
+    dirs += search_path(args.overrides, dirs, name)
+    check_command_line(list(args.overrides), dirs, extra if extra and extra.is_dir() else None, name,
+                       bool(args.multirun))
+
+
+def run(prog: str, hydra_main: Callable[[], Any], config_name: str = "config") -> None:
     """Run a ``@hydra.main`` function on ``sys.argv`` (powers rewritten), usage errors as ``prog: …``."""
     sys.argv[1:] = rewrite_powers(sys.argv[1:])
-    full_error = os.environ.get("HYDRA_FULL_ERROR") == "1"
     try:
-        overrides, config_dirs = _command_line(sys.argv[1:])
-        if config_dirs is not None:
-            check_choices(overrides, config_dirs)
-        with ExitStack() as stack:
-            if not full_error:
-                stack.enter_context(_translated_errors(overrides))
-            hydra_main()
+        if os.environ.get("HYDRA_FULL_ERROR") != "1":  # else Hydra's own errors, with their stack traces
+            _check(sys.argv[1:], config_name)
+        hydra_main()
     except UsageError as error:
         print(f"{prog}: {error.message}", file=sys.stderr)
         raise SystemExit(USAGE_STATUS) from None
@@ -305,6 +280,13 @@ def sweep() -> None:
     run("modula-sweep", _main_of("modula_cli.train"))
 
 
+def prepare_data() -> None:
+    """``modula-prepare-data``: a dataset downloaded and prepared ahead of time."""
+    from .data.prepare import main
+
+    main(sys.argv[1:], CONFIG_DIR)
+
+
 def coord_check() -> None:
     """``modula-coord-check``: the coordinate check."""
-    run("modula-coord-check", _main_of("modula_cli.coord.check"))
+    run("modula-coord-check", _main_of("modula_cli.coord.check"), config_name="coord_check")

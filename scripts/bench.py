@@ -14,8 +14,8 @@
    (6 · parameters · tokens/s ÷ peak) where a peak is known (CUDA: --peak-tflops and the measured rate).
 
     python scripts/bench.py                  # CPU, or CUDA when present
-    python scripts/bench.py --gpu --out bench_gpu.txt   # issue 17's GPU tables (64k tokens per step, bf16)
-    python scripts/bench.py --defaults       # issue 4's table: every architecture at its config defaults
+    python scripts/bench.py --gpu --out bench_gpu.txt   # the GPU tables (64k tokens per step, bf16)
+    python scripts/bench.py --defaults       # every architecture at its config defaults
     python scripts/bench.py --tables pack    # one section only (modes, compile, ortho, pack, throughput)
 
 Every line printed is also appended to --out at once, so a run cut short keeps what it measured.
@@ -311,7 +311,7 @@ def main() -> None:
     global OUT
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gpu", action="store_true",
-                        help="issue 17's tables: GPT widths 128, 768, 2048 at 65 536 tokens per step (context 256), "
+                        help="the GPU tables: GPT widths 128, 768, 2048 at 65 536 tokens per step (context 256), "
                              "bfloat16 autocast, packed GPT widths 64 and 256 compiled (batch 64); flags after "
                              "it still apply")
     parser.add_argument("--defaults", action="store_true", help="every architecture at its config defaults")

@@ -1,20 +1,27 @@
 #!/usr/bin/env bash
-# Issue 17's GPU measurements, in stages that fit the device tool's 10-minute calls; every result is written
-# under $OUT (default outputs/gpu) as soon as it is measured, so a stage cut off by its time limit keeps what
-# it finished. Run from the repository root on the GPU machine with .whl (scripts/offline_wheels.py) and
-# data/shakespeare carried along; several stages may share one call:
-#   bash scripts/gpu_session.sh tests            # full suite + bf16 accuracy (about 9 minutes)
+# GPU measurements on a GPU node without internet access, in stages that each stop at their own time limit, so
+# that a batch job fits your cluster's per-job limit. Every result is written under $OUT (default outputs/gpu)
+# as soon as it is measured: a stage stopped by its limit keeps what it finished.
+#
+# First, on a machine with internet access (your login node, say), with the project installed:
+#   python scripts/offline_wheels.py --out .whl --skip-present present.txt   # present.txt: the node's pip freeze
+#   modula-prepare-data shakespeare
+# then copy the repository with .whl/ and data/shakespeare/ to the node. There, from the repository root, name
+# the stages to run; several may share one job:
+#   bash scripts/gpu_session.sh tests            # the full test suite, then the bfloat16 accuracy table
 #   bash scripts/gpu_session.sh bench            # scripts/bench.py --gpu
 #   bash scripts/gpu_session.sh sweep-normed     # the width sweep, configs/experiment/gpu/gpt_width.yaml
-#   bash scripts/gpu_session.sh sweep-unnormed   #   (its run folders come back as a tarball)
-# Time limits per stage (seconds): TESTS_SECONDS (420: 180 stopped -n 8 after 194 of 490 tests on an H100;
-# plus 45 for the rerun and 60 for ortho_precision), BENCH_SECONDS (270), SWEEP_SECONDS (270 per mode):
-# `tests` fills one call; `bench` and one sweep stage share one (two sweep stages with the setup and the
-# tarballs ran past the call's 600 s on the H100, losing the second tarball). A sweep goes on where the last call stopped when outputs/sweeps/gpu_gpt_width
-# (untarred locally from the last call's tarball, no checkpoints) is carried along: finished runs are skipped.
+#   bash scripts/gpu_session.sh sweep-unnormed   #   (its run folders are also packed into a tarball)
+# Each stage's limit, in seconds: TESTS_SECONDS (420, plus 45 for rerunning the failures alone and 60 for the
+# accuracy table), BENCH_SECONDS (270), SWEEP_SECONDS (270 per mode). Set them so that the stages of one job,
+# plus a minute for setup and tarballs, stay within the job's limit; the defaults fit a 600 s job running
+# `tests` alone, or `bench` and one sweep stage. A sweep goes on where it stopped when it runs again with
+# outputs/sweeps/gpu_gpt_width in place (untarred from the last tarball if the node does not keep its disk;
+# the tarballs leave checkpoints out): finished runs are skipped.
 # Extra arguments (a rehearsal on a CPU at toy sizes, say): PYTEST_ARGS (default -n 8), BENCH_ARGS,
 # PRECISION_ARGS, SWEEP_OVERRIDES (Hydra overrides after the experiment's).
-# Locally: untar the sweep tarballs into outputs/sweeps/ and run modula-sweep-report on the sweep folder.
+# Afterwards, on your own machine: untar the sweep tarballs into outputs/sweeps/ and run modula-sweep-report
+# on the sweep folder.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-outputs/gpu}
@@ -48,7 +55,7 @@ for stage in "$@"; do
       # one worker per core; what fails in parallel is rerun alone, so a clash of workers is told apart
       timeout "${TESTS_SECONDS:-420}" $PY -m pytest -q ${PYTEST_ARGS:--n 8} -o cache_dir=/tmp/pytest_cache > "$OUT/pytest.txt" 2>&1
       timeout 45 $PY -m pytest -q --lf --lfnf=none -o cache_dir=/tmp/pytest_cache >> "$OUT/pytest.txt" 2>&1
-      timeout 60 $PY scripts/ortho_precision.py ${PRECISION_ARGS:-} --out "$OUT/ortho_precision_gpu.csv" > "$OUT/ortho_precision_gpu.txt" 2>&1
+      timeout 60 $PY docs/results/ortho_precision/ortho_precision.py ${PRECISION_ARGS:-} --out "$OUT/ortho_precision_gpu.csv" > "$OUT/ortho_precision_gpu.txt" 2>&1
       ;;
     bench)
       # compile last: torch 2.11's Inductor failed compiling the update on an H100, which ended the script
@@ -57,7 +64,7 @@ for stage in "$@"; do
       ;;
     sweep-*)
       mode=${stage#sweep-}
-      # SIGTERM before the call's limit: finished widths stay finished, the one in flight checkpoints
+      # SIGTERM at the stage's limit: finished widths stay finished, the one in flight checkpoints
       timeout --signal=TERM "${SWEEP_SECONDS:-270}" $PY -m modula_cli.train experiment=gpu/gpt_width optim.mode="$mode" \
         optim.lr="${GRID[$mode]}" ${SWEEP_OVERRIDES:-} > "$OUT/sweep_$mode.txt" 2>&1
       tar czf "$OUT/sweep_$mode.tar.gz" --exclude='*.pt' -C outputs/sweeps gpu_gpt_width

@@ -4,10 +4,10 @@
 #   bash scripts/reproduce_paper.sh PARTITION [extra Hydra overrides...]
 #
 # Prepare the datasets first on a node with internet access (jobs then read the shared caches):
-#   python scripts/prepare_data.py openwebtext data.num_proc=32
-#   python scripts/prepare_data.py tinystories data.num_proc=32
-#   python scripts/prepare_data.py cifar10
-#   python scripts/prepare_data.py shakespeare
+#   modula-prepare-data openwebtext data.num_proc=32
+#   modula-prepare-data tinystories data.num_proc=32
+#   modula-prepare-data cifar10
+#   modula-prepare-data shakespeare
 # Point data.root (or $MODULA_DATA) at a filesystem every node sees.
 #
 # Each command below submits one SLURM array (one task per grid point) and returns when the array is done,

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# CPU evidence for LR transfer (issue 14): the small GPT width sweep (widths 32 … 256) and depth sweep
-# (2, 4, 8 blocks at width 64) for normed, unnormed and dualized Adam (and manifold Adam, issues 18 and 26,
+# CPU evidence for LR transfer: the small GPT width sweep (widths 32 … 256) and depth sweep
+# (2, 4, 8 blocks at width 64) for normed, unnormed and dualized Adam (and manifold Adam
 # with MODES=manifold EXPERIMENTS=small/gpt_width), three seeds each, every scale point's
 # LRs × seeds packed into one run; then the reports, copied to docs/results/. The LR grids are the paper's
 # narrowed to the region holding each mode's optimum on this data (about 2 h on a 2-core CPU).
-# VARIANT=modular (the results in docs/results/small_gpt_*) or paper (the default variant since issue 25:
+# VARIANT=modular (the results in docs/results/small_gpt_*) or paper (the default variant:
 # docs/results/small_gpt_width_paper). Rerunning resumes: finished runs are skipped, interrupted ones resume
 # from their checkpoints.
 set -euo pipefail
@@ -16,13 +16,13 @@ declare -A GRID=(
   [dualized]="0.03125,0.0625,0.125,0.25,0.5,1.0"                    # 2^-5 … 2^0
   [manifold]="0.03125,0.0625,0.125,0.25,0.5,1.0"                    # 2^-5 … 2^0
 )
-# variant=paper (issue 25): its optima sit higher for normed and dualized Adam (a one-seed pilot at widths 32
+# variant=paper: its optima sit higher for normed and dualized Adam (a one-seed pilot at widths 32
 # and 128 over 2^-6 … 2^3 put them at 2^-1 … 2^0), so its grids move up one or two steps.
 if [ "$VARIANT" = paper ]; then
   GRID[normed]="0.0625,0.125,0.25,0.5,1.0,2.0"                       # 2^-4 … 2^1
   GRID[dualized]="0.0625,0.125,0.25,0.5,1.0,2.0"                     # 2^-4 … 2^1
   GRID[unnormed]="0.0009765625,0.001953125,0.00390625,0.0078125,0.015625,0.03125,0.0625"  # 2^-10 … 2^-4
-  # manifold with its learned scales (issue 26): optimum 2^-1 at widths 32 and 64 (scripts/manifold_candidates.sh)
+  # manifold with its learned scales: optimum 2^-1 at widths 32 and 64 (docs/results/manifold/manifold_candidates.sh)
   GRID[manifold]="0.0625,0.125,0.25,0.5,1.0,2.0"                     # 2^-4 … 2^1, as dualized
 fi
 suffix=$([ "$VARIANT" = modular ] && echo "" || echo "_$VARIANT")  # each variant sweeps into its own folder

@@ -11,7 +11,8 @@ import pytest
 import yaml
 from hydra.errors import OverrideParseException
 
-from modula_cli.cli import UsageError, check_choices, parse_error, rewrite_powers, unknown_key
+from modula_cli.cli import UsageError, check_choices, parse_error, rewrite_powers
+from modula_cli.plumbing.suggest import unknown_key
 from modula_cli.config import CONFIG_DIR
 from conftest import compose_config
 
@@ -114,6 +115,17 @@ def test_group_options_are_checked_before_hydra(override, message):
     with pytest.raises(UsageError) as caught:
         check_choices(["optim.lr=0.1", override], [CONFIG_DIR])
     assert message in caught.value.message and "_paper_train" not in caught.value.message
+
+
+def test_a_preset_reaches_the_sweepers_grid_through_the_command_line(tmp_path):
+    """`sweep=width`, as the program composes it: the paper's widths 32 … 1024 (docs/design.md) and the LR grid of
+    the chosen optimiser × mode (resolved when the jobs are made)."""
+    status, out = cli(tmp_path, "sweep=width", "--cfg", "hydra", "-p", "hydra.sweeper.params")
+    assert status == 0, out
+    params = yaml.safe_load(out)
+    assert params == {"arch.width": ",".join(str(2**e) for e in range(5, 11)),
+                      "optim.lr": "${lr_grid:${optim.name},${optim.mode}}"}
+    assert not (tmp_path / "outputs").exists()
 
 
 def test_existing_options_pass():

@@ -57,7 +57,7 @@ def test_unknown_dataset_lists_registered():
 def test_missing_file_offline_names_file_and_command(tmp_path, monkeypatch):
     # the package re-exports a function of the same name, so reach the module itself
     monkeypatch.setattr(sys.modules["modula_cli.data.shakespeare"], "URL", "http://127.0.0.1:9/input.txt")
-    with pytest.raises(DataUnavailable, match=r"shakespeare/input.txt.*prepare_data.py shakespeare") as error:
+    with pytest.raises(DataUnavailable, match=r"shakespeare/input.txt.*modula-prepare-data shakespeare") as error:
         build_dataset("shakespeare", root=str(tmp_path))
     assert "\n" not in str(error.value) and "Connection refused" in str(error.value)
 

@@ -1,6 +1,6 @@
 """Missing data, offline: every dataset, the coordinate check and a user's architecture stop with one line (no
 traceback) and leave no run folder behind; a sweep records such runs as failed, one line each; prepared data
-is used without the network (issue 24)."""
+is used without the network. ``modula-prepare-data``, the command those lines name, gets the data ahead of time."""
 
 import json
 import logging
@@ -64,7 +64,7 @@ def test_a_run_without_its_data_says_so_in_one_line_and_leaves_nothing(tmp_path,
     said = [line for line in lines if "data=" in line]
     assert code != 0 and len(lines) <= 2 and len(said) == 1 and not any("Traceback" in line for line in lines), lines
     assert said[0].startswith("modula-sweep: data=") and missing.format(root=root) in said[0]
-    assert f"python scripts/prepare_data.py {overrides[0].removeprefix('data=')}" in said[0]  # how to fix
+    assert f"`modula-prepare-data {overrides[0].removeprefix('data=')}`" in said[0]  # how to fix
     runs = tmp_path / "work" / "outputs" / "runs"
     assert not runs.exists() or not list(runs.iterdir())
 
@@ -81,6 +81,37 @@ def test_coordinate_check_without_its_data_says_so_in_one_line_and_leaves_nothin
     outputs = folder / "outputs"
     assert not files_under(outputs)
     assert not [p for p in outputs.rglob("*") if len(p.relative_to(outputs).parts) > 2]  # no run folder
+
+
+ALLOWED = "shakespeare, tinystories, openwebtext, cifar10"
+
+
+def test_prepare_data_lists_the_datasets_and_rejects_a_mistyped_one_in_one_line(tmp_path):
+    code, lines = run_tool("modula-prepare-data", tmp_path, "--help")
+    assert code == 0 and lines[0] == "usage: modula-prepare-data [-h] DATASET [data.KEY=VALUE ...]", lines
+    assert lines[-1] == f"datasets: {ALLOWED}"
+    code, lines = run_tool("modula-prepare-data", tmp_path, "imagenet")
+    assert (code, lines) == (2, [f"modula-prepare-data: unknown dataset 'imagenet'; allowed: {ALLOWED}"])
+    code, lines = run_tool("modula-prepare-data", tmp_path, "shakespeare", "data.rooot=/somewhere")
+    assert (code, lines) == (2, ["modula-prepare-data: unknown option data.rooot for shakespeare; allowed: "
+                                 "data.root, data.source, data.context, data.max_context"])
+
+
+def test_prepare_data_offline_says_what_is_missing_in_one_line(tmp_path):
+    root = tmp_path / "empty-data"
+    code, lines = run_tool("modula-prepare-data", tmp_path / "work", "shakespeare", f"data.root={root}")
+    assert code == 1 and len(lines) == 1, lines
+    assert lines[0].startswith(f"modula-prepare-data: data=shakespeare: {root}/shakespeare/input.txt is missing")
+
+
+def test_prepared_data_is_what_a_run_then_uses(tmp_path, tiny_text_root):
+    code, lines = run_tool("modula-prepare-data", tmp_path / "login", "shakespeare", f"data.root={tiny_text_root}",
+                           "data.context=16")
+    assert code == 0 and lines[0].startswith("shakespeare: vocab ") and "context 16" in lines[0], lines
+    tokens = tiny_text_root / "shakespeare" / "prepared-char" / "train.bin"
+    written = tokens.stat().st_mtime_ns
+    dataset = build_dataset("shakespeare", root=str(tiny_text_root), context=16)  # as a run reads it
+    assert tokens.stat().st_mtime_ns == written and f"metadata: {dataset.meta}" == lines[1]  # found, not rebuilt
 
 
 def test_the_example_mlp_trains_on_language_data_and_passes_the_coordinate_check(tmp_path, tiny_text_root):
@@ -160,7 +191,7 @@ def test_unreachable_hub_is_one_line_and_restores_the_offline_switches(tmp_path,
         build_dataset("openwebtext", source="nobody-here/no-such-dataset", tokenizer="byte", root=str(tmp_path))
     assert str(error.value).startswith(f"data=openwebtext: no prepared tokens in {tmp_path}/openwebtext/byte-")
     assert ("the hub dataset 'nobody-here/no-such-dataset' could not be loaded (huggingface.co cannot be reached "
-            "and it is not in the Hugging Face cache); run `python scripts/prepare_data.py openwebtext`") \
+            "and it is not in the Hugging Face cache); run `modula-prepare-data openwebtext`") \
         in str(error.value)
     assert (constants.HF_HUB_OFFLINE, datasets.config.HF_HUB_OFFLINE) == before
     assert not list((tmp_path / "openwebtext").glob("byte-*/"))  # no half-built cache

@@ -1,12 +1,22 @@
-"""The benchmark scripts run end to end at toy sizes (their numbers live in docs/, not in tests)."""
+"""The maintainer tools under scripts/ and the studies under docs/results/ run end to end at toy sizes, each
+as its user runs it: a subprocess (their numbers live in docs/, not in tests). Tests import nothing from
+scripts/: they are not part of the package."""
 
+import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ROOT / "scripts"
+STUDIES = ROOT / "docs" / "results"
+
+
+def run(script: Path, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.mark.slow
@@ -60,47 +70,23 @@ def test_coord_summary_over_seeds(tmp_path):
     assert missing.returncode == 1 and "no coord_slopes.csv" in missing.stderr
 
 
-def _script(name: str):
-    """A script under scripts/ imported as a module (they are not a package)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_orthogonalisation_flops_of_a_gpt_by_hand():
-    """Width-16 GPT, 3 blocks, 65 symbols: per block q, k, v, o (16×16), mlp in (64×16) and out (16×64), one
-    65×16 output head; a polynomial step on an m×n matrix (m ≤ n) costs 2m²n + 2m³ + 2m²n FLOPs."""
-    from omegaconf import OmegaConf
-
-    from modula_cli.models import build_model
-
-    bench = _script("bench")
-    net = build_model(OmegaConf.create(bench.load_arch("gpt", width=16, heads=2)), bench.fake_data("gpt", 8))
-    groups = bench.ortho_groups(net, net.initialize(0))
-    assert groups == {(16, 16): 12, (64, 16): 3, (16, 64): 3, (65, 16): 1}
-    per_step = 12 * 6 * 16**3 + 6 * (4 * 16 * 16 * 64 + 2 * 16**3) + (4 * 16 * 16 * 65 + 2 * 16**3)
-    assert sum(bench.ortho_flops(s, c) for s, c in groups.items()) == 8 * per_step
-    # a square d × d matrix alone: the dualize overhead is steps · d / tokens
-    assert bench.ortho_flops((16, 16), 1) / (6 * 16 * 16 * 512) == pytest.approx(8 * 16 / 512)
-
-
 def test_bench_gpu_preset_runs_its_ortho_table_into_a_file(tmp_path):
+    """Width-16 GPT, 3 blocks, 65 symbols: per block q, k, v, o (16×16), mlp in (64×16) and out (16×64), one
+    65×16 output head; a polynomial step on an m×n matrix (m ≤ n) costs 2m²n + 2m³ + 2m²n FLOPs, 8 steps."""
     out = tmp_path / "bench.txt"
-    result = subprocess.run(
-        [sys.executable, str(SCRIPTS / "bench.py"), "--gpu", "--tables", "ortho", "--gpt-widths", "16",
-         "--context", "8", "--tokens-per-step", "32", "--matmul-size", "256", "--device", "cpu", "--out", str(out)],
-        capture_output=True, text=True, timeout=300)
+    result = run(SCRIPTS / "bench.py", "--gpu", "--tables", "ortho", "--gpt-widths", "16", "--context", "8",
+                 "--tokens-per-step", "32", "--matmul-size", "256", "--device", "cpu", "--out", str(out), timeout=300)
     assert result.returncode == 0, result.stderr
     rows = [line.split() for line in out.read_text().splitlines() if line.startswith("    16")]
     assert [row[1] for row in rows] == ["16x16", "16x64", "64x16", "65x16", "all"]
+    assert [int(row[2]) for row in rows[:-1]] == [12, 3, 3, 1]  # matrices of each shape
+    by_hand = [12 * 8 * 6 * 16**3, 3 * 8 * (4 * 16 * 16 * 64 + 2 * 16**3), 3 * 8 * (4 * 16 * 16 * 64 + 2 * 16**3),
+               8 * (4 * 16 * 16 * 65 + 2 * 16**3)]
     gflop = [float(row[3]) for row in rows[:-1]]
+    assert gflop == pytest.approx([flops / 1e9 for flops in by_hand], rel=1e-2)
     assert sum(gflop) == pytest.approx(float(rows[-1][2]), rel=1e-2) == pytest.approx(6.496256e-3, rel=1e-2)
     assert all(float(row[-4]) > 0 and float(row[-2]) > 0 for row in rows)  # measured bf16-or-fp32 and fp32 ms
-    bad = subprocess.run([sys.executable, str(SCRIPTS / "bench.py"), "--tokens-per-step", "100", "--context", "64"],
-                         capture_output=True, text=True, timeout=120)
+    bad = run(SCRIPTS / "bench.py", "--tokens-per-step", "100", "--context", "64")
     assert bad.returncode == 2 and "--tokens-per-step 100 is not a multiple of --context 64" in bad.stderr
 
 
@@ -108,8 +94,8 @@ def test_ortho_precision_emulates_bfloat16_like_the_cpu_kernel(tmp_path):
     import pandas as pd
 
     out = tmp_path / "precision.csv"
-    result = subprocess.run([sys.executable, str(SCRIPTS / "ortho_precision.py"), "--widths", "32", "--device", "cpu",
-                             "--check-emulation", "32", "--out", str(out)], capture_output=True, text=True, timeout=300)
+    result = run(STUDIES / "ortho_precision" / "ortho_precision.py", "--widths", "32", "--device", "cpu",
+                 "--check-emulation", "32", "--out", str(out), timeout=300)
     assert result.returncode == 0, result.stderr
     table = pd.read_csv(out).set_index("kind")
     assert list(table.index) == ["gaussian_square", "gaussian_1x4", "power_law"]
@@ -118,45 +104,53 @@ def test_ortho_precision_emulates_bfloat16_like_the_cpu_kernel(tmp_path):
     assert ((table.bf16_distance / table.cpu_bf16_distance).between(0.5, 2.0)).all()
 
 
-def test_offline_wheels_cover_the_dependencies_but_not_the_cuda_stack():
-    wheels = _script("offline_wheels")
-    found = wheels.closure({"dev"}, skip={"wandb"})
+def test_offline_wheels_cover_the_dependencies_but_not_the_cuda_stack(tmp_path):
+    from importlib.metadata import version
+
+    def listed(*args: str) -> dict[str, str]:
+        result = run(SCRIPTS / "offline_wheels.py", "--list", *args)
+        assert result.returncode == 0, result.stderr
+        return dict(line.split("==") for line in result.stdout.splitlines())
+
+    # the node's `pip freeze`: wandb as new as here (left out), hydra-core older (fetched anyway), pluggy by name
+    present = tmp_path / "present.txt"
+    present.write_text(f"wandb=={version('wandb')}\nhydra-core==0.1\n# a comment\npluggy\n")
+    found = listed("--skip-present", str(present))
     assert {"hydra-core", "omegaconf", "antlr4-python3-runtime", "datasets", "pytest", "pytest-xdist"} <= set(found)
-    assert not {"torch", "torchvision", "triton", "wandb"} & set(found)
+    assert not {"torch", "torchvision", "triton", "wandb", "pluggy"} & set(found)
     assert not any(name.startswith("nvidia-") for name in found)
-    assert found["hydra-core"] == __import__("importlib.metadata").metadata.version("hydra-core")
-    assert "pytest" not in wheels.closure(set(), skip=set())  # only the extras asked for
-    with pytest.raises(SystemExit, match="allowed: dev, ray"):
-        wheels.closure({"gpu"}, skip=set())
+    assert found["hydra-core"] == version("hydra-core")
+    assert "pytest" not in listed("--extras")  # only the extras asked for
+    wrong = run(SCRIPTS / "offline_wheels.py", "--list", "--extras", "gpu")
+    assert wrong.returncode == 1 and "allowed: dev, ray" in wrong.stderr
 
 
-def test_compare_variants_pairs_each_seed_at_each_variants_best_lr():
+def _results(losses: dict[float, list[float]], diverged_lr: float | None = None, mode: str = "normed"):
+    """A report's results.csv rows, width 32: ``losses[lr][seed]``; the seed-0 run at ``diverged_lr`` diverged."""
     import pandas as pd
 
-    sys.path.insert(0, str(SCRIPTS))
-    from compare_variants import compare
+    rows = [{"mode": mode, "width": 32, "lr": lr, "seed": seed, "train_loss": loss,
+             "status": "diverged" if lr == diverged_lr and seed == 0 else "completed"}
+            for lr, values in losses.items() for seed, loss in enumerate(values)]
+    return pd.DataFrame(rows)
 
-    def results(losses: dict[float, list[float]], diverged_lr: float | None = None) -> pd.DataFrame:
-        rows = [{"mode": "normed", "width": 32, "lr": lr, "seed": seed, "train_loss": loss,
-                 "status": "diverged" if lr == diverged_lr and seed == 0 else "completed"}
-                for lr, values in losses.items() for seed, loss in enumerate(values)]
-        return pd.DataFrame(rows)
 
-    modular = results({0.25: [2.0, 2.2, 2.1], 0.5: [2.3, 2.3, 2.3]})
+def test_compare_variants_pairs_each_seed_at_each_variants_best_lr(tmp_path):
+    for name in ("modular", "paper"):
+        (tmp_path / name).mkdir()
+    _results({0.25: [2.0, 2.2, 2.1], 0.5: [2.3, 2.3, 2.3]}).to_csv(tmp_path / "modular" / "results.csv", index=False)
     # 1.0 has the lowest mean but diverged in one seed: not a candidate
-    paper = results({0.5: [1.9, 2.0, 2.1], 1.0: [1.0, 1.0, 1.0]}, diverged_lr=1.0)
-    row = compare(modular, paper).iloc[0]
-    assert (row.lr_modular, row.lr_paper) == (0.25, 0.5)
-    assert row.difference == pytest.approx(-0.1)  # (−0.1, −0.2, 0.0) paired by seed
-    half = 4.30 * 0.1 / 3**0.5  # t(2) · sd / √3
-    assert (row.low, row.high) == (pytest.approx(-0.1 - half), pytest.approx(-0.1 + half))
+    _results({0.5: [1.9, 2.0, 2.1], 1.0: [1.0, 1.0, 1.0]}, diverged_lr=1.0).to_csv(
+        tmp_path / "paper" / "results.csv", index=False)
+    result = run(STUDIES / "variants" / "compare_variants.py", str(tmp_path / "modular"), str(tmp_path / "paper"))
+    assert result.returncode == 0, result.stderr
+    # paired by seed: (−0.1, −0.2, 0.0), mean −0.1, half-width t(2) · sd / √3 = 4.30 · 0.1 / √3 = 0.248
+    row = "| normed adam | 32 | 2^-2 → 2^-1 | 2.100 | 2.000 | -0.100 [-0.348, +0.148] |"
+    assert result.stdout.splitlines()[2:] == [row]
 
 
 def test_manifold_candidates_pairs_manifold_with_dualized_by_seed(tmp_path):
     import pandas as pd
-
-    sys.path.insert(0, str(SCRIPTS))
-    from manifold_candidates import rows
 
     folder = tmp_path / "manifold_candidates_example" / "gpt_shakespeare_paper"
     folder.mkdir(parents=True)
@@ -167,9 +161,79 @@ def test_manifold_candidates_pairs_manifold_with_dualized_by_seed(tmp_path):
     pd.DataFrame(runs).to_csv(folder / "results.csv", index=False)
     pd.DataFrame([{"mode": "manifold", "shift_log2": -1.0, "shift_log2_low": -1.5, "shift_log2_high": None,
                    "edges": "width 64 at the low edge"}]).to_csv(folder / "transfer.csv", index=False)
-    dualized = pd.DataFrame([{"width": w, "seed": s, "train_loss": 1.9 + 0.02 * s} for w in (32, 64) for s in range(3)])
-    lines = rows(folder, dualized)
+    dualized = tmp_path / "dualized"
+    dualized.mkdir()
+    pd.DataFrame([{"mode": "dualized", "width": w, "lr": 0.25, "seed": s, "status": "completed",
+                   "train_loss": 1.9 + 0.02 * s} for w in (32, 64) for s in range(3)]).to_csv(
+        dualized / "results.csv", index=False)
+    result = run(STUDIES / "manifold" / "manifold_candidates.py", str(folder), "--dualized", str(dualized))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()[2:]
     # gaps by seed: 0.10, 0.09, 0.08 → mean 0.09, sd 0.01, half-width t(2)·0.01/√3 = 0.025
     assert lines[0] == "| example | 32 | 2^-1 | 2.010 ± 0.010 | 1.920 | +0.090 [+0.065, +0.115] |  |"
     assert lines[1].startswith("| example | 64 | 2^-2 |")
     assert lines[1].endswith("| -1.00 [-1.50, ?] (width 64 at the low edge) |")
+
+
+@pytest.mark.parametrize("study", sorted(STUDIES.glob("*/*.py")), ids=lambda path: path.name)
+def test_every_study_prints_its_usage(study):
+    result = run(study, "--help")
+    assert result.returncode == 0 and result.stdout.startswith(f"usage: {study.name}"), result.stderr
+
+
+# Import machinery whose argument, if it names scripts/, would make a test depend on a maintainer tool
+IMPORTERS = {"insert", "append", "extend", "run_path", "run_module", "spec_from_file_location", "import_module",
+             "__import__", "SourceFileLoader"}
+SCRIPTS_PATH = re.compile(r"(^|[/\\.])scripts($|[/\\.])", re.IGNORECASE)
+
+
+def scripts_imports(source: str) -> list[str]:
+    """The lines of a test module that import from scripts/: an import statement of ``scripts``, or an import
+    machinery call (sys.path, runpy, importlib) whose arguments name scripts/, directly or through a name."""
+    tree = ast.parse(source)
+    strings = lambda node: [n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    names = lambda node: {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+    # names bound, anywhere in the module, to a value that names scripts/ (or to such a name), to a fixed point
+    tainted: set[str] = set()
+    assignments = [(node.targets, node.value) for node in ast.walk(tree) if isinstance(node, ast.Assign)]
+    while True:
+        more = {target.id for targets, value in assignments for target in targets if isinstance(target, ast.Name)
+                and (any(SCRIPTS_PATH.search(s) for s in strings(value)) or names(value) & tainted)} - tainted
+        if not more:
+            break
+        tainted |= more
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            hit = any(alias.name.split(".")[0] == "scripts" for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            hit = (node.module or "").split(".")[0] == "scripts"
+        elif isinstance(node, ast.Call):
+            called = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            arguments = [*node.args, *(k.value for k in node.keywords)]
+            hit = called in IMPORTERS and any(any(SCRIPTS_PATH.search(s) for s in strings(a)) or names(a) & tainted
+                                              for a in arguments)
+        else:
+            continue
+        if hit:
+            found.append(ast.get_source_segment(source, node))
+    return found
+
+
+def test_the_import_check_finds_each_way_of_importing_from_scripts():
+    assert scripts_imports("from scripts.bench import load_arch") == ["from scripts.bench import load_arch"]
+    assert scripts_imports("import scripts.bench as bench")
+    assert scripts_imports("import sys\nsys.path.insert(0, 'scripts')")
+    assert scripts_imports("HERE = Path(__file__).parent\nTOOLS = HERE.parent / 'scripts'\nsys.path.append(str(TOOLS))")
+    assert scripts_imports("import runpy\nrunpy.run_path('scripts/bench.py')")
+    assert scripts_imports("spec = importlib.util.spec_from_file_location('b', ROOT / 'scripts' / 'bench.py')")
+    assert scripts_imports("importlib.import_module('scripts.bench')")
+    # running a tool as its user does, or naming the folder in a message, is no import
+    assert not scripts_imports("subprocess.run([sys.executable, str(ROOT / 'scripts' / 'bench.py')])")
+    assert not scripts_imports("pytest.skip('scripts/cluster/up.sh starts one')\nsys.path.insert(0, str(ROOT))")
+
+
+def test_no_test_imports_from_scripts():
+    found = {path.name: hits for path in sorted(Path(__file__).parent.rglob("*.py"))
+             if (hits := scripts_imports(path.read_text()))}
+    assert not found, f"tests must not import from scripts/ (run the tool as a subprocess): {found}"

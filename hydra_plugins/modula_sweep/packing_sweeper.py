@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from omegaconf import DictConfig, OmegaConf
+
+from modula_cli.config.hydra_internals import BasicSweeper
 
 
 class PackingSweeper(BasicSweeper):

@@ -53,7 +53,7 @@ def unavailable(dataset: str, missing: str, cause: BaseException | str, fix: str
     """``data=<dataset>: <missing> (<cause>); <fix>``; the default fix names the three ways to get the data."""
     reason = cause if isinstance(cause, str) else cause_text(cause)
     fix = fix or (f"put it there, point data.root or $MODULA_DATA at a folder that has it, or run "
-                  f"`python scripts/prepare_data.py {dataset}` on a machine with internet access and copy its "
+                  f"`modula-prepare-data {dataset}` on a machine with internet access and copy its "
                   f"data.root here")
     return DataUnavailable(f"data={dataset}: {missing} ({reason}); {fix}")
 

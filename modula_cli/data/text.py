@@ -111,8 +111,8 @@ def _load_hub(source: str):
 def _unprepared(name: str, folder: Path, tokenizer: str, failure: DataUnavailable) -> DataUnavailable:
     """The one line for a text dataset whose tokens are not prepared and cannot be: what failed, and the fixes."""
     byte = "" if tokenizer == "byte" else " (data.tokenizer=byte downloads nothing)"
-    return DataUnavailable(f"data={name}: no prepared tokens in {folder}, and {failure}; run `python "
-                           f"scripts/prepare_data.py {name}` with the same data.* options on a machine with internet "
+    return DataUnavailable(f"data={name}: no prepared tokens in {folder}, and {failure}; run "
+                           f"`modula-prepare-data {name}` with the same data.* options on a machine with internet "
                            f"access and copy its data.root here, or set data.source to a local folder of train.* / "
                            f"validation.* files{byte}")
 

@@ -27,8 +27,10 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
+from ..config.hydra_internals import group_exists, split_sweep
 from ..config.identity import run_name
 from ..config.members import Members, pack_arguments, sweep_member_dir
+from ..config.overrides import OverrideError, apply_overrides
 from ..config.validate import ConfigError, check_config
 from ..data import DataUnavailable, prepare_dataset
 from ..models.variant import folder_suffix, variant_name, variant_of
@@ -59,15 +61,11 @@ def stop_marker(sweep_dir: Path, launch: str | None) -> Path:
 
 def grid_overrides(config: DictConfig) -> list[list[str]]:
     """Every job's overrides, expanded as Hydra's basic sweeper does (config params, then command line)."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-
     params = [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
     arguments = params + list(config.hydra.overrides.task)
     if config.sweep.pack:  # as the packing sweeper will launch them
         arguments = pack_arguments(arguments)
-    overrides = OverridesParser.create().parse_overrides(arguments)
-    batches = BasicSweeper.split_arguments(overrides, None)
-    return [list(job) for batch in batches for job in batch]
+    return split_sweep(OverridesParser.create().parse_overrides(arguments))
 
 
 def planned_runs(job: list[str], job_cfg: DictConfig) -> dict[str, dict]:
@@ -92,10 +90,8 @@ def validate_grid(config: DictConfig, prepare_data: bool = False, devices_here: 
     machine, so ``train.device=cuda`` needs a GPU here (cluster jobs check their own node's).
 
     Jobs that choose the same config groups share one composition; each job's value overrides are then
-    applied with Hydra's own override logic (so unknown keys fail exactly as they would at launch).
+    applied with ``apply_overrides``, as the command line's check applies them.
     """
-    from hydra._internal.config_loader_impl import ConfigLoaderImpl
-
     loader = GlobalHydra.instance().config_loader()
     parser = OverridesParser.create()
     composed: dict[tuple[str, ...], DictConfig] = {}
@@ -107,11 +103,11 @@ def validate_grid(config: DictConfig, prepare_data: bool = False, devices_here: 
     for job in grid_overrides(config):
         try:
             parsed = parser.parse_overrides(job)
-            groups = tuple(o.input_line for o in parsed if loader.repository.group_exists(o.key_or_group))
+            groups = tuple(o.input_line for o in parsed if group_exists(o.key_or_group))
             if groups not in composed:
                 composed[groups] = loader.load_sweep_config(config, list(groups))
             job_cfg = copy.deepcopy(composed[groups])
-            ConfigLoaderImpl._apply_overrides_to_config([o for o in parsed if o.input_line not in groups], job_cfg)
+            apply_overrides([o for o in parsed if o.input_line not in groups], job_cfg)
             check_config(job_cfg, job, devices_here)
             variant = variant_of(job_cfg)
             folders.setdefault(folder_suffix(variant), variant_name(variant))
@@ -121,6 +117,8 @@ def validate_grid(config: DictConfig, prepare_data: bool = False, devices_here: 
             needs.append((OmegaConf.to_container(job_cfg.data, resolve=True), set(runs)))
         except ConfigError as error:
             problems += [f"[{' '.join(job)}] {issue}" for issue in error.problems]
+        except OverrideError as error:
+            problems.append(f"[{' '.join(job)}] {error}")
         except Exception as error:  # noqa: BLE001 - composition errors are problems to report too
             problems.append(f"[{' '.join(job)}] {str(error).splitlines()[0]}")
     if len(folders) > 1:  # run folders do not name the variant: its sweep folder does

@@ -8,7 +8,7 @@ Two parts, printed as markdown:
    experiment's settings at width 64 (200 steps, batch 16, context 64), final train loss at two LRs:
    normed Adam at 2^-2 and 2^-1 (the two variants' optima), unnormed Adam at 2^-6 and 2^-5.
 
-    python scripts/variant_effects.py [--skip-training]     # about 8 minutes on a 2-core CPU
+    python docs/results/variants/variant_effects.py [--skip-training]     # about 8 minutes on a 2-core CPU
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from omegaconf import OmegaConf
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]  # the repository
 sys.path.insert(0, str(ROOT))
 
 from modula_cli.data import build_dataset  # noqa: E402

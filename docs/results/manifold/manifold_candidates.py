@@ -2,18 +2,22 @@
 seed (a seed fixes the initial weights and the batches of both), and manifold's fitted shift of log2 η*
 from the smallest to the largest width with its bootstrap interval (the report's transfer.csv).
 
-    python scripts/manifold_candidates.py                       # every scripts/manifold_candidates.sh sweep
-    python scripts/manifold_candidates.py docs/results/small_gpt_width_paper    # a report folder
+    python docs/results/manifold/manifold_candidates.py     # every manifold_candidates.sh sweep
+    python docs/results/manifold/manifold_candidates.py docs/results/small_gpt_width_paper  # a report folder
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from compare_variants import best_runs
+
+# each mode's runs at its best grid LR: the variants study's definition, so both studies pick them alike
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "variants"))
+from compare_variants import best_runs  # noqa: E402
 
 CANDIDATES = "outputs/sweeps/manifold_candidates_*/gpt_shakespeare_paper"
 DUALIZED = Path("docs/results/small_gpt_width_paper")

@@ -11,7 +11,7 @@ the order of the float32 sums). ``--check-emulation N`` compares the emulation w
 bfloat16 kernel up to width N first. The seconds columns time one call each (first-call overheads
 included); the orthogonalisation's speed is ``scripts/bench.py --tables ortho``.
 
-    python scripts/ortho_precision.py [--widths 128 256 … 4096] [--out results.csv]
+    python docs/results/ortho_precision/ortho_precision.py [--widths 128 256 … 4096] [--out results.csv]
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 paper − modular difference paired by seed (a seed fixes the initial effective weights and the batches in
 both variants, so the pairing removes most of the seed-to-seed spread).
 
-    python scripts/compare_variants.py docs/results/small_gpt_width docs/results/small_gpt_width_paper
+    python docs/results/variants/compare_variants.py docs/results/small_gpt_width docs/results/small_gpt_width_paper
 """
 
 from __future__ import annotations

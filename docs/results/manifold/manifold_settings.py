@@ -4,8 +4,8 @@ Trains the character GPT on Shakespeare with manifold Adam under each setting, f
 per setting: the mean tangency violation RMS(WᵀA + AᵀW) over steps and matrices, the mean iterations used,
 the final train loss (mean ± sd over seeds) and the time per step, side by side in one run.
 
-    python scripts/manifold_settings.py                      # width 64, 200 steps, seeds 0 1 2
-    python scripts/manifold_settings.py --width 128 --steps 300
+    python docs/results/manifold/manifold_settings.py   # width 64, 200 steps, seeds 0 1 2
+    python docs/results/manifold/manifold_settings.py --width 128 --steps 300
 """
 
 from __future__ import annotations

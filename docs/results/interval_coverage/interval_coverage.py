@@ -9,7 +9,7 @@ curves are), whose true optimum the three-point parabola misses by a little.
 Prints, per shape and seed count, the coverage of the plain percentile bootstrap interval and of the
 report's widened interval, and the report interval's median width (in log2 LR).
 
-    python scripts/interval_coverage.py --sweeps 300
+    python docs/results/interval_coverage/interval_coverage.py --sweeps 300
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Issue 26: which scales must manifold training learn? Each candidate design on the small GPT width evidence's
-# setting (character GPT on Shakespeare, 3 blocks, context 64, batch 16, 200 steps, paper variant), widths 32
-# and 64 (WIDTHS to change), LRs 2^-3 … 2^0, seeds 0, 1, 2, packed; one sweep folder per candidate under
-# outputs/sweeps/manifold_candidates_<name>/, then one table (scripts/manifold_candidates.py).
+# Which scales must manifold training learn (docs/manifold.md)? Each candidate design on the small GPT width
+# evidence's setting (character GPT on Shakespeare, 3 blocks, context 64, batch 16, 200 steps, paper variant),
+# widths 32 and 64 (WIDTHS to change), LRs 2^-3 … 2^0, seeds 0, 1, 2, packed; one sweep folder per candidate
+# under outputs/sweeps/manifold_candidates_<name>/, then one table (docs/results/manifold/manifold_candidates.py).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../../.."  # the repository root
 WIDTHS=${WIDTHS:-32,64}
 LRS=${LRS:-0.125,0.25,0.5,1.0}
 ALL="[embed.token,embed.position,attn.q,attn.k,attn.v,attn.out,mlp.in,mlp.out,output]"

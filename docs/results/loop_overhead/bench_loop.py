@@ -9,7 +9,7 @@ side in one process, the modes taking turns:
 Prints ms/step of each and the mode ratios over unnormed; the loop's ratios should match the step's
 within noise.
 
-    python scripts/bench_loop.py --width 128 --batch-size 64 --steps 120
+    python docs/results/loop_overhead/bench_loop.py --width 128 --batch-size 64 --steps 120
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))  # the bare step is bench.py's
 
 from bench import MODES, StepBench, load_arch  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
