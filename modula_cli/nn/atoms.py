@@ -199,8 +199,8 @@ class Embed(Atom):
         return float(_row_rms(weight.float()).max())
 
     def regularize_piece(self, weight: Tensor, strength: float | Tensor) -> Tensor:
-        if self.renormalize_each_step:  # rows at RMS 1 in the forward pass: 1 / forward_scale as stored
-            return _rescale_rows(weight, 1.0 / self.forward_scale)
+        if self.renormalize_each_step:  # back to the unit rows it was initialised with
+            return _rescale_rows(weight, 1.0)
         return super().regularize_piece(weight, strength)
 
     def normalize_piece(self, update: Tensor, target: float | Tensor, norms: Tensor | None = None) -> Tensor:

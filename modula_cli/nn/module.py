@@ -8,8 +8,10 @@ caller. Compounds slice the weight list by their children's atom counts.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+import functools
+import inspect
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 from torch import Tensor
@@ -22,6 +24,38 @@ if TYPE_CHECKING:
     from .spectral import PowerIterationState
 
 Weights = list[Tensor]
+_Map = TypeVar("_Map", bound=Callable[..., Any])
+
+# Every map that ``on_effective_weights`` wraps, by name: the test of the convention covers each one.
+EFFECTIVE_MAPS: dict[str, tuple[str, ...]] = {}
+
+
+def on_effective_weights(*weight_params: str) -> Callable[[_Map], _Map]:
+    """The one place where stored and effective weights meet (docs/design.md, "Stored and effective weights").
+
+    An atom computes with its effective weight W but may store W / forward_scale (the paper variant). Every
+    map of the optimiser is written for W: the wrapped method gets the stored weights named by
+    ``weight_params`` as effective ones, and what it returns (effective weights or changes of them, as a list
+    in tree order or a dict by atom index) goes back to the stored form. Gradients and base-optimiser
+    directions enter unconverted: each map normalises them atom by atom, so their scale, which is all that
+    the forward factor changes, cannot matter. tests/test_stored_weights.py checks each registered map.
+    """
+    def wrap(method: _Map) -> _Map:
+        positions = [list(inspect.signature(method).parameters).index(name) for name in weight_params]
+        EFFECTIVE_MAPS[method.__name__] = weight_params
+
+        @functools.wraps(method)
+        def on_effective(self: Module, *args: Any, **kwargs: Any) -> Any:
+            atoms = self.atom_list()
+            args = list(args)
+            for position, name in zip(positions, weight_params):
+                if name in kwargs:
+                    kwargs[name] = _effective(atoms, kwargs[name])
+                else:
+                    args[position - 1] = _effective(atoms, args[position - 1])
+            return _stored(atoms, method(self, *args, **kwargs))
+        return on_effective  # type: ignore[return-value]
+    return wrap
 
 
 class Module:
@@ -78,8 +112,11 @@ class Module:
         """Fresh weights, identical for the same seed on any device (drawn on the CPU, then moved)."""
         generator = torch.Generator().manual_seed(seed)
         atoms = list(self.atoms())
-        weights = _stored(atoms, [atom.init_weight(generator) for atom in atoms])
-        return [w.to(device=device, dtype=dtype) for w in weights]
+        return [w.to(device=device, dtype=dtype) for w in self._initial(atoms, generator)]
+
+    @on_effective_weights()
+    def _initial(self, atoms: Sequence[Atom], generator: torch.Generator) -> Weights:
+        return [atom.init_weight(generator) for atom in atoms]
 
     # --- norms and the maps the optimiser uses ----------------------------------------------------
 
@@ -105,16 +142,17 @@ class Module:
     # ``target_norm`` may be a tensor of shape (K,) when every weight tensor carries a leading axis of K
     # stacked networks (a packed LR sweep): each network then gets its own target.
 
+    @on_effective_weights()
     def dualize(self, g: Sequence[Tensor], target_norm: float | Tensor = 1.0, method: str = "polar_express",
                 steps: int | None = None, iter_dtype: torch.dtype | None = None) -> Weights:
         """Duality map of the modular norm: one tensor per atom, whole update of modular norm τ."""
-        atoms = list(self.atoms())
-        return _stored(atoms, dualize_atoms(atoms, g, self.target_shares(), target_norm, method, steps, iter_dtype))
+        return dualize_atoms(self.atom_list(), g, self.target_shares(), target_norm, method, steps, iter_dtype)
 
+    @on_effective_weights()
     def normalize(self, u: Sequence[Tensor], target_norm: float | Tensor = 1.0,
                   state: PowerIterationState | None = None) -> Weights:
         """Rescale each atom's piece to its share of τ (exact spectral norms, or power iteration)."""
-        atoms, shares = list(self.atoms()), self.target_shares()
+        atoms, shares = self.atom_list(), self.target_shares()
         if len(u) != len(atoms):
             raise ValueError(f"normalize: expected {len(atoms)} update tensors, got {len(u)}")
         norms: dict[int, Tensor] = {}
@@ -122,43 +160,47 @@ class Module:
             matrices = {i: atom.matrices(piece) for i, (atom, piece, share) in enumerate(zip(atoms, u, shares))
                         if share > 0}
             norms = state.spectral_norms({i: stack for i, stack in matrices.items() if stack is not None})
-        # The normalised piece does not depend on the input's scale: a stored piece gives the effective update.
-        return _stored(atoms, [atom.normalize_piece(piece, target_norm * share, norms.get(index)) if share > 0
-                               else torch.zeros_like(piece)
-                               for index, (atom, piece, share) in enumerate(zip(atoms, u, shares))])
+        return [atom.normalize_piece(piece, target_norm * share, norms.get(index)) if share > 0
+                else torch.zeros_like(piece)
+                for index, (atom, piece, share) in enumerate(zip(atoms, u, shares))]
 
+    @on_effective_weights("w")
     def manifold_update(self, w: Sequence[Tensor], u: Sequence[Tensor], target_norm: float | Tensor,
                         settings: DualAscent, state: ManifoldState, kinds: Sequence[str] | None = None,
                         free_dualize: dict | None = None) -> Weights:
         """Manifold mode (docs/design.md): the change Δ that moves each atom along its manifold by its share of τ
         (matrices: manifold Muon then retraction; embedding rows: hyperspherical descent). ``kinds``: how
         each atom is held (``manifold.KINDS``: fixed radius, learned radius, or free under the duality map)."""
-        atoms = list(self.atoms())
-        return _stored(atoms, manifold_update(atoms, _effective(atoms, w), u, self.target_shares(), target_norm,
-                                              settings, state, kinds, free_dualize))
+        return manifold_update(self.atom_list(), w, u, self.target_shares(), target_norm, settings, state, kinds,
+                               free_dualize)
 
+    @on_effective_weights("w")
     def onto_manifold(self, w: Sequence[Tensor]) -> Weights:
         """Each matrix on its scaled Stiefel manifold, each embedding row at RMS 1 (to float precision)."""
-        atoms = list(self.atoms())
-        return _stored(atoms, onto_manifold(atoms, _effective(atoms, w)))
+        return onto_manifold(self.atom_list(), w)
 
+    @on_effective_weights("w")
     def regularize(self, w: Sequence[Tensor], strength: float | Tensor) -> Weights:
         """Weight decay split like a target norm: each atom's weights shrink by (1 − strength × its share);
         an atom that ``renormalize_each_step`` is put back on its sphere instead, whatever the strength."""
         return [atom.regularize_piece(piece, per_member(strength * share, piece))
-                for atom, piece, share in zip(self.atoms(), w, self.target_shares(), strict=True)]
+                for atom, piece, share in zip(self.atom_list(), w, self.target_shares(), strict=True)]
 
     def renormalized(self, w: Sequence[Tensor]) -> dict[int, Tensor]:
         """Without weight decay, ``regularize`` changes only the atoms that ``renormalize_each_step``: their
         new weights, by index (the optimiser calls this after every step, so the rest is not touched)."""
-        return {i: atom.regularize_piece(w[i], 0.0) for i, atom in enumerate(self.atom_list())
-                if atom.renormalize_each_step}
+        pieces = {i: w[i] for i, atom in enumerate(self.atom_list()) if atom.renormalize_each_step}
+        return self._renormalized(pieces) if pieces else {}
 
+    @on_effective_weights("pieces")
+    def _renormalized(self, pieces: dict[int, Tensor]) -> dict[int, Tensor]:
+        atoms = self.atom_list()
+        return {i: atoms[i].regularize_piece(piece, 0.0) for i, piece in pieces.items()}
+
+    @on_effective_weights("w")
     def project(self, w: Sequence[Tensor]) -> Weights:
         """Put every atom's weights back on their unit ball, as at initialisation."""
-        atoms = list(self.atoms())
-        return _stored(atoms, [atom.project_piece(piece) for atom, piece in zip(atoms, _effective(atoms, w),
-                                                                                  strict=True)])
+        return [atom.project_piece(piece) for atom, piece in zip(self.atom_list(), w, strict=True)]
 
     def tare(self, mass: float = 1.0) -> Module:
         """Rescale every mass in the subtree by one factor so that the total becomes ``mass``."""
@@ -260,8 +302,8 @@ class Atom(Module):
     # stored weight is W / forward_scale and the forward pass multiplies the output by forward_scale, as the
     # paper's reference code does: the same function and the same normed or dualized steps, but a plain
     # optimiser's step moves W further: forward_scale times with Adam (its step ignores the gradient's
-    # scale), forward_scale² with SGD (the stored weight's gradient is forward_scale times W's). Every map
-    # below works on W.
+    # scale), forward_scale² with SGD (the stored weight's gradient is forward_scale times W's). Every map of
+    # the optimiser works on W: ``on_effective_weights`` converts, and ``effective``/``stored`` are its rule.
     forward_scale: float = 1.0
     renormalize_each_step: bool = False  # regularize puts the weight back on its sphere (the reference's embedding)
 
@@ -316,7 +358,7 @@ class Atom(Module):
         return self.atom_norm(self.effective(w[0]))
 
     def regularize_piece(self, weight: Tensor, strength: float | Tensor) -> Tensor:
-        """Weight decay of the stored weight by ``strength`` (a float, or per member): scale-free."""
+        """Weight decay of the effective weight by ``strength`` (a float, or per member)."""
         return weight * (1.0 - strength)
 
     def _shares(self, target: float) -> list[float]:
@@ -556,13 +598,17 @@ def _chain_features(children: Sequence[Module]) -> tuple[int | None, int | None]
     return first_in, current
 
 
-def _effective(atoms: Sequence[Atom], pieces: Sequence[Tensor]) -> Weights:
-    """Stored weights (or changes of them) → the atoms' effective ones."""
+def _effective(atoms: Sequence[Atom], pieces: Sequence[Tensor] | dict[int, Tensor]) -> Any:
+    """Stored weights (or changes of them), a list in tree order or a dict by atom index → effective ones."""
+    if isinstance(pieces, dict):
+        return {index: atoms[index].effective(piece) for index, piece in pieces.items()}
     return [atom.effective(piece) for atom, piece in zip(atoms, pieces, strict=True)]
 
 
-def _stored(atoms: Sequence[Atom], pieces: Sequence[Tensor]) -> Weights:
-    """Effective weights (or changes of them) → what the atoms store."""
+def _stored(atoms: Sequence[Atom], pieces: Sequence[Tensor] | dict[int, Tensor]) -> Any:
+    """Effective weights (or changes of them), a list in tree order or a dict by atom index → stored ones."""
+    if isinstance(pieces, dict):
+        return {index: atoms[index].stored(piece) for index, piece in pieces.items()}
     return [atom.stored(piece) for atom, piece in zip(atoms, pieces, strict=True)]
 
 

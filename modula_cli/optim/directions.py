@@ -18,13 +18,14 @@ def ema_weight(beta: float, t: int) -> float:
 
 
 def sgd_direction(state: OptimState, grads: list[Tensor], cfg: OptimConfig) -> list[Tensor]:
-    torch._foreach_lerp_(state.momentum, grads, state.scalars[1])
+    torch._foreach_lerp_(state.momentum, grads, state.scalars.momentum_weight)
     return state.momentum
 
 
 def adam_direction(state: OptimState, grads: list[Tensor], cfg: OptimConfig) -> list[Tensor]:
-    torch._foreach_lerp_(state.momentum, grads, state.scalars[1])
-    torch._foreach_lerp_(state.second_moment, torch._foreach_mul(grads, grads), state.scalars[2])
+    torch._foreach_lerp_(state.momentum, grads, state.scalars.momentum_weight)
+    torch._foreach_lerp_(state.second_moment, torch._foreach_mul(grads, grads),
+                        state.scalars.second_moment_weight)
     denominator = torch._foreach_sqrt(state.second_moment)
     if cfg.eps:
         torch._foreach_add_(denominator, cfg.eps)

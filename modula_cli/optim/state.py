@@ -13,14 +13,31 @@ from .modes import MODES
 
 
 @dataclass
+class StepScalars:
+    """This step's numbers as device scalars: set by a fill (no host sync) and read as tensors, so a compiled
+    update never sees a changing Python number."""
+
+    schedule: Tensor  # the learning-rate schedule's factor η_t / η
+    momentum_weight: Tensor  # c_t(β1), the EMA weight of the new gradient in the momentum
+    second_moment_weight: Tensor  # c_t(β2), the same for Adam's second moment
+
+    @classmethod
+    def on(cls, device: torch.device) -> StepScalars:
+        return cls(*(torch.zeros((), device=device) for _ in range(3)))
+
+    def set(self, schedule: float, momentum_weight: float, second_moment_weight: float) -> None:
+        self.schedule.fill_(schedule)
+        self.momentum_weight.fill_(momentum_weight)
+        self.second_moment_weight.fill_(second_moment_weight)
+
+
+@dataclass
 class OptimState:
     momentum: list[Tensor]
     second_moment: list[Tensor]
     mode: str
     mode_state: Any = None  # what the mode's init_state made (power-iteration vectors, multipliers), or None
-    # This step's schedule factor and EMA weights c_t(β1), c_t(β2), as device scalars: set by a fill (no
-    # host sync), read as tensors so a compiled update never sees a changing Python number.
-    scalars: Tensor | None = None
+    scalars: StepScalars | None = None
 
     def state_dict(self) -> dict:
         # every mode's key is present (None when not this mode's): checkpoints of any mode share one layout
@@ -42,4 +59,4 @@ def init_state(weights: list[Tensor], cfg: OptimConfig) -> OptimState:
     zeros = lambda: [torch.zeros_like(w) for w in weights]  # noqa: E731
     return OptimState(momentum=zeros(), second_moment=zeros() if cfg.name == "adam" else [], mode=cfg.mode,
                       mode_state=MODES[cfg.mode].init_state(weights, cfg),
-                      scalars=torch.zeros(3, device=weights[0].device))
+                      scalars=StepScalars.on(weights[0].device))

@@ -29,8 +29,7 @@ def optimizer_step(net: Module, weights: list[Tensor], grads: list[Tensor], stat
     """
     warmup = cfg.warmup_steps if cfg.warmup_fraction is None else round(cfg.warmup_fraction * total_steps)
     factor = schedule_factor(cfg.schedule, t, total_steps, warmup)
-    for slot, value in enumerate((factor, ema_weight(cfg.beta1, t), ema_weight(cfg.beta2, t))):
-        state.scalars[slot].fill_(value)
+    state.scalars.set(factor, ema_weight(cfg.beta1, t), ema_weight(cfg.beta2, t))
     base = single_lr(cfg) if base_lr is None else base_lr
     eager = MODES[cfg.mode].runs_eagerly(state.mode_state)
     update = _compiled_update() if compile and not eager else apply_update
@@ -42,7 +41,7 @@ def apply_update(net: Module, weights: list[Tensor], grads: list[Tensor], state:
                  base_lr: float | Tensor, active: Tensor | None) -> Tensor:
     """base direction → mode map → ``w ← w − Δ`` → weight decay, with this step's scalars in ``state``."""
     mode = MODES[cfg.mode]
-    lr = state.scalars[0] * base_lr
+    lr = state.scalars.schedule * base_lr
     if active is not None:  # frozen members take no step and no weight decay
         lr = torch.where(active, lr, torch.zeros_like(lr))
     u = DIRECTIONS[cfg.name](state, grads, cfg)

@@ -338,6 +338,9 @@ def _loop(ctx: RunContext, state: RunState, out: RunLoggers, batches: Prefetcher
     every = train.layer_stats_every
     layers = LayerStats(ctx.net, ctx.losses, ctx.eval_batches[0], ctx.initial_weights(), ctx.members.packed,
                         every) if every and ctx.rank == 0 else None
+    if all(s == DIVERGED for s in state.statuses):  # stopped right after the last member diverged
+        return
+    unread: tuple[int, torch.Tensor, torch.Tensor] | None = None  # a step whose losses the host has not read
     for t in range(state.step, ctx.iterations):
         tick = time.perf_counter()
         loss, grads = ctx.compute(state.weights, *batches.get(t))
@@ -348,8 +351,14 @@ def _loop(ctx: RunContext, state: RunState, out: RunLoggers, batches: Prefetcher
         state.record_loss(t, loss)
         state.step, state.elapsed = t + 1, state.elapsed + time.perf_counter() - tick
         last = t == ctx.iterations - 1
+        # Every step's losses are checked for divergence, read one step late (the device is busy with this
+        # step meanwhile, so the host never waits for it); a logged step is read at once.
+        diverged = _watch(ctx, state, out, *unread) if unread else False
+        unread = (t, loss, lr)
         if t % train.log_every == 0 or last:
             _log_train(ctx, state, out, t, loss, lr)
+            unread, diverged = None, True
+        if diverged:
             active = state.active() if ctx.members.packed else None
             if all(s == DIVERGED for s in state.statuses):
                 break
@@ -362,8 +371,14 @@ def _loop(ctx: RunContext, state: RunState, out: RunLoggers, batches: Prefetcher
                 if records is not None:
                     out.emit_layers(k, t + 1, records)
         if stop if ctx.world > 1 else STOP.requested:  # after every step: a signal costs at most one step
+            if unread:
+                _watch(ctx, state, out, *unread)
             raise StopRequested(STOP.signum or signal.SIGTERM)
         if train.checkpoint_every and (t + 1) % train.checkpoint_every == 0 and not last:
+            if unread:  # the saved state has read every step it holds
+                _watch(ctx, state, out, *unread)
+                unread = None
+                active = state.active() if ctx.members.packed else None
             save(out)
         out.bar.update(1)
 
@@ -382,6 +397,34 @@ def _all_reduce(ctx: RunContext, loss: torch.Tensor, grads: list[torch.Tensor]):
     return flat[-k:], [piece.view_as(g) for piece, g in zip(pieces, grads)], stop
 
 
+def _record(ctx: RunContext, state: RunState, t: int, loss: float, lr: float) -> dict[str, Any]:
+    return {"step": t, "train_loss": loss, "lr": lr, "elapsed": round(state.elapsed, 4),
+            ctx.units: (t + 1) * ctx.units_per_step}
+
+
+def _diverges(ctx: RunContext, state: RunState, member: int, loss: float) -> bool:
+    """Not finite, or above ``train.diverge_factor`` × the member's first loss (which this call records)."""
+    initial = state.initial_loss[member]
+    if initial is None:
+        initial = state.initial_loss[member] = loss
+    return not math.isfinite(loss) or loss > ctx.train.diverge_factor * initial
+
+
+def _watch(ctx: RunContext, state: RunState, out: RunLoggers, t: int, loss: torch.Tensor, lr: torch.Tensor
+           ) -> bool:
+    """Step t's divergence check between logs: a member that diverged is frozen (packed) or stopped, and its
+    last loss goes to the log. Whether any member diverged."""
+    losses, lrs = loss.tolist(), lr.reshape(-1).tolist()
+    diverged = False
+    for k, status in enumerate(state.statuses):
+        if status == RUNNING and _diverges(ctx, state, k, losses[k]):
+            state.last_loss[k] = losses[k]
+            out.emit(k, _record(ctx, state, t, losses[k], lrs[k % len(lrs)]))
+            state.diverge(k, t + 1)
+            diverged = True
+    return diverged
+
+
 def _log_train(ctx: RunContext, state: RunState, out: RunLoggers, t: int, loss: torch.Tensor,
                lr: torch.Tensor) -> None:
     losses, lrs = loss.tolist(), lr.reshape(-1).tolist()
@@ -390,12 +433,10 @@ def _log_train(ctx: RunContext, state: RunState, out: RunLoggers, t: int, loss: 
         if status != RUNNING:
             continue
         state.last_loss[k] = losses[k]
-        initial = state.initial_loss[k] = losses[k] if state.initial_loss[k] is None else state.initial_loss[k]
-        record = {"step": t, "train_loss": losses[k], "lr": lrs[k % len(lrs)], "elapsed": round(state.elapsed, 4),
-                  ctx.units: (t + 1) * ctx.units_per_step}
+        record = _record(ctx, state, t, losses[k], lrs[k % len(lrs)])
         record.update({name: values[k] for name, values in learned.items()})
         out.emit(k, record)
-        if not math.isfinite(losses[k]) or losses[k] > ctx.train.diverge_factor * initial:
+        if _diverges(ctx, state, k, losses[k]):
             state.diverge(k, t + 1)  # packed: frozen, the other members go on
     running = [v for v, s in zip(losses, state.statuses) if s == RUNNING]
     rate = state.step * ctx.units_per_step * len(losses) / max(state.elapsed, 1e-9)

@@ -1,0 +1,128 @@
+"""Stored vs effective weights (docs/design.md, "Stored and effective weights").
+
+An atom with ``forward_scale`` f stores W / f. Each map of the optimiser must give, on stored weights, the
+stored form of what it gives on the effective weights of an atom with f = 1. Every map is checked on its own:
+under the modular variant (f = 1 everywhere) a map that forgets the conversion is invisible.
+"""
+
+import inspect
+
+import pytest
+import torch
+
+from modula_cli.nn import Conv2D, Embed, Linear, Module, PowerIterationState
+from modula_cli.nn.manifold import DualAscent, ManifoldState
+from modula_cli.nn.module import EFFECTIVE_MAPS
+
+FACTORS = (2.5, 0.4, 3.0)  # distinct per atom, so a map that swaps or drops a factor shows
+
+
+def _text_net() -> Module:
+    embed = Embed(8, 10, mass=0.5)
+    embed.renormalize_each_step = True  # the paper variant's embedding: ``renormalized`` has work to do
+    return Linear(5, 6, mass=2.0) @ Linear(6, 8) @ embed
+
+
+def _image_net() -> Module:
+    return Conv2D(4, 3, mass=1.5) @ Conv2D(3, 3) @ Conv2D(3, 2, kernel_size=1, padding=0)
+
+
+def _pair(build) -> tuple[Module, Module, list[float]]:
+    """The same network twice: every forward factor 1, and every forward factor non-unit."""
+    unit, scaled = build(), build()
+    for atom, factor in zip(scaled.atoms(), FACTORS, strict=True):
+        atom.forward_scale = factor
+    return unit, scaled, list(FACTORS)
+
+
+def _random(net: Module, seed: int) -> list[torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randn(w.shape, generator=generator) for w in net.initialize(0)]
+
+
+def _on_manifold(net: Module, seed: int) -> list[torch.Tensor]:
+    return net.onto_manifold(_random(net, seed))  # unit net: stored = effective
+
+
+def _manifold_update(kinds: list[str]):
+    def run(net, w, u):
+        state = ManifoldState()
+        return net.manifold_update(w, u, 0.3, DualAscent(iterations=3), state, kinds,
+                                   {"method": "polar_express", "steps": None})
+    return run
+
+
+# name: (the registered map it exercises, needs weights on the manifold, call(net, stored w, direction u))
+CASES = {
+    "dualize": ("dualize", False, lambda net, w, u: net.dualize(u, 0.7)),
+    "normalize_exact": ("normalize", False, lambda net, w, u: net.normalize(u, 0.7)),
+    "normalize_power": ("normalize", False,
+                        lambda net, w, u: net.normalize(u, 0.7, state=PowerIterationState(2, seed=3))),
+    "manifold_fixed": ("manifold_update", True, _manifold_update(["fixed"] * 3)),
+    "manifold_scaled": ("manifold_update", True, _manifold_update(["scaled"] * 3)),
+    "manifold_free": ("manifold_update", True, _manifold_update(["free", "scaled", "fixed"])),
+    "onto_manifold": ("onto_manifold", False, lambda net, w, u: net.onto_manifold(w)),
+    "regularize": ("regularize", False, lambda net, w, u: net.regularize(w, 0.3)),
+    "renormalized": ("_renormalized", False, lambda net, w, u: net.renormalized(w)),
+    "project": ("project", False, lambda net, w, u: net.project(w)),
+    "initialize": ("_initial", False, lambda net, w, u: net.initialize(7)),
+}
+
+
+def _as_list(result, n: int) -> list[torch.Tensor | None]:
+    if isinstance(result, dict):
+        return [result.get(i) for i in range(n)]
+    return list(result)
+
+
+@pytest.mark.parametrize("build", [_text_net, _image_net], ids=["linear_embed", "conv"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_each_map_on_stored_weights_is_the_map_on_effective_ones(case, build):
+    _, needs_manifold, call = CASES[case]
+    unit, scaled, factors = _pair(build)
+    effective = _on_manifold(unit, 1) if needs_manifold else _random(unit, 1)
+    direction = _random(unit, 2)
+    stored = [w / f for w, f in zip(effective, factors)]
+    # a gradient with respect to the stored weight is f times the effective one's
+    stored_direction = [g * f for g, f in zip(direction, factors)]
+
+    expected = _as_list(call(unit, effective, direction), len(factors))
+    got = _as_list(call(scaled, stored, stored_direction), len(factors))
+
+    assert [e is None for e in expected] == [g is None for g in got]
+    for index, (e, g, f) in enumerate(zip(expected, got, factors)):
+        if e is not None:
+            # float32 rounding of W / f · f, amplified where a small change is a difference of weights (the
+            # manifold steps); a forgotten conversion is off by a factor f, far outside this
+            torch.testing.assert_close(g * f, e, rtol=1e-4, atol=1e-3 * float(e.abs().max()),
+                                       msg=f"{case}: atom {index}")
+
+
+def test_the_cases_cover_every_registered_map():
+    assert {target for target, _, _ in CASES.values()} == set(EFFECTIVE_MAPS)
+
+
+# Public methods that take weights or directions but are not maps of the optimiser, and why.
+NOT_MAPS = {
+    "forward": "the function itself: the atom multiplies its output by the forward factor",
+    "__call__": "forward",
+    "norm": "a diagnostic: Atom.norm measures the effective weight",
+    "renormalized": "selects the atoms, then goes through _renormalized",
+}
+
+
+def test_every_method_on_weights_is_a_registered_map():
+    """A new map on Module must be wrapped with ``on_effective_weights`` (or named above with a reason)."""
+    taking_weights = {name for name, member in inspect.getmembers(Module, inspect.isfunction)
+                      if {"w", "u", "g"} & set(inspect.signature(member).parameters)}
+    assert taking_weights - set(NOT_MAPS) <= set(EFFECTIVE_MAPS), taking_weights - set(NOT_MAPS) - set(EFFECTIVE_MAPS)
+
+
+def test_the_paper_embedding_is_renormalised_to_unit_rows_in_the_forward_pass():
+    """Hand check of one map: rows at RMS 1 effective, so RMS 1 / f as stored."""
+    _, scaled, factors = _pair(_text_net)
+    stored = _random(scaled, 4)
+    renormalized = scaled.renormalized(stored)
+    assert list(renormalized) == [0]  # the embedding is applied first, so it is atom 0
+    row_rms = renormalized[0].pow(2).mean(dim=-1).sqrt()
+    torch.testing.assert_close(row_rms, torch.full_like(row_rms, 1 / factors[0]))
