@@ -23,12 +23,22 @@ def _label(row) -> str:
     return f"{row.mode} {row.optimizer}" + (f" ({row.variant})" if getattr(row, "several", False) else "")
 
 
-def _read(folders: list[Path], name: str) -> pd.DataFrame:
-    frame = pd.concat([pd.read_csv(folder / name) for folder in folders], ignore_index=True)
+def _read(folders: list[Path], name: str, metric: str = "train_loss") -> pd.DataFrame:
+    frame = pd.concat([_columns_of_now(pd.read_csv(folder / name), metric) for folder in folders],
+                      ignore_index=True)
     if "variant" not in frame:
         frame["variant"] = "modular"
     frame["variant"] = frame["variant"].fillna("modular")
     return frame.assign(several=frame["variant"].nunique() > 1)
+
+
+def _columns_of_now(frame: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """optimal_lr.csv files written before its columns were named ``mean``, ``std``, ``fit`` (they carried
+    the metric's name: ``train_loss``, ``train_loss_std``, ``train_loss_fit``)."""
+    if "mean" in frame or f"{metric}_fit" not in frame:
+        return frame
+    renamed = frame.rename(columns={metric: "mean", f"{metric}_std": "std", f"{metric}_fit": "fit"})
+    return renamed.assign(metric=metric)
 
 
 def optima_table(optimal: pd.DataFrame, metric: str) -> str:
@@ -36,11 +46,11 @@ def optima_table(optimal: pd.DataFrame, metric: str) -> str:
     lines = [f"| mode | {knob} | best grid LR | fitted log2 η* [95 % interval] | {metric} (mean ± sd) | seeds |",
              "|---|---|---|---|---|---|"]
     for row in optimal.sort_values(["mode", "variant", "scale"]).itertuples(index=False):
-        spread = "" if math.isnan(getattr(row, f"{metric}_std")) else f" ± {getattr(row, f'{metric}_std'):.3f}"
+        spread = "" if math.isnan(row.std) else f" ± {row.std:.3f}"
         edge = f" (at the {row.edge} edge)" if isinstance(row.edge, str) and row.edge else ""
         lines.append(f"| {_label(row)} | {row.scale:g} | 2^{row.log2_optimal_lr:.0f} | "
                      f"{row.log2_optimal_lr_fit:+.2f} [{_bound(row.log2_optimal_lr_low)}, "
-                     f"{_bound(row.log2_optimal_lr_high)}]{edge} | {getattr(row, metric):.3f}{spread} | {row.seeds} |")
+                     f"{_bound(row.log2_optimal_lr_high)}]{edge} | {row.mean:.3f}{spread} | {row.seeds} |")
     return "\n".join(lines)
 
 
@@ -62,7 +72,7 @@ def main() -> None:
     args = parser.parse_args()
     transfer = _read(args.report_dirs, "transfer.csv")
     metric = transfer["metric"].iloc[0] if not transfer.empty else "train_loss"
-    print(optima_table(_read(args.report_dirs, "optimal_lr.csv"), metric))
+    print(optima_table(_read(args.report_dirs, "optimal_lr.csv", metric), metric))
     print()
     print(transfer_table(transfer))
 

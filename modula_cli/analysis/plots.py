@@ -113,7 +113,7 @@ def plot_transfer(table: pd.DataFrame, optimal: pd.DataFrame, metric: str, knob:
                 ax.annotate(str(row.diverged), (row.lr, top), textcoords="offset points", xytext=(3, 3), fontsize=6)
             star = _at(best, scale)
             if not star.empty:
-                _draw_optimum(ax, star.iloc[0], metric, color, hollow=partial)
+                _draw_optimum(ax, star.iloc[0], color, hollow=partial)
         if ax.has_data():  # a log axis needs positive data: a sweep may have no finished run yet
             ax.set_xscale("log", base=2)
             _plain_ticks(ax.xaxis, curves["lr"], powers=True)
@@ -127,8 +127,8 @@ def plot_transfer(table: pd.DataFrame, optimal: pd.DataFrame, metric: str, knob:
     _save(fig, path)
 
 
-def _draw_optimum(ax, row: pd.Series, metric: str, color, hollow: bool = False) -> None:
-    x, y = row["optimal_lr_fit"], row[f"{metric}_fit"]
+def _draw_optimum(ax, row: pd.Series, color, hollow: bool = False) -> None:
+    x, y = row["optimal_lr_fit"], row["fit"]
     low, high = row["log2_optimal_lr_low"], row["log2_optimal_lr_high"]
     if not (math.isnan(low) or math.isnan(high)):
         ax.plot([2.0**low, 2.0**high], [y, y], "-", color=color, linewidth=2.5, alpha=0.8)

@@ -80,15 +80,15 @@ class CurvePoint(_Series):
 
 @dataclass(frozen=True)
 class OptimalPoint(_Series):
-    """optimal_lr.csv: a scale point's best grid LR, the fitted optimum and its interval. The ``metric…``
-    columns are written under the metric's name (``train_loss``, ``train_loss_std``, ``train_loss_fit``)."""
+    """optimal_lr.csv: a scale point's best grid LR, the fitted optimum and its interval."""
     scale_knob: str | None
     scale: float | None
+    metric: str  # what ``mean``, ``std`` and ``fit`` measure (train_loss, test_loss, test_acc)
     optimal_lr: float
     log2_optimal_lr: float
-    metric: float  # the mean at the best grid LR
-    metric_std: float
-    metric_fit: float  # the fitted curve's value at its optimum
+    mean: float  # the metric's mean over seeds at the best grid LR
+    std: float
+    fit: float  # the fitted curve's value at its optimum
     log2_optimal_lr_fit: float
     log2_optimal_lr_low: float
     log2_optimal_lr_high: float
@@ -140,9 +140,9 @@ def scale_knob(frame: pd.DataFrame) -> str | None:
     return None
 
 
-def scale_points(frame: pd.DataFrame):
-    """``(series key, scale, rows)`` for every series and scale point (scale ``None`` without a scale knob)."""
-    knob = scale_knob(frame)
+def scale_points(frame: pd.DataFrame, knob: str | None):
+    """``(series key, scale, rows)`` for every series and scale point of ``knob`` (``scale_knob``; scale
+    ``None`` without one)."""
     for key, series in frame.groupby(list(GROUP), dropna=False):
         for scale, group in (series.groupby(knob) if knob else [(None, series)]):
             yield key, scale, group
@@ -194,9 +194,9 @@ def experiment_labels(frame: pd.DataFrame, knob: str | None) -> pd.Series:
     return labels
 
 
-def with_experiments(frame: pd.DataFrame) -> pd.DataFrame:
+def with_experiments(frame: pd.DataFrame, knob: str | None) -> pd.DataFrame:
     """The table with its ``setting`` column, warning when one folder holds several experiments."""
-    frame = frame.assign(setting=experiment_labels(frame, scale_knob(frame)))
+    frame = frame.assign(setting=experiment_labels(frame, knob))
     for key, series in frame.groupby(list(SERIES), dropna=False):
         settings = sorted(series["setting"].unique())
         if len(settings) > 1:
@@ -205,11 +205,10 @@ def with_experiments(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def one_row_per_run(frame: pd.DataFrame) -> pd.DataFrame:
+def one_row_per_run(frame: pd.DataFrame, knob: str | None) -> pd.DataFrame:
     """One row per (series, knobs, LR, seed): the same run can sit in two folders (``lr=0.25`` from a
     single-seed launch and ``lr=0.25,seed=0`` from a seeded one). A finished row is kept over others."""
     rank = frame["status"].map({COMPLETED: 0, DIVERGED: 1}).fillna(2)
-    knob = scale_knob(frame)  # the series label holds every other setting
     keys = [*GROUP, *([knob] if knob else []), "lr", "seed"]
     kept = frame.assign(_rank=rank).sort_values(["_rank", "run"]).drop_duplicates(keys).drop(columns="_rank")
     if len(kept) < len(frame):
@@ -274,17 +273,18 @@ class Progress:
         return " ".join(parts)
 
 
-def progress(frame: pd.DataFrame) -> dict[tuple, Progress]:
+def progress(frame: pd.DataFrame, knob: str | None) -> dict[tuple, Progress]:
     """Per (*series, scale): how far the point is (incomplete: runs pending, running, interrupted or failed)."""
     return {(*key, scale): Progress(int(group["status"].isin(FINISHED).sum()), len(group),
                                     int((group["status"] == FAILED).sum()))
-            for key, scale, group in scale_points(frame)}
+            for key, scale, group in scale_points(frame, knob)}
 
 
-def curves(frame: pd.DataFrame, metric: str, done: dict[tuple, Progress] | None = None) -> pd.DataFrame:
+def curves(frame: pd.DataFrame, metric: str, knob: str | None, done: dict[tuple, Progress] | None = None
+           ) -> pd.DataFrame:
     """Per series, scale point and LR: mean, std and count over completed seeds; diverged, failed, missing."""
-    knob, rows, done = scale_knob(frame), [], done if done is not None else progress(frame)
-    for key, scale, group in scale_points(frame):
+    rows, done = [], done if done is not None else progress(frame, knob)
+    for key, scale, group in scale_points(frame, knob):
         for lr, runs in group.groupby("lr"):
             finished = runs.loc[(runs["status"] == COMPLETED) & runs[metric].notna(), metric]
             diverged, failed = int((runs["status"] == DIVERGED).sum()), int((runs["status"] == FAILED).sum())
@@ -297,14 +297,14 @@ def curves(frame: pd.DataFrame, metric: str, done: dict[tuple, Progress] | None 
     return table(CurvePoint, rows)
 
 
-def optimal_lrs(frame: pd.DataFrame, metric: str = "train_loss", resamples: int = DEFAULT_RESAMPLES,
+def optimal_lrs(frame: pd.DataFrame, metric: str, knob: str | None, resamples: int = DEFAULT_RESAMPLES,
                 done: dict[tuple, Progress] | None = None) -> tuple[pd.DataFrame, dict[tuple, Optimum]]:
     """Per series and scale point with a finite mean somewhere: the best grid LR, the fitted optimum and its
     interval, and whether every run of the point has finished (``complete``). Also returns each point's
     ``Optimum`` (keyed by (*series, scale)) for the transfer table."""
-    knob, rows, fits = scale_knob(frame), [], {}
-    done = done if done is not None else progress(frame)
-    for key, scale, group in scale_points(frame):
+    rows, fits = [], {}
+    done = done if done is not None else progress(frame, knob)
+    for key, scale, group in scale_points(frame, knob):
         rng = _point_rng(key, scale)
         lrs, _, values = seed_matrix(group, metric)
         if not lrs.size or not np.isfinite(values).any():
@@ -317,19 +317,18 @@ def optimal_lrs(frame: pd.DataFrame, metric: str = "train_loss", resamples: int 
         at_best = values[:, best][np.isfinite(values[:, best])]
         low, high = fit.bounds()
         point = done[(*key, scale)]
-        rows.append(OptimalPoint(**dict(zip(GROUP, key)), scale_knob=knob, scale=scale, optimal_lr=lrs[best],
-                                 log2_optimal_lr=math.log2(lrs[best]), metric=float(signed(at_best.mean(), metric)),
-                                 metric_std=float(at_best.std(ddof=1)) if at_best.size > 1 else np.nan,
-                                 metric_fit=float(signed(fit.fit.value[0], metric)),
+        rows.append(OptimalPoint(**dict(zip(GROUP, key)), scale_knob=knob, scale=scale, metric=metric,
+                                 optimal_lr=lrs[best], log2_optimal_lr=math.log2(lrs[best]),
+                                 mean=float(signed(at_best.mean(), metric)),
+                                 std=float(at_best.std(ddof=1)) if at_best.size > 1 else np.nan,
+                                 fit=float(signed(fit.fit.value[0], metric)),
                                  log2_optimal_lr_fit=fit.log2_optimal_lr, log2_optimal_lr_low=low,
                                  log2_optimal_lr_high=high, optimal_lr_fit=2.0**fit.log2_optimal_lr,
                                  at_grid_edge=bool(fit.edge), edge=fit.edge, seeds=fit.seeds,
                                  completed_runs=int(np.isfinite(values).sum()),
                                  diverged_runs=int(np.isinf(values).sum()), grid_size=len(lrs),
                                  finished_runs=point.finished, runs=point.known, complete=point.complete))
-    # the metric's own name on its columns (train_loss, train_loss_std, …); columns even when nothing completed
-    names = {"metric": metric, "metric_std": f"{metric}_std", "metric_fit": f"{metric}_fit"}
-    return table(OptimalPoint, rows).rename(columns=names), fits
+    return table(OptimalPoint, rows), fits
 
 
 def _incomplete_text(key: tuple, knob: str | None, done: dict[tuple, Progress]) -> str:
@@ -390,18 +389,19 @@ def write_report(sweep_dir: Path, metric: str = "train_loss", quiet: bool = Fals
                                 f"{hint}")
     if frame[metric].isna().all() and (frame["status"] == COMPLETED).any():
         raise ValueError(f"no run in {sweep_dir} recorded {metric} (test_acc exists for image datasets only)")
-    frame = one_row_per_run(with_experiments(frame))
-    done = progress(frame)  # once: every table and the printed summary read it
-    table = curves(frame, metric, done)
-    optimal, fits = optimal_lrs(frame, metric, resamples, done)
+    knob = scale_knob(frame)  # once: every table, plot and line of the summary is by this knob
+    frame = one_row_per_run(with_experiments(frame, knob), knob)
+    done = progress(frame, knob)  # once: every table and the printed summary read it
+    table = curves(frame, metric, knob, done)
+    optimal, fits = optimal_lrs(frame, metric, knob, resamples, done)
     transfer = transfer_table(optimal, fits, metric, done)
     runs = frame.drop(columns="settings")  # every setting of a run: its config.yaml
     for name, data in (("results", runs), ("curves", table), ("optimal_lr", optimal), ("transfer", transfer)):
         _write_csv(data, sweep_dir / f"{name}.csv")
-    plot_transfer(table, optimal, metric, scale_knob(frame), sweep_dir / "transfer.png")
-    _write_csv(plot_scale(table, optimal, metric, scale_knob(frame), sweep_dir / "scale.png"), sweep_dir / "scale.csv")
+    plot_transfer(table, optimal, metric, knob, sweep_dir / "transfer.png")
+    _write_csv(plot_scale(table, optimal, metric, knob, sweep_dir / "scale.png"), sweep_dir / "scale.csv")
     if not quiet:
-        print(summary_text(frame, optimal, transfer, metric, sweep_dir, done))
+        print(summary_text(frame, optimal, transfer, metric, knob, sweep_dir, done))
     return {"results": frame, "curves": table, "optimal": optimal, "transfer": transfer,
             "counts": status_counts(frame)}
 
@@ -431,7 +431,7 @@ def _scale_lines(key: tuple, series: pd.DataFrame, optimal: pd.DataFrame, metric
             lines.append(f"    {label:>10}  {why}: {what}")
             continue
         row = row.iloc[0]
-        spread = "" if math.isnan(row[f"{metric}_std"]) else f" ± {row[f'{metric}_std']:.4f}"
+        spread = "" if math.isnan(row["std"]) else f" ± {row['std']:.4f}"
         interval = "(1 seed: no interval)" if row["seeds"] < 2 else _interval_text(row["log2_optimal_lr_low"],
                                                                                   row["log2_optimal_lr_high"], 2)
         notes = [] if point.complete else [f"INCOMPLETE: {point.text()}"]
@@ -439,7 +439,7 @@ def _scale_lines(key: tuple, series: pd.DataFrame, optimal: pd.DataFrame, metric
         if row["diverged_runs"]:
             notes.append(f"{row['diverged_runs']} runs diverged")
         lines.append(f"    {label:>10} {row['optimal_lr']:>10.4g} {row['log2_optimal_lr_fit']:>+7.2f} {interval:>23} "
-                     f"{row[metric]:>12.4f}{spread:<11} {row['seeds']:>5}  {'; '.join(notes)}")
+                     f"{row['mean']:>12.4f}{spread:<11} {row['seeds']:>5}  {'; '.join(notes)}")
     return lines
 
 
@@ -473,11 +473,10 @@ def transfer_text(transfer: pd.DataFrame) -> list[str]:
 
 
 def summary_text(frame: pd.DataFrame, optimal: pd.DataFrame, transfer: pd.DataFrame, metric: str,
-                 sweep_dir: Path, done: dict[tuple, Progress] | None = None) -> str:
+                 knob: str | None, sweep_dir: Path, done: dict[tuple, Progress] | None = None) -> str:
     series = frame.groupby(list(GROUP), dropna=False)
-    done = done if done is not None else progress(frame)
+    done = done if done is not None else progress(frame, knob)
     lines = [f"Sweep {sweep_dir}: {len(frame)} runs in {len(series)} series"]
-    knob = scale_knob(frame)
     for key, runs in series:
         lines += _scale_lines(key, runs, optimal, metric, knob, done)
     lines += transfer_text(transfer)

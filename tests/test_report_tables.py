@@ -1,0 +1,56 @@
+"""Each report CSV's columns are exactly its row type's fields, in order, and the scale knob is derived once."""
+
+import dataclasses
+import json
+import math
+
+import pandas as pd
+import pytest
+
+import modula_cli.analysis.report as report
+from modula_cli.analysis.report import CurvePoint, OptimalPoint, Transfer, write_report
+
+
+def _run(folder, width: int, lr: float, seed: int, loss: float) -> None:
+    folder.mkdir(parents=True)
+    settings = {"arch.name": "gpt", "data.name": "shakespeare", "optim.name": "adam", "optim.mode": "normed",
+                "arch.width": width}
+    (folder / "summary.json").write_text(json.dumps({
+        "status": "completed", "train_loss": loss, "arch": "gpt", "data": "shakespeare", "optimizer": "adam",
+        "mode": "normed", "width": width, "lr": lr, "seed": seed, "settings": settings}))
+
+
+@pytest.fixture
+def sweep(tmp_path):
+    """Two widths × three LRs × two seeds: a valley at 2^-2 (width 32) and 2^-3 (width 64)."""
+    for width, best in ((32, -2), (64, -3)):
+        for exponent in (-4, -3, -2, -1):
+            for seed in (0, 1):
+                loss = 2 + 0.1 * (exponent - best) ** 2 + 0.01 * seed
+                _run(tmp_path / f"w{width}_lr{exponent}_s{seed}", width, 2.0**exponent, seed, loss)
+    return tmp_path
+
+
+@pytest.mark.parametrize("name, row", [("curves", CurvePoint), ("optimal_lr", OptimalPoint),
+                                       ("transfer", Transfer)])
+def test_the_csv_columns_are_the_row_fields(sweep, name, row):
+    write_report(sweep, quiet=True, resamples=200)
+    assert list(pd.read_csv(sweep / f"{name}.csv").columns) == [f.name for f in dataclasses.fields(row)]
+
+
+def test_the_optimum_rows_carry_the_metric_and_its_values(sweep):
+    write_report(sweep, metric="train_loss", quiet=True, resamples=200)
+    optimal = pd.read_csv(sweep / "optimal_lr.csv").sort_values("scale")
+    assert list(optimal["metric"]) == ["train_loss"] * 2
+    assert list(optimal["optimal_lr"]) == [0.25, 0.125]
+    assert list(optimal["mean"]) == pytest.approx([2.005, 2.005])  # mean of the two seeds at the best LR
+    assert list(optimal["std"]) == pytest.approx([math.sqrt(0.01**2 / 2)] * 2)
+    assert list(optimal["fit"]) == pytest.approx([2.005, 2.005])  # an exact parabola's vertex
+
+
+def test_the_scale_knob_is_derived_once_per_report(sweep, monkeypatch):
+    calls = []
+    real = report.scale_knob
+    monkeypatch.setattr(report, "scale_knob", lambda frame: calls.append(1) or real(frame))
+    write_report(sweep, quiet=False, resamples=200)
+    assert len(calls) == 1
