@@ -1,7 +1,7 @@
 """Finished runs keep their fingerprints: the values below were computed by the version before the report
 recorded experiment settings and before train.threads existed (commit 8e23858). A change that alters them
 would make every user's finished runs train again. Those runs were all of the modular variant, which a
-relaunch now names (`variant=modular`: the default became `paper`, issue 25)."""
+relaunch now names (`variant=modular`: the default became `paper`)."""
 
 import pytest
 
@@ -11,12 +11,12 @@ from modula_cli.config.identity import experiment_settings, fingerprint
 PINNED = {
     (): "4a0609297a8e60b1",
     ("optim.mode=dualized",): "fd06626de186bd64",
-    # manifold mode's design before issue 26 (every layer at a fixed radius): its runs keep their fingerprints
+    # manifold mode's first design (every layer at a fixed radius): its runs keep their fingerprints
     ("optim.mode=manifold", "optim.manifold_scaled=[]", "optim.manifold_free=[]"): "8ce18275eebb4226",
     ("arch=resmlp", "data=cifar10"): "9e762f254ccd2378",
     ("optim=sgd", "optim.mode=unnormed", "optim.lr=1"): "a1dcdf1344f79c73",
     ("sweep=quick",): "c4c8e1d51191be7a",
-    # numbers typed as integers are hashed as given (the schema's nodes are plain, not typed: issue 27)
+    # numbers typed as integers are hashed as given (the schema's nodes are plain, not typed)
     ("sweep=mass", "arch.blocks_mass=1", "optim.wd=0", "train.diverge_factor=3"): "a1c1ce37ff8678ed",
 }
 

@@ -1,4 +1,4 @@
-"""One home per concept (issue 27): the typed schema is where the YAML defaults come from and what types are
+"""One home per concept: the typed schema is where the YAML defaults come from and what types are
 checked against; a mode is one registered class; a run's outcome is typed; each report table's columns are
 its row's fields."""
 

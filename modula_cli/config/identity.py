@@ -24,7 +24,7 @@ NOT_NUMERIC = frozenset({
 # Settings added after runs were first fingerprinted: at these values they are left out, so a run finished by
 # an earlier version keeps its fingerprint (and is not trained again).
 LATER_DEFAULTS = {"optim.warmup_fraction": None, "optim.ortho_dtype": "auto",
-                  # empty: every layer at a fixed radius, manifold mode before issue 26
+                  # empty: every layer at a fixed radius, manifold mode before its learned radii
                   "optim.manifold_scaled": [], "optim.manifold_free": []}
 RUN_GROUPS = ("arch", "data", "optim", "train")
 # The config groups whose choice on the command line names a run folder, and every group whose settings change

@@ -1,6 +1,6 @@
 """Which reading of the modular-norm paper a run trains (``variant=modular|paper``; docs/variants.md).
 
-``paper`` (the default since issue 25, chosen by measured loss and transfer) is what the authors' reference
+``paper`` (the default, chosen by measured loss and transfer: docs/variants.md) is what the authors' reference
 code (jxbz/modula at commit eccf3cca, the code the paper's figures came from) computes; ``modular`` is this
 project's earlier reading of the paper and what every earlier run trained. The same module tree, masses and
 sensitivities, but five details differ, and for a plain (unnormed) optimiser one of them changes what a

@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 
 from ..plumbing.settings import setting
 
-# Manifold mode's defaults (issue 26, measured in docs/manifold.md): the temperatures (readout, attention
+# Manifold mode's defaults (measured in docs/manifold.md): the temperatures (readout, attention
 # scores) free, every other layer on its manifold with a learned radius.
 MANIFOLD_FREE = ["output", "attn.q", "attn.k"]
 ROLES = "layer roles, e.g. [output, attn.q]"  # what the manifold lists hold (``nn.layer_roles``)
