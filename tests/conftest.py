@@ -1,3 +1,4 @@
+import os
 import pickle
 from pathlib import Path
 
@@ -5,7 +6,32 @@ import numpy as np
 import pytest
 import torch
 
-SHARED_SHAKESPEARE = Path(__file__).resolve().parents[2] / "shared" / "data" / "shakespeare" / "input.txt"
+REPO = Path(__file__).resolve().parents[1]
+
+
+def shakespeare_candidates() -> list[Path]:
+    """Where the real input.txt may be, in the order looked at: where README tells users to put it (data.root's
+    default: $MODULA_DATA, else the repository's data/), then the shared copy beside the repository."""
+    roots = [Path(os.environ["MODULA_DATA"]).expanduser()] if os.environ.get("MODULA_DATA") else []
+    roots += [REPO / "data", REPO.parent / "shared" / "data"]
+    return [root / "shakespeare" / "input.txt" for root in roots]
+
+
+def find_shakespeare() -> Path | None:
+    return next((p for p in shakespeare_candidates() if p.is_file()), None)
+
+
+def require_shakespeare() -> Path:
+    """The real Shakespeare input.txt, or a skip whose one line names every place looked at."""
+    found = find_shakespeare()
+    if found is None:
+        pytest.skip("needs Shakespeare's input.txt; looked in " + ", ".join(map(str, shakespeare_candidates())))
+    return found
+
+
+@pytest.fixture
+def real_shakespeare() -> Path:
+    return require_shakespeare()
 
 
 @pytest.fixture(autouse=True)
@@ -51,8 +77,9 @@ def tiny_text_root(tmp_path):
     return root
 
 
-def compose_config(*overrides: str):
-    """The real config files, composed with Hydra's compose API."""
+def compose_config(*overrides: str, with_hydra: bool = False):
+    """The real config files, composed with Hydra's compose API; ``with_hydra=True`` keeps the ``hydra`` node (the
+    sweeper's grid, the launcher), which compose drops by default."""
     from hydra import compose, initialize_config_dir
 
     from modula_cli.config import CONFIG_DIR
@@ -60,7 +87,7 @@ def compose_config(*overrides: str):
 
     register_config()
     with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
-        return compose("config", overrides=list(overrides))
+        return compose("config", overrides=list(overrides), return_hydra_config=with_hydra)
 
 
 def iterations(cfg) -> int:

@@ -282,6 +282,9 @@ def test_resmlp_normed_and_dualized_are_width_stable_unnormed_is_not(cifar_root,
     assert len(hidden) == 4 and hidden.min() >= 0.5
 
 
+ROLES = ("embed.token", "embed.position", "attn.q", "attn.k", "attn.v", "attn.out", "mlp.in", "mlp.out", "output")
+
+
 def test_resnet_and_standard_gpt_and_depth_axis(tiny_text_root, cifar_root, tmp_path):
     cfg = compose_coord("arch=resnet", "arch.depth=1", "arch.block_depth=1", "data=cifar10", f"data.root={cifar_root}",
                         "data.augment=none", "train.device=cpu", "coord.widths=[4,8]", "coord.modes=[dualized]",
@@ -295,13 +298,31 @@ def test_resnet_and_standard_gpt_and_depth_axis(tiny_text_root, cifar_root, tmp_
     assert table["layer"].nunique() == 9 and sorted(table["width"].unique()) == [16, 32]
     # Along depth the layers differ between depths: a role's blocks are averaged into one line.
     cfg = tiny_gpt_coord(tiny_text_root, "arch.width=16", "coord.axis=depth", "coord.depths=[1,2]",
-                         "coord.modes=[normed]", "coord.steps=1")
+                         "coord.modes=[normed,dualized]", "coord.steps=1")
     table, slope_table, verdict = run_coord_check(cfg, tmp_path / "depth")
     assert sorted(table["depth"].unique()) == [1, 2] and set(table["width"]) == {16}
-    assert list(slope_table["layer"].unique()) == ["embed.token", "embed.position", "attn.q", "attn.k", "attn.v",
-                                                   "attn.out", "mlp.in", "mlp.out", "output"]
-    assert verdict["normed"].startswith(("depth-stable (tentative: depths span only 2×, only 2 depths): ",
-                                         "not depth-stable (tentative: depths span only 2×, only 2 depths): "))
+    assert list(slope_table["layer"].unique()) == list(ROLES)
+    # The slopes, recomputed: each role's mean over its blocks at the last step, log2(depth 2 / depth 1).
+    last = table[table["step"] == 1].groupby(["mode", "role", "depth"])[["delta_rms", "own_delta_rms",
+                                                                         "update_ratio"]].mean()
+    slope = {(mode, role, q): math.log2(last.loc[(mode, role, 2), q] / last.loc[(mode, role, 1), q])
+             for mode, role, _ in last.index for q in last.columns}
+    for _, row in slope_table[slope_table["quantity"].isin(["delta_rms", "own_delta_rms"])].iterrows():
+        assert row["slope"] == pytest.approx(slope[(row["mode"], row["layer"], row["quantity"])], abs=1e-6)
+    # Dualized steps have exactly their share at every depth (update_ratio 1, so no slope) and the modular
+    # norm's depth split keeps every layer's change flat: depth-stable. Normed steps are as large only up
+    # to the power iteration's error (one step per update, the paper variant's), which differs between the
+    # depths: attn.k's update is 1.05× its target at depth 1 and 1.61× at depth 2, attn.out's 1.46× and
+    # 1.12×, and their changes follow (own_delta_rms slopes +0.52 and -0.40 against update_ratio slopes
+    # +0.62 and -0.38): not depth-stable, and the verdict names those two.
+    assert max(abs(slope[("dualized", role, "update_ratio")]) for role in ROLES) < 1e-3
+    assert max(abs(slope[("dualized", role, q)]) for role in ROLES for q in ("delta_rms", "own_delta_rms")) < 0.3
+    assert verdict["dualized"].startswith("depth-stable (tentative: depths span only 2×, only 2 depths): ")
+    assert verdict["normed"].startswith("not depth-stable (tentative: depths span only 2×, only 2 depths): slope "
+                                        "beyond ±0.3 in attn.k delta_rms +0.56, attn.out own_delta_rms -0.40")
+    for role in ("attn.k", "attn.out"):
+        excess = slope[("normed", role, "update_ratio")]
+        assert abs(excess) > 0.3 and slope[("normed", role, "own_delta_rms")] == pytest.approx(excess, abs=0.15)
     assert (tmp_path / "depth" / "verdict.txt").read_text().splitlines()[-1].startswith(
         "warning: depths span only 2× (1–2)")
 

@@ -2,6 +2,7 @@
 
 import json
 import multiprocessing
+import pickle
 import shutil
 import sys
 
@@ -14,20 +15,37 @@ from modula_cli.data import DATASETS, DataUnavailable, build_dataset
 from modula_cli.data.storage import prepare_once
 from modula_cli.data.tokenizers import byte_encoding
 
-from conftest import SHARED_SHAKESPEARE
-
-
-@pytest.mark.skipif(not SHARED_SHAKESPEARE.is_file(), reason="needs ../shared/data/shakespeare/input.txt")
-def test_real_shakespeare_facts(tmp_path):
+def test_real_shakespeare_facts(tmp_path, real_shakespeare):
     (tmp_path / "shakespeare").mkdir()
-    shutil.copy(SHARED_SHAKESPEARE, tmp_path / "shakespeare" / "input.txt")
+    shutil.copy(real_shakespeare, tmp_path / "shakespeare" / "input.txt")
     data = build_dataset("shakespeare", root=str(tmp_path), context=128)
     assert data.vocab_size == 65
     assert (len(data.train), len(data.val)) == (1_003_854, 111_540)
     vocab = json.loads((tmp_path / "shakespeare" / "prepared-char" / "vocab.json").read_text())
-    text = SHARED_SHAKESPEARE.read_text()
+    text = real_shakespeare.read_text()
     assert "".join(vocab[i] for i in data.train[:40]) == text[:40]
     assert "".join(vocab[i] for i in data.val[-20:]) == text[-20:]
+
+
+def test_the_real_text_is_looked_for_where_readme_puts_it(tmp_path, monkeypatch):
+    """$MODULA_DATA first, then the repository's data/ (data.root's default, README "Data"), then the shared
+    copy beside the repository; the skip names all three."""
+    import conftest
+
+    monkeypatch.setenv("MODULA_DATA", str(tmp_path))
+    places = conftest.shakespeare_candidates()
+    assert places == [tmp_path / "shakespeare" / "input.txt", conftest.REPO / "data" / "shakespeare" / "input.txt",
+                      conftest.REPO.parent / "shared" / "data" / "shakespeare" / "input.txt"]
+    (tmp_path / "shakespeare").mkdir()
+    (tmp_path / "shakespeare" / "input.txt").write_text("First Citizen:\n")
+    assert conftest.find_shakespeare() == places[0]
+    monkeypatch.setattr(conftest, "REPO", tmp_path / "nowhere" / "repo")
+    (tmp_path / "shakespeare" / "input.txt").unlink()
+    with pytest.raises(pytest.skip.Exception) as skipped:
+        conftest.require_shakespeare()
+    assert str(skipped.value.msg) == "needs Shakespeare's input.txt; looked in " + ", ".join(
+        str(p) for p in conftest.shakespeare_candidates())
+    assert "\n" not in skipped.value.msg and str(tmp_path / "shakespeare" / "input.txt") in skipped.value.msg
 
 
 def test_language_batches_are_windows_and_reproducible(tiny_text_root):
@@ -60,6 +78,27 @@ def test_missing_file_offline_names_file_and_command(tmp_path, monkeypatch):
     with pytest.raises(DataUnavailable, match=r"shakespeare/input.txt.*modula-prepare-data shakespeare") as error:
         build_dataset("shakespeare", root=str(tmp_path))
     assert "\n" not in str(error.value) and "Connection refused" in str(error.value)
+
+
+def test_prepare_cifar10_checks_the_files_without_reading_them(cifar_root, monkeypatch):
+    """prepare_dataset (what a sweep runs once before its jobs) looks for the six batch files and reads none:
+    with every batch file's contents garbage it still succeeds and leaves them as they are; with one file
+    gone (and no network) it says which archive it could not fetch."""
+    from modula_cli.data import prepare_dataset
+
+    folder = cifar_root / "cifar10" / "cifar-10-batches-py"
+    names = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
+    for name in names:
+        (folder / name).write_bytes(b"not a pickle")  # reading any of them would fail
+    assert prepare_dataset("cifar10", root=str(cifar_root)) is None
+    assert sorted(p.name for p in folder.iterdir()) == sorted(names)
+    assert all((folder / name).read_bytes() == b"not a pickle" for name in names)
+    with pytest.raises(pickle.UnpicklingError):  # reading them fails: prepare_dataset did not
+        build_dataset("cifar10", root=str(cifar_root))
+    (folder / "test_batch").unlink()
+    monkeypatch.setattr(sys.modules["modula_cli.data.cifar10"], "URL", "http://127.0.0.1:9/cifar-10-python.tar.gz")
+    with pytest.raises(DataUnavailable, match=r"cifar-10-python.tar.gz .*is missing and could not be downloaded"):
+        prepare_dataset("cifar10", root=str(cifar_root))
 
 
 DOCS = ["Once upon a time there was a cat.", "The dog ran home.", "Ünïcode stays intact ✓", "Short."]

@@ -8,10 +8,16 @@ from hydra import compose, initialize_config_dir
 
 from modula_cli.config import CONFIG_DIR
 from modula_cli.config.resolvers import register_config
+from modula_cli.optim import lr_grid
 from modula_cli.sweep.launch import grid_overrides, validate_grid
 
 EXPERIMENTS = sorted(str(p.relative_to(CONFIG_DIR / "experiment").with_suffix(""))
                      for p in (CONFIG_DIR / "experiment").rglob("*.yaml") if not p.name.startswith("_"))
+# docs/design.md, "The paper's sweeps": widths 32 … 1024, depths 2 … 64, contexts 32 … 1024, blocks masses 0.5 … 32
+PAPER_AXES = {"arch.width": [2**e for e in range(5, 11)], "arch.depth": [2**e for e in range(1, 7)],
+              "data.context": [2**e for e in range(5, 11)], "arch.blocks_mass": [2.0**e for e in range(-1, 6)]}
+# and the LR grids: 2^-6 … 2^2, except 2^-13 … 2^-3 for unnormed Adam
+PAPER_LRS = {("adam", "unnormed"): [2.0**e for e in range(-13, -2)]}
 FIGURES = ["fig1", "fig3", "fig4", "fig5", "fig6", "fig7", "fig8", "fig9", "fig10", "fig11", "fig12"]
 
 
@@ -42,3 +48,9 @@ def test_experiment_grid_is_valid(experiment, pair):
     if experiment.startswith("paper/"):
         assert cfg.train.steps == 10000 and cfg.train.batch_size == 128 and cfg.train.eval_batches == 100
         assert cfg.sweep.name == "paper_" + Path(experiment).name
+        params = {key: [float(v) for v in str(value).split(",")] for key, value in cfg.hydra.sweeper.params.items()
+                  if key in (*PAPER_AXES, "optim.lr")}
+        axes = set(params) - {"optim.lr"}
+        assert len(axes) == 1 and all(params[axis] == PAPER_AXES[axis] for axis in axes), params
+        paper_lrs = PAPER_LRS.get((cfg.optim.name, cfg.optim.mode), [2.0**e for e in range(-6, 3)])
+        assert params["optim.lr"] == paper_lrs == lr_grid(cfg.optim.name, cfg.optim.mode)

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -47,9 +48,31 @@ def test_worked_example_sweeps_and_coordinate_checks_from_its_own_folder(tmp_pat
     check = _run("modula-coord-check", folder, "--config-dir", "configs", "arch=my_mlp", *data,
                  "coord.widths=[16,32,64]", "coord.modes=[normed,unnormed]", "hydra.run.dir=coord")
     assert check.returncode == 0, check.stderr
-    assert "  normed    width-stable" in check.stdout and "  unnormed  not width-stable" in check.stdout
-    layers = pd.read_csv(folder / "coord" / "coord.csv")["layer"].unique().tolist()
-    assert layers == ["input", "hidden[0]", "hidden[1]", "output"]
+    table = pd.read_csv(folder / "coord" / "coord.csv")
+    assert table["layer"].unique().tolist() == ["input", "hidden[0]", "hidden[1]", "output"]
+    # The verdicts, against slopes recomputed from coord.csv: log(value) on log(width) at the last step.
+    last = table[table["step"] == table["step"].max()]
+    slope = {(mode, layer, q): np.polyfit(np.log(group["width"]), np.log(group[q]), 1)[0]
+             for (mode, layer), group in last.sort_values("width").groupby(["mode", "layer"])
+             for q in ("delta_rms", "own_delta_rms")}
+    verdict = dict(line.split(": ", 1) for line in (folder / "coord" / "verdict.txt").read_text().splitlines())
+    for mode, text in verdict.items():
+        if mode != "warning":
+            assert f"  {mode:<8}  {text}" in check.stdout  # printed as saved
+    # normed Adam: every layer's change flat in width (measured: largest slope +0.17)
+    assert max(abs(v) for (mode, *_), v in slope.items() if mode == "normed") <= 0.3
+    assert verdict["normed"].startswith("width-stable (tentative: widths span only 4×): ")
+    # unnormed Adam: each step moves every weight by ±LR, so a layer's own change grows ∝ its fan-in (the
+    # hidden layers' and output's: width); the verdict names every layer beyond ±0.3, worst first, with its
+    # worst quantity (measured: hidden[1] +1.54, hidden[0] +1.26, output +1.22, input delta_rms +0.47)
+    assert all(slope[("unnormed", layer, "own_delta_rms")] >= 0.8 for layer in ("hidden[0]", "hidden[1]", "output"))
+    worst = {}
+    for (mode, layer, q), v in slope.items():
+        if mode == "unnormed" and abs(v) > abs(worst.get(layer, (None, 0.0))[1]):
+            worst[layer] = (q, v)
+    named = sorted(((layer, q, v) for layer, (q, v) in worst.items() if abs(v) > 0.3), key=lambda x: -abs(x[2]))
+    assert verdict["unnormed"] == "not width-stable (tentative: widths span only 4×): slope beyond ±0.3 in " + \
+        ", ".join(f"{layer} {q} {v:+.2f}" for layer, q, v in named)
 
 
 BAD_MODELS = '''

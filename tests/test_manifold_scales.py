@@ -2,7 +2,9 @@
 manifold (free) takes the step derived by hand here; the others are untouched by the choice; the roles are
 checked before launch; the scales and the logits' RMS reach metrics.jsonl."""
 
+import itertools
 import json
+import math
 
 import pytest
 import torch
@@ -121,17 +123,58 @@ def test_logit_rms_per_member():
     assert logit_rms(net, [w], x, members=True).tolist() == pytest.approx([1.0, 2.0])
 
 
-def test_the_scales_and_logit_rms_are_logged(tmp_path, tiny_text_root):
+def applied_matrix(atom, weight: torch.Tensor) -> torch.Tensor:
+    """The matrix a linear layer applies (its stored weight times any forward scale), read off its forward pass."""
+    return atom.forward(torch.eye(atom.d_in), [weight]).T
+
+
+def test_the_scales_and_logit_rms_are_logged(tmp_path, tiny_text_root, monkeypatch):
+    """Each logged value, recomputed from the weights that step left: a layer's scale is its RMS singular value
+    in the RMS→RMS unit (σ / sqrt(d_out/d_in)), a scaled matrix's is its radius, which only takes sign steps
+    of LR × share from 1; logit_rms is the RMS of the logits on the first evaluation batch's first 4 samples."""
+    import modula_cli.run.trainer as run_module
+    from omegaconf import OmegaConf
+
+    from modula_cli.data import build_dataset
+    from modula_cli.nn import layer_roles
+
+    original, after = run_module.optimizer_step, {}
+
+    def spy(net, weights, grads, state, cfg_, t, total, **kwargs):
+        lr = original(net, weights, grads, state, cfg_, t, total, **kwargs)
+        after[t] = net, [w.detach().clone() for w in weights], float(lr)
+        return lr
+
+    monkeypatch.setattr(run_module, "optimizer_step", spy)
     cfg = compose_config(*tiny_gpt(tiny_text_root, "optim.mode=manifold", "train.steps=6", "train.log_every=2",
                                    "optim.manifold_scaled=[attn.q,attn.k]", "optim.manifold_free=[output]"))
     train(cfg, tmp_path)
+    monkeypatch.setattr(run_module, "optimizer_step", original)
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     logged = [r for r in records if "train_loss" in r]
-    assert logged and all({"logit_rms", "scale/attn.q", "scale/attn.k", "scale/output"} <= set(r) for r in logged)
+    assert [r["step"] for r in logged] == [0, 2, 4, 6]  # the paper variant's extra step (LR 0) logs too
+    assert all({"logit_rms", "scale/attn.q", "scale/attn.k", "scale/output"} <= set(r) for r in logged)
     assert not any("scale/mlp.in" in r for r in logged)  # fixed layers have no scale to report
-    # q's radius moves by at most LR × its share per step (a sign step, never below half)
-    assert all(0.5 <= r["scale/attn.q"] for r in logged)
-    assert all(r["logit_rms"] > 0 for r in logged)
+    data = build_dataset(cfg.data.name, **OmegaConf.to_container(cfg.data, resolve=True))
+    probe = data.eval_batches(cfg.train.eval_batches, cfg.train.batch_size)[0][0][:4]
+    for record in logged:
+        net, weights, _ = after[record["step"]]
+        atoms = dict(zip(layer_roles(net), zip(net.atoms(), weights, net.target_shares())))
+        for role in ("attn.q", "attn.k", "output"):
+            atom, weight, share = atoms[role]
+            sigma = torch.linalg.svdvals(applied_matrix(atom, weight))
+            unit = math.sqrt(atom.d_out / atom.d_in)
+            assert record[f"scale/{role}"] == pytest.approx(float(sigma.pow(2).mean().sqrt()) / unit, rel=1e-4)
+            if role != "output":  # scaled: on its manifold, at a radius 1 ± η₀ ± η₁ …, η_t = LR_t × share
+                assert float(sigma.max() / sigma.min()) == pytest.approx(1.0, abs=1e-3)
+                etas = [after[t][2] * share for t in range(record["step"] + 1)]
+                radii = [1 + sum(s * eta for s, eta in zip(signs, etas))
+                         for signs in itertools.product((-1, 1), repeat=len(etas))]
+                assert min(abs(record[f"scale/{role}"] - r) for r in radii) < 1e-4
+        with torch.no_grad():
+            rms = float(net(probe, weights).float().pow(2).mean().sqrt())
+        assert record["logit_rms"] == pytest.approx(rms, rel=1e-4)
+    assert all(abs(r["scale/attn.q"] - 1) > 1e-2 for r in logged)  # q's radius has moved from the start
     normed = compose_config(*tiny_gpt(tiny_text_root, "train.steps=2"))
     train(normed, tmp_path / "normed")
     first = json.loads((tmp_path / "normed" / "metrics.jsonl").read_text().splitlines()[0])

@@ -163,8 +163,17 @@ def test_all_diverged_or_all_failed_sweeps_still_report(text_tmp):
     code, out, err = finish(start(args, text_tmp))
     assert code == 0, err[-3000:]
     assert "no completed run: 2 diverged" in out  # this grid sweeps only the LR: one line, no scale value
-    assert (sweep_dir / "results.csv").exists() and (sweep_dir / "transfer.png").exists()
     assert "sweep finished: 0 completed, 0 skipped, 2 diverged, 0 failed" in out
+    # the report's files say so: each run diverged early, without a loss; each LR point diverged, without a
+    # mean; no optimum and no transfer to report; the plot is drawn all the same
+    results = pd.read_csv(sweep_dir / "results.csv").sort_values("lr")
+    assert list(results["status"]) == ["diverged", "diverged"] and list(results["lr"]) == [1000.0, 2000.0]
+    assert results["train_loss"].isna().all() and (results["steps_done"] < 20).all()
+    curves = pd.read_csv(sweep_dir / "curves.csv").sort_values("lr")
+    assert list(curves["lr"]) == [1000.0, 2000.0] and list(curves["diverged"]) == [1, 1]
+    assert list(curves["seeds"]) == [0, 0] and curves["mean"].isna().all() and (curves["missing"] == 0).all()
+    assert pd.read_csv(sweep_dir / "optimal_lr.csv").empty and pd.read_csv(sweep_dir / "transfer.csv").empty
+    assert (sweep_dir / "transfer.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     sweep_dir = text_tmp / "failed"
     lrs = ("0.1", "0.2")
     for lr in lrs:  # disk problems in every run folder
@@ -174,7 +183,12 @@ def test_all_diverged_or_all_failed_sweeps_still_report(text_tmp):
     code, out, err = finish(start(tiny_sweep_args(text_tmp, sweep_dir, "optim.lr=0.1,0.2", "train.steps=20"),
                                   text_tmp))
     assert code == 1 and "no completed run: 2 failed" in out, out + err[-2000:]
-    assert (sweep_dir / "optimal_lr.csv").exists()
+    results = pd.read_csv(sweep_dir / "results.csv").sort_values("lr")
+    assert list(results["status"]) == ["failed", "failed"] and list(results["lr"]) == [0.1, 0.2]
+    assert results["error"].str.contains("IsADirectoryError").all() and results["train_loss"].isna().all()
+    curves = pd.read_csv(sweep_dir / "curves.csv")
+    assert list(curves["failed"]) == [1, 1] and list(curves["diverged"]) == [0, 0] and curves["mean"].isna().all()
+    assert pd.read_csv(sweep_dir / "optimal_lr.csv").empty and pd.read_csv(sweep_dir / "transfer.csv").empty
 
 
 @pytest.mark.parametrize("override, message", [

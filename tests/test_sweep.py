@@ -122,20 +122,37 @@ def test_bad_grid_values_reported_together_before_any_job(text_tmp):
     assert not any(p.is_dir() for p in sweep_dir.glob("*")) if sweep_dir.exists() else True
 
 
+def powers_of_two(low: int, high: int) -> str:
+    """A grid as the sweeper's params hold it: 2^low … 2^high, comma-separated (integers from 2^0 up)."""
+    return ",".join(str(2**e) if e >= 0 else repr(2.0**e) for e in range(low, high + 1))
+
+
+# docs/design.md, "The paper's sweeps": widths 32 … 1024 at 3 blocks, depths 2 … 64 at width 128, contexts
+# 32 … 1024, blocks masses 0.5 … 32 (figures 3, 6, 7); the quick sweep: widths 32, 64, 128 (README)
+PRESET_GRIDS = {"width": ("arch.width", powers_of_two(5, 10)), "depth": ("arch.depth", powers_of_two(1, 6)),
+                "context": ("data.context", powers_of_two(5, 10)), "mass": ("arch.blocks_mass", "0.5,1,2,4,8,16,32"),
+                "quick": ("arch.width", powers_of_two(5, 7)), "batch": ("train.batch_size", powers_of_two(3, 7)),
+                "horizon": ("train.steps", "250,500,1000,2000,4000"),
+                "weight_decay": ("optim.wd", ",".join(str(4.0**e) for e in range(-3, 1))), "lr": (None, None)}
+
+
 def test_sweep_presets_compose_with_paper_grids():
     from conftest import compose_config
 
-    for preset, knob, values in [("width", "arch.width", "32,64,128,256,512,1024"),
-                                 ("depth", "arch.depth", "2,4,8,16,32,64"), ("context", "data.context", None),
-                                 ("mass", "arch.blocks_mass", None), ("quick", "arch.width", "32,64,128"),
-                                 ("batch", "train.batch_size", "8,16,32,64,128"),
-                                 ("horizon", "train.steps", "250,500,1000,2000,4000"),
-                                 ("weight_decay", "optim.wd", "0.015625,0.0625,0.25,1.0")]:
-        cfg = compose_config(f"sweep={preset}")
-        params = cfg.hydra.sweeper.params if "hydra" in cfg else None
-        assert cfg.sweep.name == preset
-        if params is not None:
-            assert knob in params and (values is None or params[knob] == values)
+    assert powers_of_two(5, 10) == "32,64,128,256,512,1024" and powers_of_two(-2, 0) == "0.25,0.5,1"
+    for preset, (knob, values) in PRESET_GRIDS.items():
+        cfg = compose_config(f"sweep={preset}", with_hydra=True)
+        params = cfg.hydra.sweeper.params
+        assert cfg.sweep.name == preset and cfg.hydra.mode.name == "MULTIRUN"
+        # the scale axis (none for sweep=lr) and the paper's LR grid of the default optimiser × mode, nothing else
+        assert dict(params) == {**({knob: values} if knob else {}),
+                                "optim.lr": ",".join(map(str, lr_grid(cfg.optim.name, cfg.optim.mode)))}, preset
+        if preset == "depth":
+            assert cfg.arch.width == 128
+    # the LR axis follows the optimiser × mode chosen on the command line
+    cfg = compose_config("sweep=width", "optim.mode=unnormed", with_hydra=True)
+    assert cfg.hydra.sweeper.params["optim.lr"] == ",".join(str(2.0**e) for e in range(-13, -2))
+    assert "hydra" not in compose_config("sweep=width")  # the default leaves it out, as every other test expects
     assert lr_grid("adam", "normed") == [2.0**e for e in range(-6, 3)]
     assert lr_grid("adam", "unnormed") == [2.0**e for e in range(-13, -2)]
     assert lr_grid("sgd", "unnormed") == [2.0**e for e in range(-6, 3)]
@@ -193,7 +210,7 @@ def test_report_on_hand_made_sweep(tmp_path, capsys):
     write_report(sweep_dir)
     optimal = pd.read_csv(sweep_dir / "optimal_lr.csv").sort_values("scale")
     assert list(optimal["optimal_lr"]) == [0.25, 0.125, 0.0625]
-    assert list(optimal["train_loss"]) == [2.0, 1.8, 1.5]
+    assert list(optimal["mean"]) == [2.0, 1.8, 1.5] and set(optimal["metric"]) == {"train_loss"}
     # width 32: parabola through (-3, 2.5), (-2, 2.0), (-1, 2.2): vertex -2 + 0.5 * 0.3 / 0.7
     assert optimal["log2_optimal_lr_fit"].iloc[0] == pytest.approx(-2 + 0.15 / 0.7)
     # width 128: the best LR's lower neighbour (2^-5) is still running, so the optimum may lie below it

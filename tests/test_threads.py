@@ -2,6 +2,7 @@
 
 import os
 
+import pytest
 import torch
 
 from modula_cli.plumbing import threads
@@ -18,13 +19,18 @@ def test_auto_takes_the_free_cores_and_shares_them_between_parallel_jobs():
 
 
 def test_explicit_count_and_user_environment_win(monkeypatch):
+    """Counts auto never picks (it is capped at the usable cores), so only the setting can have chosen them;
+    and neither path measures the load."""
     before = torch.get_num_threads()
     monkeypatch.setattr(threads, "_CHOSEN", {})
+    monkeypatch.setattr(threads, "busy_cores", lambda *a, **k: pytest.fail("auto's load measurement ran"))
+    for name in ("OMP_NUM_THREADS", *threads.JOB_CPUS):
+        monkeypatch.delenv(name, raising=False)
+    explicit, environment = threads.usable_cores() + 1, threads.usable_cores() + 2
     try:
-        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-        assert configure_threads(1) == 1 and torch.get_num_threads() == 1
-        monkeypatch.setenv("OMP_NUM_THREADS", "1")
-        assert configure_threads("auto") == 1
+        assert configure_threads(explicit) == explicit and torch.get_num_threads() == explicit
+        monkeypatch.setenv("OMP_NUM_THREADS", str(environment))
+        assert configure_threads("auto") == environment and torch.get_num_threads() == environment
     finally:
         torch.set_num_threads(before)
 

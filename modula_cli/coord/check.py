@@ -404,4 +404,4 @@ def main(cfg: DictConfig) -> None:
 if __name__ == "__main__":  # python -m modula_cli.coord.check: the same front door as modula-coord-check
     from ..cli import run
 
-    run("modula-coord-check", main)
+    run("modula-coord-check", main, config_name="coord_check")
