@@ -163,7 +163,8 @@ def test_report_aggregates_seeds_and_maximises_accuracy(tmp_path):
     result = write_report(sweep_dir, metric="test_acc", quiet=True)
     optimal = result["optimal"].set_index("scale")
     assert optimal["log2_optimal_lr_fit"].to_numpy() == pytest.approx([-2.0, -2.0], abs=0.15)
-    assert optimal.loc[32, "test_acc"] == pytest.approx(np.mean([a[4] for a in accuracy[32]]))
+    assert optimal.loc[32, "mean"] == pytest.approx(np.mean([a[4] for a in accuracy[32]]))
+    assert set(optimal["metric"]) == {"test_acc"}
     assert (optimal["seeds"] == 3).all() and optimal.loc[128, "diverged_runs"] == 1
     curves = pd.read_csv(sweep_dir / "curves.csv")
     top = curves[(curves["scale"] == 128) & (curves["lr"] == 4.0)].iloc[0]
