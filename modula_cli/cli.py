@@ -258,9 +258,31 @@ def _check(argv: Sequence[str], config_name: str) -> None:
                        bool(args.multirun))
 
 
+def flags_first(argv: Sequence[str]) -> list[str]:
+    """Hydra's flags (with their values) before the overrides, wherever they were typed: Hydra's parser reads no
+    flag after an override, so ``a=1 -m b=2,3`` would end in "unrecognized arguments"."""
+    from .config.hydra_internals import args_parser
+
+    actions = args_parser()._option_string_actions  # noqa: SLF001 - argparse's table of flags
+    flags, overrides, rest = [], [], list(argv)
+    while rest:
+        token = rest.pop(0)
+        action = actions.get(token)
+        if action is None:
+            (flags if token.startswith("-") else overrides).append(token)
+            continue
+        flags.append(token)
+        takes_value = action.nargs is None or (action.nargs == "?" and rest and action.choices is not None
+                                               and rest[0] in action.choices)
+        if takes_value and rest:
+            flags.append(rest.pop(0))
+    return flags + overrides
+
+
 def run(prog: str, hydra_main: Callable[[], Any], config_name: str = "config") -> None:
-    """Run a ``@hydra.main`` function on ``sys.argv`` (powers rewritten), usage errors as ``prog: …``."""
-    sys.argv[1:] = rewrite_powers(sys.argv[1:])
+    """Run a ``@hydra.main`` function on ``sys.argv`` (flags first, powers rewritten), usage errors as
+    ``prog: …``."""
+    sys.argv[1:] = rewrite_powers(flags_first(sys.argv[1:]))
     try:
         if os.environ.get("HYDRA_FULL_ERROR") != "1":  # else Hydra's own errors, with their stack traces
             _check(sys.argv[1:], config_name)

@@ -11,10 +11,10 @@ import pytest
 import yaml
 from hydra.errors import OverrideParseException
 
-from modula_cli.cli import UsageError, check_choices, parse_error, rewrite_powers
+from modula_cli.cli import UsageError, check_choices, flags_first, parse_error, rewrite_powers
 from modula_cli.plumbing.suggest import unknown_key
 from modula_cli.config import CONFIG_DIR
-from conftest import compose_config
+from conftest import compose_config, tiny_gpt
 
 PROGRAMS = {"modula-sweep": "sweep", "modula-coord-check": "coord_check"}
 
@@ -79,6 +79,26 @@ def test_a_bad_command_line_gets_one_line_and_no_run_folder(tmp_path, args, mess
     assert out.strip() == message or (out.startswith(message) and len(out.strip().splitlines()) == 1), out
     assert "Traceback" not in out and "Hydra" not in out
     assert not (tmp_path / "outputs").exists()
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["--config-dir", "configs", "arch=x", "-m", "arch.width=32,128"],
+     ["--config-dir", "configs", "-m", "arch=x", "arch.width=32,128"]),
+    (["a=1", "--cfg", "job", "-p", "train", "b=2"], ["--cfg", "job", "-p", "train", "a=1", "b=2"]),
+    (["a=1", "--info", "b=2"], ["--info", "a=1", "b=2"]),  # an optional value only when it is one of its choices
+    (["a=1", "--info", "config"], ["--info", "config", "a=1"]),
+    (["a=1", "--config-dir=x", "b=2", "--multirun"], ["--config-dir=x", "--multirun", "a=1", "b=2"]),
+])
+def test_flags_go_before_the_overrides_wherever_they_were_typed(argv, expected):
+    assert flags_first(argv) == expected
+
+
+def test_m_in_the_middle_of_the_command_sweeps(tmp_path, tiny_text_root):
+    status, out = cli(tmp_path, *tiny_gpt(tiny_text_root, "train.steps=2"), "-m", "optim.lr=0.1,0.2",
+                      f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    assert status == 0 and "unrecognized arguments" not in out, out
+    assert "sweep finished: 2 completed" in out, out[-2000:]
+    assert len(list((tmp_path / "sweep").rglob("summary.json"))) == 2
 
 
 def test_an_unparsable_argument_says_how_to_quote_it(tmp_path):
