@@ -34,7 +34,7 @@ def main(cfg: DictConfig) -> Outcome:
     try:
         check_config(cfg, overrides)
     except ConfigError as error:
-        remove_if_empty(run_dir)  # Hydra made the run folder before the config could be checked
+        remove_if_empty(run_dir, up_to=Path.cwd())  # Hydra made it (and outputs/runs/) before the check
         raise SystemExit(f"modula-sweep: {error}") from None
     configure_threads(cfg.train.threads)
     outcome = run_or_exit(cfg, run_dir, overrides)

@@ -2,6 +2,7 @@
 instead of Hydra's, and the --help text of both programs."""
 
 import os
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -99,6 +100,19 @@ def test_m_in_the_middle_of_the_command_sweeps(tmp_path, tiny_text_root):
     assert status == 0 and "unrecognized arguments" not in out, out
     assert "sweep finished: 2 completed" in out, out[-2000:]
     assert len(list((tmp_path / "sweep").rglob("summary.json"))) == 2
+
+
+@pytest.mark.parametrize(("arg", "hint"), [
+    ("train.steps=1e3", "train.steps=1000.0; must be an integer >= 1 (write train.steps=1000)"),
+    ("optim.lr=2**-3", "optim.lr=2**-3; every learning rate must be a number > 0 (write powers as 2^-3)"),
+])
+def test_a_bad_value_says_how_to_write_it_and_leaves_no_folder(tmp_path, arg, hint):
+    (tmp_path / "outputs" / "runs" / "earlier").mkdir(parents=True)
+    status, out = cli(tmp_path, arg)
+    assert status == 1 and out.strip() == f"modula-sweep: invalid configuration: {hint}", out
+    assert [p.name for p in (tmp_path / "outputs" / "runs").iterdir()] == ["earlier"]  # ours gone, theirs kept
+    shutil.rmtree(tmp_path / "outputs")
+    assert cli(tmp_path, arg)[0] == 1 and not (tmp_path / "outputs").exists()  # no empty parents either
 
 
 def test_an_unparsable_argument_says_how_to_quote_it(tmp_path):

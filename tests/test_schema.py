@@ -59,8 +59,8 @@ def test_a_mistyped_value_is_named_once_and_the_rest_is_still_checked():
     problems = config_problems(compose_config("optim.mode=manifold", "optim.beta2=high", "optim.wd=0.1",
                                               "train.diverge_factor=1"))
     assert problems == ["optim.beta2='high'; must be a number", "train.diverge_factor=1; must be > 1",
-                        "optim.wd=0.1 with optim.mode=manifold; the weights keep a fixed norm there, so weight "
-                        "decay must be 0"]
+                        "optim.wd=0.1 with optim.mode=manifold; each weight's size is held on its manifold (a fixed "
+                        "radius, or a radius it learns), never decayed, so weight decay must be 0"]
 
 
 class SignMode(Mode):

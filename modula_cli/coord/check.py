@@ -387,7 +387,7 @@ def main(cfg: DictConfig) -> None:
         configure_threads(cfg.train.threads)
         _, _, verdict = run_coord_check(cfg, out_dir)
     except (ConfigError, DataUnavailable, ModelError) as error:  # the user's to fix: the message, no traceback
-        remove_if_empty(out_dir)  # Hydra made the folder before the check could run
+        remove_if_empty(out_dir, up_to=Path.cwd())  # Hydra made the folder (and its parents) before the check
         raise SystemExit(f"modula-coord-check: {error}") from None
     except StopRequested as stop:
         saved = _read_previous(out_dir / CSV_FILE)

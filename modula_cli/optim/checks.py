@@ -50,7 +50,9 @@ def _lr_problems(lr: Any) -> list[str]:
     lrs = lr if isinstance(lr, (list, tuple)) else [lr]
     bad = [x for x in lrs if not isinstance(x, (int, float)) or isinstance(x, bool) or not x > 0]
     if bad or not lrs:
-        return [f"optim.lr={lr}; every learning rate must be a number > 0"]
+        powers = [x for x in bad if isinstance(x, str) and "**" in x]
+        hint = f" (write powers as {powers[0].replace('**', '^')})" if powers else ""
+        return [f"optim.lr={lr}; every learning rate must be a number > 0{hint}"]
     if len({float(x) for x in lrs}) < len(lrs):  # two members would share one run folder
         return [f"optim.lr={lr}; a packed list must not repeat a learning rate"]
     return []

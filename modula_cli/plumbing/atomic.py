@@ -61,8 +61,17 @@ def write_with(path: str | os.PathLike, writer: Callable[[Path], object]) -> Non
         writer(tmp)
 
 
-def remove_if_empty(folder: Path) -> None:
-    """Remove ``folder`` when nothing is in it (a folder made for a command that wrote nothing); a folder
-    holding anything, an earlier run's files included, stays."""
-    with suppress(OSError):
-        folder.rmdir()
+def remove_if_empty(folder: Path, up_to: Path | None = None) -> None:
+    """Remove ``folder`` when nothing is in it (a folder made for a command that wrote nothing), then each
+    parent below ``up_to`` that this leaves empty; a folder holding anything, an earlier run's files included,
+    stays."""
+    folder = Path(folder).absolute()
+    stop = Path(up_to).absolute() if up_to is not None else folder.parent
+    if stop not in folder.parents:  # not below up_to: the folder alone
+        stop = folder.parent
+    while folder != stop:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+        folder = folder.parent

@@ -56,9 +56,15 @@ def _value_problem(key: str, value: Any, hint: Any, metadata: typing.Mapping[str
         return None
     if kind is int and (minimum := metadata.get("minimum")) is not None:
         if not _instance(value, int) or value < minimum:
-            return f"{key}={value!r}; must be an integer >= {minimum}"
+            return f"{key}={value!r}; must be an integer >= {minimum}{_as_integer(key, value)}"
         return None
-    return None if _instance(value, kind) else f"{key}={value!r}; must be {_TYPE_WORDS[kind]}"
+    return None if _instance(value, kind) else f"{key}={value!r}; must be {_TYPE_WORDS[kind]}{_as_integer(key, value)}"
+
+
+def _as_integer(key: str, value: Any) -> str:
+    """How to write a whole number the command line read as a float (``train.steps=1e3`` is 1000.0)."""
+    whole = isinstance(value, float) and value.is_integer() and abs(value) < 2**53
+    return f" (write {key}={int(value)})" if whole else ""
 
 
 def checked(group: str, node: Any, schema: type) -> tuple[list[str], dict[str, Any]]:

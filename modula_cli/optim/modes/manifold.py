@@ -42,8 +42,8 @@ class Manifold(Mode):
     def problems(self, cfg: OptimConfig, roles: tuple[str, ...] | None) -> list[str]:
         problems = []
         if cfg.wd:
-            problems.append(f"optim.wd={cfg.wd} with optim.mode=manifold; the weights keep a fixed norm there, so "
-                            f"weight decay must be 0")
+            problems.append(f"optim.wd={cfg.wd} with optim.mode=manifold; each weight's size is held on its manifold "
+                            f"(a fixed radius, or a radius it learns), never decayed, so weight decay must be 0")
         problems += role_problems("optim.manifold_scaled", cfg.manifold_scaled, roles)
         problems += role_problems("optim.manifold_free", cfg.manifold_free, roles)
         if both := sorted(set(cfg.manifold_scaled) & set(cfg.manifold_free)):  # lists: their type is checked first
