@@ -488,3 +488,15 @@ def test_packed_diverging_member_is_frozen_and_the_others_go_on(tmp_path, tiny_t
     # relaunching the finished pack skips it
     again = train(compose_config(*tiny_gpt(tiny_text_root, *common, "optim.lr=[0.01,1000.0]")), tmp_path / "pack")
     assert all(m.get("skipped") for m in again.members)
+
+
+def test_the_variant_note_of_an_architecture_is_logged_once_per_process(tmp_path, tiny_text_root, caplog):
+    import modula_cli.run.trainer as trainer
+
+    trainer._say_once.cache_clear()  # earlier tests in this process may have logged it
+    caplog.set_level("INFO")
+    for lr in (0.01, 0.02):  # two runs of a sweep in one process
+        train(compose_config(*tiny_gpt(tiny_text_root, "arch=standard_gpt", "arch.width=16", "train.steps=2",
+                                       f"optim.lr={lr}")), tmp_path / f"lr{lr}")
+    notes = [r.message for r in caplog.records if "only the training loop" in r.message]
+    assert len(notes) == 1

@@ -8,6 +8,7 @@ evaluate / checkpoint. Losses are read from the device only at log steps.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 import os
@@ -197,7 +198,7 @@ class RunContext:
         data = build_dataset(cfg.data.name, **OmegaConf.to_container(cfg.data, resolve=True))
         variant = variant_of(cfg)
         if rank == 0 and (scope := explain_scope(cfg.arch.name, variant)):
-            log.info(scope)
+            _say_once(scope)
         ctx = cls(cfg, train, typed(ArchConfig, cfg.arch), opt, members, rank, world, device, data,
                   build_model(cfg.arch, data, variant), compute=None,
                   eval_batches=data.eval_batches(train.eval_batches, train.batch_size, device),
@@ -328,6 +329,12 @@ def _train(ctx: RunContext, run_dir: Path, rerun: bool, record: _Record) -> list
         else:  # a finished run needs no resume point; sweeps hold many runs
             path.unlink(missing_ok=True)
     return summaries
+
+
+@functools.cache
+def _say_once(note: str) -> None:
+    """A note that holds for every run of a sweep, logged by its first run in each process only."""
+    log.info(note)
 
 
 def _loop(ctx: RunContext, state: RunState, out: RunLoggers, batches: Prefetcher,
