@@ -54,3 +54,20 @@ def test_the_scale_knob_is_derived_once_per_report(sweep, monkeypatch):
     monkeypatch.setattr(report, "scale_knob", lambda frame: calls.append(1) or real(frame))
     write_report(sweep, quiet=False, resamples=200)
     assert len(calls) == 1
+
+
+def test_the_transfer_table_stays_aligned_with_a_long_series_name():
+    from modula_cli.analysis.report import table, transfer_text
+
+    def row(setting: str) -> Transfer:
+        return Transfer(arch="gpt", data="shakespeare", optimizer="adam", mode="normed", variant="paper",
+                        setting=setting, scale_knob="width", smallest=32, largest=256, shift_log2=0.25,
+                        shift_log2_low=-0.1, shift_log2_high=0.6, regret=0.01, regret_low=0.0, regret_high=0.03,
+                        tuned_lr=0.5, seeds=3, metric="train_loss")
+    lines = transfer_text(table(Transfer, [row(""), row("optim.beta1=0.95, train.steps=1000, data.context=256")]))
+    header, short, long = lines[1:]
+    assert len(long.split("  ")[1]) > 38  # longer than the column used to be
+    # every column ends where its heading ends
+    for heading, cell in (("from → to", "width 32 → 256"), ("seeds", "3")):
+        end = header.index(heading) + len(heading)
+        assert short.rindex(cell) + len(cell) == end and long.rindex(cell) + len(cell) == end

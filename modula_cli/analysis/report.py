@@ -443,10 +443,14 @@ def _scale_lines(key: tuple, series: pd.DataFrame, optimal: pd.DataFrame, metric
     return lines
 
 
-def _transfer_line(row: Any) -> str:
-    label = series_label(tuple(getattr(row, column) for column in GROUP))
+def _label_of(row: Any) -> str:
+    return series_label(tuple(getattr(row, column) for column in GROUP))
+
+
+def _transfer_line(row: Any, width: int) -> str:
+    label = _label_of(row)
     if math.isnan(row.shift_log2):
-        return f"  {label:<38} no shift yet: fewer than two scale points have finished ({row.incomplete})"
+        return f"  {label:<{width}} no shift yet: fewer than two scale points have finished ({row.incomplete})"
     shift_text = f"{row.shift_log2:+.2f} " + ("" if row.seeds < 2 else _interval_text(
         row.shift_log2_low, row.shift_log2_high, 2))
     regret_text = f"{row.regret:.4f} " + ("" if row.seeds < 2 else _interval_text(
@@ -456,20 +460,24 @@ def _transfer_line(row: Any) -> str:
     elif math.isnan(row.regret):
         regret_text = "no mean at that LR at the largest"
     scales = f"{row.scale_knob} {row.smallest:g} → {row.largest:g}"
-    line = f"  {label:<38} {scales:>18} {shift_text:>24}   {regret_text:>30}  {row.seeds:>5}"
+    line = f"  {label:<{width}} {scales:>18} {shift_text:>24}   {regret_text:>30}  {row.seeds:>5}"
     if isinstance(row.edges, str) and row.edges:  # the optimum may lie beyond the LRs: the shift is not measured
-        line += f"\n  {'':<38} optimum at a grid edge ({row.edges}): the shift is a bound; widen the LR grid there"
-    return line + (f"\n  {'':<38} not yet included, still incomplete: {row.incomplete}" if row.incomplete else "")
+        line += (f"\n  {'':<{width}} optimum at a grid edge ({row.edges}): the shift is a bound; widen the LR grid "
+                 f"there")
+    return line + (f"\n  {'':<{width}} not yet included, still incomplete: {row.incomplete}" if row.incomplete else "")
 
 
 def transfer_text(transfer: pd.DataFrame) -> list[str]:
     """The transfer table as printed at the end of a sweep."""
     if transfer.empty:
         return []
+    rows = list(transfer.itertuples(index=False))
+    width = max(38, *(len(_label_of(row)) for row in rows))  # the longest series name sets the column
     lines = [f"Transfer from the smallest to the largest finished scale ({transfer['metric'].iloc[0]}; 95% "
              f"intervals over seeds; shift in log2 LR = grid steps of a powers-of-two grid):",
-             f"  {'series':<38} {'from → to':>18} {'shift of η*':>24}   {'regret at the small-scale LR':>30}  seeds"]
-    return lines + [_transfer_line(row) for row in transfer.itertuples(index=False)]
+             f"  {'series':<{width}} {'from → to':>18} {'shift of η*':>24}   {'regret at the small-scale LR':>30}"
+             f"  seeds"]
+    return lines + [_transfer_line(row, width) for row in rows]
 
 
 def summary_text(frame: pd.DataFrame, optimal: pd.DataFrame, transfer: pd.DataFrame, metric: str,
