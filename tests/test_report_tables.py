@@ -71,3 +71,22 @@ def test_the_transfer_table_stays_aligned_with_a_long_series_name():
     for heading, cell in (("from → to", "width 32 → 256"), ("seeds", "3")):
         end = header.index(heading) + len(heading)
         assert short.rindex(cell) + len(cell) == end and long.rindex(cell) + len(cell) == end
+
+
+def test_the_fitted_optimum_sits_below_the_curves_and_the_legend_names_the_line_styles(sweep, monkeypatch):
+    import modula_cli.analysis.plots as plots
+
+    figures = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: figures.append(fig))
+    write_report(sweep, quiet=True, resamples=200)
+    ax = figures[0].axes[0]  # transfer.png: one panel (normed adam)
+    curve_bottom = min(line.get_ydata().min() for line in ax.lines if line.get_marker() == "o")
+    stars = [line for line in ax.lines if line.get_marker() == "*"]
+    assert len(stars) == 2  # one per width
+    heights = []
+    for star in stars:  # a position on the LR axis in a strip of its own, never at a loss value of the curves
+        x, y = star.get_transform().transform((star.get_xdata()[0], star.get_ydata()[0]))
+        heights.append(ax.transData.inverted().transform((x, y))[1])
+    assert max(heights) < curve_bottom
+    assert min(ax.get_yticks()) > max(heights)  # no loss ticks in the strip
+    assert "dashed: unnormed" not in ax.get_legend().get_title().get_text()  # a normed panel: all solid

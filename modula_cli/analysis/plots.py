@@ -2,8 +2,9 @@
 
 - ``transfer.png``: one panel per series (one experiment: optimiser × mode, and whatever else sets it apart
   from the folder's other experiments), the mean metric over seeds against LR, one curve per scale point with
-  a ±1 sd band; ★ at the fitted optimum with its 95 % interval (within the grid) as a horizontal bar; × where
-  seeds diverged (with their count). Dashed curves are unnormed (the paper's convention); dotted curves and
+  a ±1 sd band; × where seeds diverged (with their count). Along the bottom, one row per scale point: ★ at the
+  fitted optimal LR with its 95 % interval (within the grid) as a black bar: a position on the LR axis, not a
+  measured loss. Dashed curves are unnormed (the paper's convention, said in the legend); dotted curves and
   hollow ★ are scale points whose runs have not all finished.
 - ``scale.png``: left, the fitted optimal LR against scale with interval bars (▲ / ▼: an open side, the
   optimum at the edge of the LRs that trained; ○ an incomplete point; × at the bottom: a scale point with no
@@ -94,7 +95,7 @@ def plot_transfer(table: pd.DataFrame, optimal: pd.DataFrame, metric: str, knob:
         curves, best = _of(table, key), _of(optimal, key)
         scales = _scales(curves) if not curves.empty else []
         top = curves["mean"].max() if not curves.empty and curves["mean"].notna().any() else 1.0
-        for scale in scales:
+        for row_index, scale in enumerate(scales):
             color = palette[scale]
             points = _at(curves, scale).sort_values("lr")
             clean = points[(points["diverged"] == 0) & points["mean"].notna()]
@@ -113,8 +114,17 @@ def plot_transfer(table: pd.DataFrame, optimal: pd.DataFrame, metric: str, knob:
                 ax.annotate(str(row.diverged), (row.lr, top), textcoords="offset points", xytext=(3, 3), fontsize=6)
             star = _at(best, scale)
             if not star.empty:
-                _draw_optimum(ax, star.iloc[0], color, hollow=partial)
+                _draw_optimum(ax, star.iloc[0], color, row_index, hollow=partial)
         if ax.has_data():  # a log axis needs positive data: a sweep may have no finished run yet
+            if not best.empty:  # a strip below the curves for the rows of optima, without loss ticks
+                low, high = ax.get_ylim()
+                below = OPTIMUM_ROW * (len(scales) + 1)
+                ticks = [t for t in ax.get_yticks() if low <= t <= high]
+                ax.set_ylim(low - (high - low) * below / (1 - below), high)
+                ax.set_yticks(ticks)
+                ax.axhline(low, color="0.6", linewidth=0.6)
+                ax.text(0.01, below - OPTIMUM_ROW / 2, "fitted optimal LR", transform=ax.transAxes, fontsize=7,
+                        color="0.35", va="top")
             ax.set_xscale("log", base=2)
             _plain_ticks(ax.xaxis, curves["lr"], powers=True)
         ax.set_xlabel("learning rate")
@@ -123,16 +133,26 @@ def plot_transfer(table: pd.DataFrame, optimal: pd.DataFrame, metric: str, knob:
         ax.set_title(series_label(key), fontsize=10)
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8, title="★ fitted optimum, 95% interval; × diverged", title_fontsize=7)
+            title = "★ fitted optimal LR, 95% interval (bottom); × diverged" + (
+                "\ndashed: unnormed" if key[3] == "unnormed" else "")
+            ax.legend(fontsize=8, title=title, title_fontsize=7)
     _save(fig, path)
 
 
-def _draw_optimum(ax, row: pd.Series, color, hollow: bool = False) -> None:
-    x, y = row["optimal_lr_fit"], row["fit"]
+OPTIMUM_ROW = 0.05  # height of each scale point's row of fitted optima, in axes fractions from the bottom
+
+
+def _draw_optimum(ax, row: pd.Series, color, row_index: int, hollow: bool = False) -> None:
+    """The fitted optimal LR as a position on the LR axis: its own row along the bottom of the panel (x in data,
+    y in axes coordinates), the interval as a black bar with caps drawn over nothing but the star's edge."""
+    x, y = row["optimal_lr_fit"], OPTIMUM_ROW * (row_index + 1)
+    where = ax.get_xaxis_transform()
     low, high = row["log2_optimal_lr_low"], row["log2_optimal_lr_high"]
     if not (math.isnan(low) or math.isnan(high)):
-        ax.plot([2.0**low, 2.0**high], [y, y], "-", color=color, linewidth=2.5, alpha=0.8)
-    ax.plot(x, y, "*", color=color, markersize=13, markeredgecolor="k", markerfacecolor="none" if hollow else color)
+        ax.plot([2.0**low, 2.0**high], [y, y], "-|", color="k", linewidth=1.2, markersize=6, transform=where,
+                zorder=4)
+    ax.plot(x, y, "*", color=color, markersize=11, markeredgecolor="k", markerfacecolor="none" if hollow else color,
+            transform=where, zorder=5)
 
 
 def plot_scale(table: pd.DataFrame, optimal: pd.DataFrame, metric: str, knob: str | None, path: Path) -> pd.DataFrame:
