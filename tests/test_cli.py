@@ -259,3 +259,12 @@ def test_the_search_path_of_the_primary_config_file_counts_too(tmp_path):
     assert search_path([], [primary, CONFIG_DIR], "main") == [folder.resolve()]
     assert search_path([f"hydra.searchpath=[file://{primary}]"], [primary], "main") == [primary.resolve()]
     assert search_path([], [CONFIG_DIR], "config") == []
+
+
+def test_help_names_every_mode_and_hydras_own_launchers(tmp_path):
+    from modula_cli.optim.modes import MODES
+
+    coord = cli(tmp_path, "--help", program="modula-coord-check")[1]
+    assert all(mode in coord for mode in MODES)
+    sweep = cli(tmp_path, "--help")[1]
+    assert all(name in sweep for name in ("local_parallel", "slurm", "ray_cluster", "submitit_local", "basic"))
