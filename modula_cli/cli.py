@@ -42,6 +42,7 @@ from hydra.errors import OverrideParseException
 from omegaconf import OmegaConf
 
 from .config import CONFIG_DIR
+from .plumbing.atomic import folder_problem
 
 USAGE_STATUS = 2  # a rejected command line, as argparse exits
 POWER = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)\^([+-]?\d+)(?![\w.])")
@@ -194,10 +195,16 @@ def check_command_line(overrides: Sequence[str], config_dirs: Sequence[Path], ex
     except OverrideError as error:
         raise UsageError(str(error)) from error
     sweeps = [o for o in parsed if o.is_sweep_override()]
-    if sweeps and not multirun and str(OmegaConf.select(cfg, "hydra.mode")).rpartition(".")[2] != "MULTIRUN":
+    sweeping = multirun or str(OmegaConf.select(cfg, "hydra.mode")).rpartition(".")[2] == "MULTIRUN"
+    if sweeps and not sweeping:
         key, _, values_text = sweeps[0].input_line.partition("=")
         as_list = "" if "(" in values_text else f", or write a list as {key}=[{values_text}]"  # not range(…), glob(…)
         raise UsageError(f"{sweeps[0].input_line} gives several values: add -m to sweep over them{as_list}")
+    key = "hydra.sweep.dir" if sweeping else "hydra.run.dir"
+    where = OmegaConf.to_container(cfg.hydra.sweep if sweeping else cfg.hydra.run, resolve=False).get("dir")
+    if where and (problem := folder_problem(str(where))):
+        raise UsageError(f"cannot write the output folder {where} ({key}): {problem}; choose another with "
+                         f"{key}=FOLDER")
 
 
 # --- entry points -----------------------------------------------------------------------------------------

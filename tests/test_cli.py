@@ -268,3 +268,27 @@ def test_help_names_every_mode_and_hydras_own_launchers(tmp_path):
     assert all(mode in coord for mode in MODES)
     sweep = cli(tmp_path, "--help")[1]
     assert all(name in sweep for name in ("local_parallel", "slurm", "ray_cluster", "submitit_local", "basic"))
+
+
+@pytest.mark.parametrize("args", [["hydra.run.dir=taken/run"], ["hydra.run.dir=taken"],
+                                  ["-m", "hydra.sweep.dir=taken", "optim.lr=0.1,0.2"],
+                                  ["sweep=quick", "hydra.sweep.dir=taken/sweep"]])
+def test_an_output_folder_that_cannot_be_made_is_one_line_before_any_run(tmp_path, args):
+    (tmp_path / "taken").write_text("a file where the output folder would go")
+    status, out = cli(tmp_path, *args)
+    key = "hydra.sweep.dir" if "-m" in args or "sweep=quick" in args else "hydra.run.dir"
+    assert status == 2 and len(out.strip().splitlines()) == 1, out
+    assert out.startswith(f"modula-sweep: cannot write the output folder ") and f"({key})" in out
+    assert f"{tmp_path / 'taken'} is a file, not a folder; choose another with {key}=FOLDER" in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]
+
+
+def test_a_read_only_folder_is_named(tmp_path, monkeypatch):
+    from modula_cli.plumbing import atomic
+
+    (tmp_path / "locked").mkdir()
+    monkeypatch.setattr(atomic.os, "access", lambda path, mode: Path(path) != tmp_path / "locked")
+    assert atomic.folder_problem(tmp_path / "locked" / "sweeps" / "${sweep.name}") == \
+        f"{tmp_path / 'locked'} is not writable"
+    assert atomic.folder_problem(tmp_path / "free" / "x") is None
+    assert atomic.folder_problem(f"{tmp_path}/locked_${{now:%H}}") is None  # the folder made is in tmp_path

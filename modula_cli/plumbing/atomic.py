@@ -61,6 +61,23 @@ def write_with(path: str | os.PathLike, writer: Callable[[Path], object]) -> Non
         writer(tmp)
 
 
+def folder_problem(folder: str | Path) -> str | None:
+    """Why ``folder`` (a folder a command will create or write into; it may end in an unresolved ``${…}``) cannot
+    be written, in one line; None when it can. Only the part before the first interpolation is looked at."""
+    text = str(folder)
+    fixed = text.split("${", 1)[0]
+    path = Path(fixed if fixed == text or fixed.endswith(("/", os.sep)) else os.path.dirname(fixed) or ".")
+    path = path.expanduser().absolute()
+    for place in (path, *path.parents):
+        if place.is_dir():
+            if not os.access(place, os.W_OK | os.X_OK):
+                return f"{place} is not writable"
+            return None
+        if place.exists():
+            return f"{place} is a file, not a folder"
+    return None
+
+
 def remove_if_empty(folder: Path, up_to: Path | None = None) -> None:
     """Remove ``folder`` when nothing is in it (a folder made for a command that wrote nothing), then each
     parent below ``up_to`` that this leaves empty; a folder holding anything, an earlier run's files included,
