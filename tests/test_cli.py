@@ -278,7 +278,7 @@ def test_an_output_folder_that_cannot_be_made_is_one_line_before_any_run(tmp_pat
     status, out = cli(tmp_path, *args)
     key = "hydra.sweep.dir" if "-m" in args or "sweep=quick" in args else "hydra.run.dir"
     assert status == 2 and len(out.strip().splitlines()) == 1, out
-    assert out.startswith(f"modula-sweep: cannot write the output folder ") and f"({key})" in out
+    assert out.startswith("modula-sweep: cannot write the output folder ") and f"({key})" in out
     assert f"{tmp_path / 'taken'} is a file, not a folder; choose another with {key}=FOLDER" in out
     assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]
 
