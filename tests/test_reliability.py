@@ -249,7 +249,7 @@ def test_prepared_cache_build_failure_leaves_no_temporary_folder(tmp_path):
 
     with pytest.raises(RuntimeError):
         prepare_once(tmp_path / "corpus" / "variant", {"dataset": "x"}, broken)
-    assert [p.name for p in (tmp_path / "corpus").iterdir()] == ["variant.lock"]
+    assert [p.name for p in (tmp_path / "corpus").iterdir()] == [".variant.lock"]  # only the hidden lock
 
 
 def test_run_folder_names_stay_short_readable_and_distinct():

@@ -107,6 +107,12 @@ def _valid(folder: Path, expected: dict) -> dict | None:
     return meta
 
 
+def _lock_path(target: Path) -> str:
+    """The lock file of a cache folder or download, hidden beside it: it stays after use (removing a lock file
+    another process may be waiting on would let two processes hold it), so it should not look like data."""
+    return str(target.with_name(f".{target.name}.lock"))
+
+
 def prepare_once(folder: Path, expected: dict, build: Callable[[Path], dict]) -> dict:
     """Return the metadata of a valid cache in ``folder``, building it first when needed.
 
@@ -117,7 +123,7 @@ def prepare_once(folder: Path, expected: dict, build: Callable[[Path], dict]) ->
     meta = _valid(folder, expected)
     if meta is not None:
         return meta
-    with FileLock(str(folder) + ".lock"):
+    with FileLock(_lock_path(folder)):
         meta = _valid(folder, expected)  # another job may have finished while we waited
         if meta is not None:
             return meta
@@ -145,7 +151,7 @@ def fetch(url: str, destination: Path, dataset: str, missing: str | None = None)
     tmp = destination.with_name(destination.name + ".part")
     try:
         destination.parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(destination) + ".lock"):
+        with FileLock(_lock_path(destination)):
             if not destination.is_file():  # another job may have fetched it while we waited
                 with urllib.request.urlopen(url, timeout=NETWORK_TIMEOUT_S) as response, open(tmp, "wb") as out:
                     shutil.copyfileobj(response, out)

@@ -16,6 +16,7 @@ from unittest import mock
 
 import numpy as np
 
+from ..plumbing.signals import STOP
 from .base import TokenDataset
 from .storage import DataUnavailable, cause_text, data_root, prepare_once, reachable
 from .tokenizers import get_tokenizer
@@ -133,6 +134,7 @@ def _splits(loaded, has_validation: bool, holdout: float, max_docs: int | None):
 
 def _write_tokens(dataset, tokenizer_name: str, path: Path, num_proc: int) -> int:
     def encode(batch):
+        STOP.stop_here()  # a stop the dataset library caught on its way out
         enc = get_tokenizer(tokenizer_name)
         ids = [enc.encode_ordinary(text) + [enc.eot_token] for text in batch["text"]]
         return {"ids": ids, "len": [len(x) for x in ids]}
@@ -144,6 +146,7 @@ def _write_tokens(dataset, tokenizer_name: str, path: Path, num_proc: int) -> in
     tokens = np.memmap(path, dtype=np.uint16, mode="w+", shape=(total,))
     position = 0
     for batch in tokenized.iter(batch_size=8192):
+        STOP.stop_here()
         ids = np.concatenate([np.asarray(x, dtype=np.uint16) for x in batch["ids"]])
         tokens[position:position + len(ids)] = ids
         position += len(ids)

@@ -89,6 +89,8 @@ def remove_if_empty(folder: Path, up_to: Path | None = None) -> None:
     while folder != stop:
         try:
             folder.rmdir()
+        except FileNotFoundError:
+            pass  # already gone (its run's locks took it): its parents may still be empty
         except OSError:
             return
         folder = folder.parent

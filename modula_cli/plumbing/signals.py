@@ -27,6 +27,7 @@ MARKER_POLL_S = 1.0  # how often a stop marker is looked for (a stat; on a share
 class StopRequested(Exception):
     def __init__(self, signum: int):
         self.signum = signum
+        self.trained = True  # False: stopped before the run's first step (nothing to resume)
         super().__init__(f"stopped by {signal.Signals(signum).name}")
 
     @property
@@ -46,6 +47,7 @@ class StopSignal:
         self._marker: Path | None = None
         self._marker_seen_at = 0.0
         self.received = False  # a signal reached this process (not only the launch's stop marker)
+        self._at_once = 0  # inside ``at_once``: a signal raises StopRequested where the program is
 
     @property
     def requested(self) -> bool:
@@ -92,16 +94,38 @@ class StopSignal:
                     signal.signal(signum, handler)
                 self._previous = {}
 
+    @contextmanager
+    def at_once(self, doing: str) -> Iterator[StopSignal]:
+        """Work with no step to stop after (preparing a dataset): a signal stops it where it is, by raising
+        ``StopRequested``; long loops inside also call ``stop_here`` in case a library swallowed it."""
+        with self.installed():
+            self._at_once += 1
+            self._doing = doing
+            try:
+                self.raise_if_requested()
+                yield self
+            finally:
+                self._at_once -= 1
+
     def _handle(self, signum: int, frame: Any) -> None:
         if self.received and signum == signal.SIGINT:
             raise KeyboardInterrupt  # a second Ctrl-C: the user wants out now
         first = self.signum is None
         self.signum, self.received = signum, True
+        if self._at_once:
+            log.warning("received %s while %s: stopping now (nothing half-done is kept)",
+                        signal.Signals(signum).name, self._doing)
+            raise StopRequested(signum)
         if first:
             log.warning("received %s: the current run checkpoints after this step and no further run starts "
                         "(Ctrl-C again to stop at once)", signal.Signals(signum).name)
             for listener in self.on_stop:
                 listener(signum)
+
+    def stop_here(self) -> None:
+        """Inside ``at_once``: raise the stop a library may have caught (outside: nothing, whatever came before)."""
+        if self._at_once and self.signum is not None:
+            raise StopRequested(self.signum)
 
     def raise_if_requested(self) -> None:
         if self.signum is not None:

@@ -78,10 +78,15 @@ def train(cfg: DictConfig, run_dir: Path, *, member_dir: MemberDir | None = None
     if claimed is not None:
         return claimed
     try:  # the data and the network are built under the run's locks: nobody else is training it
-        ctx = RunContext.build(cfg, opt, members, rank, world)
+        with STOP.at_once("preparing the data"):  # no step to stop after: a signal stops it where it is
+            ctx = RunContext.build(cfg, opt, members, rank, world)
         with STOP.installed():
             summaries = _train(ctx, run_dir, rerun, record)
-    except StopRequested:
+    except StopRequested as stop:
+        if "ctx" not in locals():  # stopped before its first step: nothing of this run to keep or resume
+            stop.trained = False
+            if sweep_dir is None:
+                locks.discard()
         raise
     except Exception as error:
         if isinstance(error, ONE_LINE_ERRORS) and sweep_dir is None:  # a single run: nothing written or left
@@ -525,6 +530,10 @@ def run_or_exit(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = No
         try:
             return train(cfg, run_dir, overrides=overrides)
         except StopRequested as stop:
-            log.warning("%s: checkpointed (%s); re-run the same command with hydra.run.dir=%s to resume", run_dir,
-                        stop, run_dir)
+            if stop.trained:
+                log.warning("%s: checkpointed (%s); re-run the same command with hydra.run.dir=%s to resume",
+                            run_dir, stop, run_dir)
+            else:
+                log.warning("%s before the first step: nothing was trained", stop)
+                remove_if_empty(run_dir, up_to=Path.cwd())
             raise SystemExit(stop.exit_code) from None

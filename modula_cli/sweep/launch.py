@@ -13,6 +13,7 @@ import copy
 import json
 import logging
 import os
+import sys
 import time
 import uuid
 from contextlib import ExitStack
@@ -171,7 +172,8 @@ def _unavailable(datasets: list[dict]) -> list[str]:
     problems = []
     for data in datasets:
         try:
-            prepare_dataset(data["name"], **data)
+            with STOP.at_once(f"preparing data={data['name']}"):
+                prepare_dataset(data["name"], **data)
         except DataUnavailable as error:
             problems.append(str(error))
     return problems
@@ -347,6 +349,10 @@ class SweepCallback(Callback):
             _preflight(config.hydra.launcher)
         except (ConfigError, LaunchRefused) as error:  # Hydra turns callback exceptions into warnings: exit
             raise SystemExit(f"modula-sweep: sweep not launched, {error}") from None
+        except StopRequested as stop:  # while preparing the data: nothing launched, nothing trained
+            print(f"modula-sweep: sweep not launched, {stop} while preparing the data; nothing was trained",
+                  file=sys.stderr)
+            raise SystemExit(stop.exit_code) from None
         except Exception as error:  # noqa: BLE001 - the launcher's check broke: never launch without it
             raise SystemExit(f"modula-sweep: sweep not launched, the launcher's check failed: "
                              f"{type(error).__name__}: {error}") from None
