@@ -500,3 +500,26 @@ def test_the_variant_note_of_an_architecture_is_logged_once_per_process(tmp_path
                                        f"optim.lr={lr}")), tmp_path / f"lr{lr}")
     notes = [r.message for r in caplog.records if "only the training loop" in r.message]
     assert len(notes) == 1
+
+
+def test_metrics_are_on_disk_at_every_logged_step(tmp_path):
+    from modula_cli.run.loggers import JsonlLogger
+
+    logger = JsonlLogger(tmp_path / "metrics.jsonl")
+    logger.log({"step": 0, "train_loss": 4.2})
+    assert json.loads((tmp_path / "metrics.jsonl").read_text()) == {"step": 0, "train_loss": 4.2}  # still open
+    logger.close()
+
+
+def test_a_run_without_a_progress_bar_says_where_it_stands(tmp_path, tiny_text_root, caplog, monkeypatch):
+    import modula_cli.run.loggers as loggers
+
+    monkeypatch.setattr(loggers, "HEARTBEAT_S", 0.0)
+    caplog.set_level("INFO")
+    cfg = compose_config(*tiny_gpt(tiny_text_root, "train.steps=4", "train.log_every=2", "train.progress=false",
+                                   "optim.lr=[0.01,0.02]"))
+    train(cfg, tmp_path / "pack")
+    total = iterations(cfg)  # the paper variant's extra step included
+    beats = [r.message for r in caplog.records if f" of {total}, train loss " in r.message]
+    assert [b.split(": step ")[1].split(",")[0] for b in beats] == [f"{s} of {total}" for s in (1, 3, total)]
+    assert all(b.startswith("pack: ") for b in beats)

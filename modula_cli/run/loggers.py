@@ -10,6 +10,7 @@ import netrc
 import os
 import socket
 import threading
+import time
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ log = logging.getLogger(__name__)
 PROBE_TIMEOUT_S = 5.0
 INIT_TIMEOUT_S = 15
 LAYER_STATS_FILE = "layer_stats.jsonl"  # train.layer_stats_every: one line per layer and measured step
+HEARTBEAT_S = 60.0  # without a progress bar, how often a training run says where it stands
 UNREACHABLE_MARKER = ".wandb_unreachable"  # in the sweep folder: later runs (any process) go offline quietly
 _unreachable_in_process: str | None = None
 
@@ -45,6 +47,7 @@ class JsonlLogger:
 
     def log(self, record: dict[str, Any]) -> None:
         self.handle.write(json.dumps(record) + "\n")
+        self.handle.flush()  # on disk at every logged step: a run is watched (tail -f, a dashboard) while it trains
 
     def offset(self) -> int:
         if self.handle.closed:  # after the run (train.keep_checkpoint saves once more): the whole file
@@ -204,6 +207,8 @@ class RunLoggers:
         self.metrics: list[JsonlLogger | None] = [None] * len(members)
         self.wandbs: list[WandbLogger | None] = [None] * len(members)
         self.layers: list[JsonlLogger | None] = [None] * len(members)  # layer_stats.jsonl, when measured
+        self.name, self.total = members.items[0].run_dir.name, total or cfg.train.steps
+        self._last_beat = time.monotonic()
         self.bar = self._stack.enter_context(
             tqdm(total=total or cfg.train.steps, initial=state.step, desc=members.items[0].run_dir.name,
                  dynamic_ncols=True, disable=None if show_bar else True, mininterval=1.0,  # None: only on a terminal
@@ -238,6 +243,14 @@ class RunLoggers:
         for sink in (self.metrics[member], self.wandbs[member]):
             if sink is not None:
                 sink.log(record)
+
+    def heartbeat(self, step: int, loss: float, rate: str) -> None:
+        """Without a progress bar (not a terminal, or train.progress=false), a line at most every ``HEARTBEAT_S``
+        seconds says the run is alive and where it stands."""
+        if not self.bar.disable or time.monotonic() - self._last_beat < HEARTBEAT_S:
+            return
+        self._last_beat = time.monotonic()
+        log.info("%s: step %d of %d, train loss %.4f, %s", self.name, step, self.total, loss, rate)
 
     def emit_layers(self, member: int, step: int, records: list[dict[str, Any]]) -> None:
         """One line per layer into layer_stats.jsonl; W&B gets ``layers/<layer>/<quantity>`` columns."""
