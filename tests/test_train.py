@@ -522,4 +522,4 @@ def test_a_run_without_a_progress_bar_says_where_it_stands(tmp_path, tiny_text_r
     total = iterations(cfg)  # the paper variant's extra step included
     beats = [r.message for r in caplog.records if f" of {total}, train loss " in r.message]
     assert [b.split(": step ")[1].split(",")[0] for b in beats] == [f"{s} of {total}" for s in (1, 3, total)]
-    assert all(b.startswith("pack: ") for b in beats)
+    assert all(b.startswith("lr=0.01 (+1 packed): ") for b in beats), beats

@@ -207,10 +207,11 @@ class RunLoggers:
         self.metrics: list[JsonlLogger | None] = [None] * len(members)
         self.wandbs: list[WandbLogger | None] = [None] * len(members)
         self.layers: list[JsonlLogger | None] = [None] * len(members)  # layer_stats.jsonl, when measured
-        self.name, self.total = members.items[0].run_dir.name, total or cfg.train.steps
+        self.name = members.items[0].run_dir.name + (f" (+{len(members) - 1} packed)" if len(members) > 1 else "")
+        self.total = total or cfg.train.steps
         self._last_beat = time.monotonic()
         self.bar = self._stack.enter_context(
-            tqdm(total=total or cfg.train.steps, initial=state.step, desc=members.items[0].run_dir.name,
+            tqdm(total=self.total, initial=state.step, desc=self.name,
                  dynamic_ncols=True, disable=None if show_bar else True, mininterval=1.0,  # None: only on a terminal
                  leave=sweep_dir is None))  # in a sweep the job's progress line stays instead
         if not lead:  # ranks > 0 of a distributed run write nothing
