@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -101,10 +102,16 @@ class StopSignal:
         with self.installed():
             self._at_once += 1
             self._doing = doing
+            previous_hook = sys.unraisablehook
+            # raised inside a finaliser or weakref callback, the stop is only printed ("Exception ignored"):
+            # say nothing, the next ``stop_here`` raises it again
+            sys.unraisablehook = lambda unraisable: None if isinstance(unraisable.exc_value, StopRequested) \
+                else previous_hook(unraisable)
             try:
                 self.raise_if_requested()
                 yield self
             finally:
+                sys.unraisablehook = previous_hook
                 self._at_once -= 1
 
     def _handle(self, signum: int, frame: Any) -> None:
