@@ -5,6 +5,7 @@ import json
 import math
 import os
 import signal
+import socket
 import subprocess
 import sys
 
@@ -381,7 +382,10 @@ def test_torchrun_two_cpu_processes_match_one(lr, member, tmp_path, tiny_text_ro
     args = tiny_gpt(tiny_text_root, "train.steps=8", f"optim.lr={lr}")
     single = run_cli([sys.executable, "-m", "modula_cli.train", *args, f"hydra.run.dir={tmp_path / 'one'}"], tmp_path)
     assert single.returncode == 0, single.stderr
-    ddp = run_cli([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29517",
+    with socket.socket() as probe:  # a free port: the two cases may run at once on two test workers
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    ddp = run_cli([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={port}",
                    "-m", "modula_cli.train", *args, f"hydra.run.dir={tmp_path / 'two'}"], tmp_path,
                   {"OMP_NUM_THREADS": "1"})
     assert ddp.returncode == 0, ddp.stderr[-3000:]
