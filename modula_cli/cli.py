@@ -255,6 +255,11 @@ def _check(argv: Sequence[str], config_name: str) -> None:
     from .config.hydra_internals import args_parser
 
     args = args_parser().parse_args(argv)  # Hydra's own parser: exits on what Hydra would exit on
+    if args.cfg == "hydra" and args.resolve and not args.package:  # Hydra resolves its node cut off from the
+        # config that its run and sweep folders refer to
+        raise UsageError("--cfg hydra --resolve cannot resolve the hydra settings that name the run "
+                         "(${sweep.name}, ${arch.name}); use --cfg all --resolve, or one value: "
+                         "--cfg all -p hydra.sweep.dir --resolve")
     if any(getattr(args, flag, None) for flag in UNCHECKED_FLAGS):
         return
     extra = Path(args.config_dir).resolve() if args.config_dir else None
@@ -299,9 +304,33 @@ def run(prog: str, hydra_main: Callable[[], Any], config_name: str = "config") -
         raise SystemExit(USAGE_STATUS) from None
 
 
-def _main_of(module: str) -> Callable[[], Any]:
-    # imported once the options are checked: a mistyped option is answered before torch loads
-    return lambda: import_module(module).main()
+HELP_FLAGS = ("--help", "-h", "--hydra-help")
+
+
+def _main_of(module: str, config_name: str = "config") -> Callable[[], Any]:
+    """The program's Hydra application, imported once the options are checked: a mistyped option is answered
+    before torch loads. Help is Hydra's own from the same config, without importing the program at all."""
+    def main() -> Any:
+        if any(flag in HELP_FLAGS for flag in sys.argv[1:]):
+            return _help_app(config_name)()
+        return import_module(module).main()
+    return main
+
+
+def _help_app(config_name: str) -> Callable[[], Any]:
+    """A Hydra application of the program's config that only ever prints help (Hydra never calls the task
+    function for ``--help`` or ``--hydra-help``)."""
+    import hydra
+
+    from .config.schema import register_schemas
+
+    register_schemas()
+
+    @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name=config_name)
+    def help_only(cfg: Any) -> None:
+        raise AssertionError("only --help and --hydra-help reach this application")
+
+    return help_only
 
 
 def sweep() -> None:
@@ -318,4 +347,4 @@ def prepare_data() -> None:
 
 def coord_check() -> None:
     """``modula-coord-check``: the coordinate check."""
-    run("modula-coord-check", _main_of("modula_cli.coord.check"), config_name="coord_check")
+    run("modula-coord-check", _main_of("modula_cli.coord.check", "coord_check"), config_name="coord_check")

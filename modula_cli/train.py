@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -17,9 +18,9 @@ from .config.resolvers import register_config
 from .config.validate import ConfigError, check_config
 from .plumbing.atomic import remove_if_empty
 from .plumbing.threads import configure_threads
-from .results.records import Outcome
-from .run.trainer import run_or_exit
-from .sweep.launch import sweep_job
+
+if TYPE_CHECKING:
+    from .results.records import Outcome
 
 log = logging.getLogger(__name__)
 register_config()
@@ -30,12 +31,16 @@ def main(cfg: DictConfig) -> Outcome:
     hydra_cfg = HydraConfig.get()
     run_dir, overrides = Path(hydra_cfg.runtime.output_dir), list(hydra_cfg.overrides.task)
     if hydra_cfg.mode == RunMode.MULTIRUN:  # the grid was validated before the first job
+        from .sweep.launch import sweep_job
+
         return sweep_job(cfg, run_dir, overrides)
     try:
         check_config(cfg, overrides)
     except ConfigError as error:
         remove_if_empty(run_dir, up_to=Path.cwd())  # Hydra made it (and outputs/runs/) before the check
         raise SystemExit(f"modula-sweep: {error}") from None
+    from .run.trainer import run_or_exit  # training's libraries load once the config is known to be good
+
     configure_threads(cfg.train.threads)
     outcome = run_or_exit(cfg, run_dir, overrides)
     if outcome.packed:

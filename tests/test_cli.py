@@ -162,6 +162,27 @@ def test_a_preset_reaches_the_sweepers_grid_through_the_command_line(tmp_path):
     assert not (tmp_path / "outputs").exists()
 
 
+def test_resolving_the_hydra_node_alone_is_one_line_that_says_what_works(tmp_path):
+    status, out = cli(tmp_path, "sweep=width", "--cfg", "hydra", "--resolve")
+    assert status == 2 and "Traceback" not in out
+    assert "modula-sweep: --cfg hydra --resolve cannot resolve" in out and "--cfg all --resolve" in out
+    status, out = cli(tmp_path, "sweep=width", "--cfg", "all", "-p", "hydra.sweep.dir", "--resolve")
+    assert status == 0 and out.strip() == "outputs/sweeps/width/gpt_shakespeare_paper", out
+
+
+@pytest.mark.parametrize("args", [["--help"], ["train.stepz=3"], ["data=shakespear"], ["-m", "optim.lr=1", "x=1"]])
+def test_help_and_command_line_mistakes_are_answered_before_torch_loads(tmp_path, args):
+    """README's promise that --help and a mistyped option answer at once: neither imports torch or pandas."""
+    code = ("import sys; sys.argv = ['modula-sweep', *sys.argv[1:]]\n"
+            "from modula_cli.cli import sweep\n"
+            "try:\n    sweep()\nexcept SystemExit as end:\n"
+            "    print('loaded:', sorted(m for m in ('torch', 'pandas', 'matplotlib') if m in sys.modules), end.code)")
+    result = subprocess.run([sys.executable, "-c", code, *args], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=120, env={**os.environ, "HYDRA_FULL_ERROR": "0"})
+    last = result.stdout.strip().splitlines()[-1]
+    assert last in ("loaded: [] 0", "loaded: [] 2"), result.stdout[-500:] + result.stderr[-500:]
+
+
 def test_existing_options_pass():
     check_choices(["arch=gpt,resmlp", "experiment=paper/_paper_train", "experiment=null", "optim.lr=0.1",
                    "data=glob(*)", "~experiment"], [CONFIG_DIR])

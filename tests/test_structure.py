@@ -40,7 +40,7 @@ def test_nn_has_no_import_circle():
 
 # The package's layers, from the bottom (docs/design.md, "Package map"): a package imports only from lower
 # layers (or within itself), so reading the code bottom-up never meets a name defined further up.
-LAYERS = {"plumbing": 1, "nn": 1, "data": 2, "models": 3, "optim": 4, "config": 5, "results": 6, "run": 7,
+LAYERS = {"plumbing": 0, "nn": 1, "data": 2, "models": 3, "optim": 4, "config": 5, "results": 6, "run": 7,
           "analysis": 7, "sweep": 8, "coord": 8, "cli": 6, "train": 9}
 
 
@@ -74,3 +74,20 @@ def test_no_package_imports_a_layer_above_it():
     assert set(LAYERS) == {p.name.removesuffix(".py") for p in PACKAGE.iterdir()
                            if (p.is_dir() and (p / "__init__.py").exists()) or (p.suffix == ".py" and
                                                                                  p.stem != "__init__")}
+
+
+def test_lazy_packages_resolve_every_public_name():
+    import importlib
+
+    for package in ("modula_cli.data", "modula_cli.models", "modula_cli.optim"):
+        module = importlib.import_module(package)
+        assert module.__all__ and dir(module) == sorted(module.__all__)
+        for name in module.__all__:
+            value = getattr(module, name)
+            assert not isinstance(value, type(module)), f"{package}.{name} is a module, not the exported name"
+        try:
+            module.not_a_name
+        except AttributeError as error:
+            assert str(error) == f"module {package!r} has no attribute 'not_a_name'"
+        else:
+            raise AssertionError(f"{package}.not_a_name did not raise")

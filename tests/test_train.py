@@ -16,7 +16,7 @@ from hydra.errors import ConfigCompositionException
 from conftest import compose_config, iterations, tiny_gpt, tiny_image
 from modula_cli.data import build_dataset
 from modula_cli.nn import Conv2D, Embed, Linear, ResMLP
-from modula_cli.optim import OptimConfig, ema_weight, init_state, optimizer_step, schedule_factor
+from modula_cli.optim import OptimConfig, ema_weight, init_state, optimizer_step
 from modula_cli.run.trainer import train
 from modula_cli.plumbing.signals import StopRequested
 from modula_cli.config.validate import ConfigError
@@ -226,14 +226,6 @@ def test_compiled_update_matches_eager_and_compiles_once(mode):
         assert torch.allclose(eager, compiled, atol=1e-6, rtol=1e-5)
         assert not torch.equal(compiled[0], initial)
         assert torch.equal(compiled[1], initial)  # frozen: no step and no weight decay
-
-
-def test_schedules():
-    assert schedule_factor("linear", 0, 100) == 1.0 and schedule_factor("linear", 50, 100) == 0.5
-    assert schedule_factor("cosine", 50, 100) == pytest.approx(0.5)
-    assert schedule_factor("constant", 99, 100) == 1.0
-    assert schedule_factor("constant", 100, 100) == schedule_factor("linear", 100, 100) == 0.0  # past the end
-    assert schedule_factor("linear", 4, 100, warmup=10) == pytest.approx(0.5)
 
 
 def test_huge_lr_diverges_and_run_ends_cleanly(tmp_path, tiny_text_root):

@@ -23,7 +23,7 @@ from hydra.core.config_store import ConfigStore
 from ..data.config import DataConfig
 from ..models.config import ArchConfig
 from ..models.variant import Variant
-from ..optim import OptimConfig
+from ..optim.config import OptimConfig
 from ..plumbing.device import DEVICES
 from ..plumbing.settings import setting
 

@@ -14,12 +14,12 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import OmegaConf
 
-from ..nn import Conv2D, Embed, MatrixAtom, Module
-from ..nn.compounds import ATTENTION_THIRDS
+if TYPE_CHECKING:
+    from ..nn import Module
 
 
 @dataclass(frozen=True)
@@ -31,9 +31,17 @@ class Variant:
     extra_step: bool = False         # one more iteration after train.steps, at learning rate 0 (the reference's loop)
 
 
-ALLOWED: dict[str, tuple] = {"attention_third": ATTENTION_THIRDS, "scales": ("weights", "forward"),
-                             "embed_rows": ("decay", "unit"), "conv_normalize": ("kernel", "slice"),
-                             "extra_step": (False, True)}
+
+
+def allowed_values() -> dict[str, tuple]:
+    """Each setting's allowed values (read when a config is checked: this module itself imports no torch, so
+    that the command line's schema can use ``Variant``)."""
+    from ..nn.compounds import ATTENTION_THIRDS
+
+    return {"attention_third": ATTENTION_THIRDS, "scales": ("weights", "forward"), "embed_rows": ("decay", "unit"),
+            "conv_normalize": ("kernel", "slice"), "extra_step": (False, True)}
+
+
 VARIANTS = {"modular": Variant(),
             "paper": Variant(attention_third="qkv", scales="forward", embed_rows="unit", conv_normalize="slice",
                              extra_step=True)}
@@ -46,11 +54,11 @@ def variant_problems(node: Any) -> list[str]:
     """One line per bad field of the ``variant`` config (a missing node is the modular variant)."""
     if node is None:
         return []
-    problems = []
+    problems, settings = [], allowed_values()
     for key, value in OmegaConf.to_container(node, resolve=True).items():
-        allowed = ALLOWED.get(key)
+        allowed = settings.get(key)
         if allowed is None:
-            problems.append(f"variant.{key} is not a setting; the variant's settings: {', '.join(ALLOWED)}")
+            problems.append(f"variant.{key} is not a setting; the variant's settings: {', '.join(settings)}")
         elif value not in allowed or isinstance(value, bool) != isinstance(allowed[0], bool):
             problems.append(f"variant.{key}={value!r}; allowed: {', '.join(map(str, allowed))}")
     return problems
@@ -95,6 +103,8 @@ def apply_variant(net: Module, variant: Variant) -> Module:
 
     Atoms with a Gaussian initialisation (``init_std``: the standard GPT) have no constant factor and no
     sphere: the reference code has no such atoms, so they are left as they are."""
+    from ..nn import Conv2D, Embed, MatrixAtom  # here: the config checks read this module without torch
+
     for atom in net.atoms():
         modular_init = getattr(atom, "init_std", None) is None
         atom.forward_scale = atom.natural_scale if variant.scales == "forward" else 1.0  # 1 for Gaussian atoms

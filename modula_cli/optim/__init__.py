@@ -1,13 +1,17 @@
 """The optimiser (docs/design.md, "The optimisation loop"): a base direction (``directions``), a mode's map of
-it to the weight change (``modes/``), a schedule, and one step that chains them (``step``)."""
+it to the weight change (``modes/``), a schedule, and one step that chains them (``step``). Names load on
+first use (``plumbing/lazy.py``): the command line's checks read ``optim.config`` without importing torch."""
 
-from .checks import validate_optim
-from .config import OptimConfig
-from .directions import OPTIMIZERS, ema_weight
-from .modes import MODES, Mode, lr_grid, single_lr
-from .schedule import SCHEDULES, schedule_factor
-from .state import OptimState, init_state
-from .step import apply_update, optimizer_step
+from ..plumbing.lazy import exports_of, lazy_exports
 
-__all__ = ["MODES", "OPTIMIZERS", "SCHEDULES", "Mode", "OptimConfig", "OptimState", "apply_update",
-           "ema_weight", "init_state", "lr_grid", "optimizer_step", "single_lr", "schedule_factor", "validate_optim"]
+_EXPORTS = exports_of({
+    ".checks": ("validate_optim",),
+    ".config": ("OptimConfig",),
+    ".directions": ("OPTIMIZERS", "ema_weight"),
+    ".modes": ("MODES", "Mode", "lr_grid", "single_lr"),
+    ".schedule": ("SCHEDULES", "schedule_factor"),
+    ".state": ("OptimState", "init_state"),
+    ".step": ("apply_update", "optimizer_step"),
+})
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__all__ = sorted(_EXPORTS)

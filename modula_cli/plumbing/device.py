@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 DEVICES = ("auto", "cpu", "cuda")
 
 
 def resolve_device(device: str) -> torch.device:
+    import torch  # here, not at the top: the command line's checks read DEVICES without torch
+
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(device if device in DEVICES else "cpu")

@@ -25,7 +25,6 @@ from filelock import FileLock
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from ..config.hydra_internals import group_exists, split_sweep
@@ -336,11 +335,12 @@ def _pin_sweep_dir(config: DictConfig) -> Path:
     return sweep_dir
 
 
-class SweepCallback(Callback):
-    """Before any job: validates the grid and the launcher's request, records the launch and takes over
-    SIGTERM / SIGINT. After the last job: trains the runs that were busy elsewhere (unless stopped), settles
-    runs whose process was killed, writes the report, names the unfinished runs and prints the counts; exits
-    128 + signal after a stop, 1 when some run failed or did not finish, else 0."""
+class SweepHooks:
+    """What ``callback.SweepCallback`` does for Hydra. Before any job: validates the grid and the launcher's
+    request, records the launch and takes over SIGTERM / SIGINT. After the last job: trains the runs that were
+    busy elsewhere (unless stopped), settles runs whose process was killed, writes the report, names the
+    unfinished runs and prints the counts; exits 128 + signal after a stop, 1 when some run failed or did not
+    finish, else 0."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         host = host_of(config.hydra.launcher)
