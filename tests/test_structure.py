@@ -3,6 +3,8 @@
 import ast
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parents[1] / "modula_cli"
 MAX_FUNCTION_LINES = 60
 
@@ -85,9 +87,5 @@ def test_lazy_packages_resolve_every_public_name():
         for name in module.__all__:
             value = getattr(module, name)
             assert not isinstance(value, type(module)), f"{package}.{name} is a module, not the exported name"
-        try:
-            module.not_a_name
-        except AttributeError as error:
-            assert str(error) == f"module {package!r} has no attribute 'not_a_name'"
-        else:
-            raise AssertionError(f"{package}.not_a_name did not raise")
+        with pytest.raises(AttributeError, match=f"^module '{package}' has no attribute 'not_a_name'$"):
+            _ = module.not_a_name

@@ -300,6 +300,8 @@ def test_preemption_checkpoints_and_resume_is_exact(mode, tmp_path, tiny_text_ro
     ("optim.ortho=qr", "allowed: polar_express, muon, cubic, svd"),
     ("optim.ortho_dtype=fp16", "optim.ortho_dtype=.fp16.; allowed: auto, float32, bfloat16"),
     ("optim.lr=[0.1,0.2,1e-1]", "must not repeat a learning rate"),
+    ("arch.blocks_mass=inf", r"arch.blocks_mass=inf; must be a finite number > 0"),
+    ("arch.blocks_mass=0", r"arch.blocks_mass=0; must be a finite number > 0"),
 ])
 def test_config_errors_before_training(override, message, tmp_path, tiny_text_root):
     cfg = compose_config(*tiny_gpt(tiny_text_root, override))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -50,8 +51,8 @@ def _arch_problems(arch: Any, data: Any) -> list[str]:
         problems.append(problem)
     if shape.heads and shape.width and shape.width % shape.heads:
         problems.append(f"arch.width={shape.width} is not divisible by arch.heads={shape.heads}")
-    if shape.blocks_mass is not None and not shape.blocks_mass > 0:
-        problems.append(f"arch.blocks_mass={shape.blocks_mass}; must be > 0")
+    if shape.blocks_mass is not None and not 0 < shape.blocks_mass < math.inf:
+        problems.append(f"arch.blocks_mass={shape.blocks_mass}; must be a finite number > 0")
     return problems
 
 

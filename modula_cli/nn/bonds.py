@@ -16,6 +16,9 @@ def _dims(dims: int | Sequence[int]) -> tuple[int, ...]:
     dims = (dims,) if isinstance(dims, int) else tuple(dims)
     if not dims or any(d >= 0 for d in dims):
         raise ValueError(f"normalisation dims must be trailing (negative) dimensions, got {dims}")
+    # RMSDivide and LayerNorm normalise over the span from the first dim to the last: a gap would be filled
+    if sorted(dims) != list(range(-len(dims), 0)):
+        raise ValueError(f"normalisation dims must be the last ones without a gap (-1, or -2 and -1, …), got {dims}")
     return tuple(sorted(dims))
 
 

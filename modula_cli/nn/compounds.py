@@ -16,8 +16,8 @@ from .module import with_role as role
 
 
 def _positive_mass(owner: str, mass: float) -> None:
-    if not isinstance(mass, (int, float)) or mass <= 0:
-        raise ValueError(f"{owner}: blocks_mass must be a positive number, got {mass!r}")
+    if isinstance(mass, bool) or not isinstance(mass, (int, float)) or not math.isfinite(mass) or mass <= 0:
+        raise ValueError(f"{owner}: blocks_mass must be a positive finite number, got {mass!r}")
 
 
 def Residual(residue: Module, depth: int, blocks_mass: float) -> Module:
