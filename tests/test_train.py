@@ -2,6 +2,7 @@
 resume, reproducibility, loggers and config errors."""
 
 import json
+import re
 import math
 import os
 import signal
@@ -521,3 +522,13 @@ def test_a_run_without_a_progress_bar_says_where_it_stands(tmp_path, tiny_text_r
     beats = [r.message for r in caplog.records if f" of {total}, train loss " in r.message]
     assert [b.split(": step ")[1].split(",")[0] for b in beats] == [f"{s} of {total}" for s in (1, 3, total)]
     assert all(b.startswith("lr=0.01 (+1 packed): ") for b in beats), beats
+    # the remaining steps at the run's pace so far: none left at the last step
+    assert all(re.search(r", about \d+m\d\ds left in this run$", b) for b in beats), beats
+    assert beats[-1].endswith("about 0m00s left in this run")
+
+
+def test_durations_read_as_minutes_and_seconds_then_hours_and_minutes():
+    from modula_cli.run.loggers import duration_text
+
+    assert [duration_text(s) for s in (0, 59.9, 61, 3599, 3600, 7500)] == \
+        ["0m00s", "0m59s", "1m01s", "59m59s", "1h00m", "2h05m"]

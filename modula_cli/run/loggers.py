@@ -33,6 +33,13 @@ UNREACHABLE_MARKER = ".wandb_unreachable"  # in the sweep folder: later runs (an
 _unreachable_in_process: str | None = None
 
 
+def duration_text(seconds: float) -> str:
+    """``3m07s``, or ``2h05m`` from an hour on."""
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
 class JsonlLogger:
     """Appends one JSON object per line; ``offset()`` is the resume point stored in checkpoints."""
 
@@ -245,13 +252,15 @@ class RunLoggers:
             if sink is not None:
                 sink.log(record)
 
-    def heartbeat(self, step: int, loss: float, rate: str) -> None:
+    def heartbeat(self, step: int, loss: float, rate: str, seconds_per_step: float) -> None:
         """Without a progress bar (not a terminal, or train.progress=false), a line at most every ``HEARTBEAT_S``
-        seconds says the run is alive and where it stands."""
+        seconds says the run is alive, where it stands and how long its remaining steps take at its pace."""
         if not self.bar.disable or time.monotonic() - self._last_beat < HEARTBEAT_S:
             return
         self._last_beat = time.monotonic()
-        log.info("%s: step %d of %d, train loss %.4f, %s", self.name, step, self.total, loss, rate)
+        left = duration_text(seconds_per_step * max(0, self.total - step))
+        log.info("%s: step %d of %d, train loss %.4f, %s, about %s left in this run", self.name, step, self.total,
+                 loss, rate, left)
 
     def emit_layers(self, member: int, step: int, records: list[dict[str, Any]]) -> None:
         """One line per layer into layer_stats.jsonl; W&B gets ``layers/<layer>/<quantity>`` columns."""

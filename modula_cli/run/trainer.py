@@ -454,7 +454,8 @@ def _log_train(ctx: RunContext, state: RunState, out: RunLoggers, t: int, loss: 
     rate = state.step * ctx.units_per_step * len(losses) / max(state.elapsed, 1e-9)
     out.bar.set_postfix(loss=f"{min(running, default=losses[0]):.4f}", lr=f"{max(lrs):.3g}",
                         **{f"{ctx.units}/s": f"{rate:,.0f}"})
-    out.heartbeat(t + 1, min(running, default=losses[0]), f"{rate:,.0f} {ctx.units}/s")
+    out.heartbeat(t + 1, min(running, default=losses[0]), f"{rate:,.0f} {ctx.units}/s",
+                  state.elapsed / max(state.step, 1))
 
 
 def _learned_scales(ctx: RunContext, state: RunState) -> dict[str, list[float]]:

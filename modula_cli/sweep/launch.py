@@ -41,6 +41,7 @@ from ..results.records import (BUSY, COMPLETED, COUNTED, DIVERGED, FAILED, FINIS
                                SKIPPED, Outcome, is_finished, knobs_of, launch_counts, launch_record,
                                launch_status, launch_summaries, mark_abandoned, read_manifest, read_summary,
                                record_launch)
+from ..run.loggers import duration_text
 from ..run.trainer import train
 from .eta import time_left
 
@@ -261,7 +262,7 @@ def report_progress(sweep_dir: Path, name: str, result: Outcome, ended: int | No
     before = len(record["finished_before"])
     ended = sum(counts[s] for s in COUNTED) - before if ended is None else ended
     left = _time_left(manifest["runs"], summaries, launch, record)
-    eta = "" if left is None else f" · about {_duration(left)} left"
+    eta = "" if left is None else f" · about {duration_text(left)} left"
     loss = result.train_loss
     outcome = result.status + (f", train loss {loss:.4f}" if isinstance(loss, float) else "")
     if len(result.members) == 1 and result.members[0].get("ended"):  # a killed run: how its process ended
@@ -286,12 +287,6 @@ def _time_left(planned: dict[str, dict], summaries: dict[str, dict | None], laun
         elif status in (PENDING, RUNNING, INTERRUPTED):
             remaining.append(planned.get(name, summary or {}))
     return time_left(trained, remaining, time.time() - record["started"])
-
-
-def _duration(seconds: float) -> str:
-    minutes, secs = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
 # --- the whole multirun -------------------------------------------------------------------------------------

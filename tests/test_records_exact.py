@@ -1,0 +1,105 @@
+"""The run and launch records' less travelled paths, exactly: a launch's counts read from disk, a job that
+ended before its run started, a refused launch taken back, and a run settled by the scheduler's word."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from modula_cli.plumbing.locks import HOST, OWNER_FILE
+from modula_cli.results.records import (FAILED, INTERRUPTED, PENDING, RUNNING, SKIPPED, forget_launch, launch_counts,
+                                        mark_abandoned, read_summary, record_failed_start, record_launch,
+                                        summary_record, write_summary)
+
+KNOBS = {"arch": "gpt", "data": "shakespeare", "optimizer": "adam", "mode": "normed", "width": 32, "lr": 0.1,
+         "seed": 0}
+
+
+def _summary(run_dir: Path, status: str, launch: str | None = None, **fields) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_summary(run_dir, {**summary_record(status, run_dir, KNOBS, "fp", steps_done=5), "launch": launch, **fields})
+
+
+def test_launch_counts_read_the_record_and_the_summaries_from_disk(tmp_path):
+    record_launch(tmp_path, "early", {"done": {}})
+    _summary(tmp_path / "done", "completed", launch="early")
+    record_launch(tmp_path, "L", {"done": {}, "mine": {}, "lost": {}, "queued": {}, "other": {}},
+                  finished_before=["done"])
+    _summary(tmp_path / "mine", "diverged", launch="L")
+    _summary(tmp_path / "lost", "failed", launch="early", written_at=0.0)  # left by an earlier launch
+    _summary(tmp_path / "other", "completed", launch="X", written_at=time.time() + 5)  # another process, now
+    counts = launch_counts(tmp_path, "L")
+    assert counts[SKIPPED] == 2 and counts["diverged"] == 1 and counts[PENDING] == 2  # lost + queued
+    assert counts["completed"] == counts[FAILED] == counts[RUNNING] == counts[INTERRUPTED] == 0
+    assert sum(counts.values()) == 5
+
+
+def test_a_job_that_ended_before_its_run_started_leaves_a_failed_summary(tmp_path):
+    run_dir = tmp_path / "sweep" / "deep" / "lr=0.1"  # its parents do not exist yet
+    record_failed_start(run_dir, {**KNOBS, "fingerprint": "abc123"}, "SLURM job 7_2: NODE_FAIL", "L")
+    summary = read_summary(run_dir)
+    assert (summary["status"], summary["fingerprint"], summary["error"], summary["launch"]) == \
+        (FAILED, "abc123", "SLURM job 7_2: NODE_FAIL", "L")
+    assert (summary["width"], summary["lr"], summary["run"]) == (32, 0.1, "lr=0.1")
+    record_failed_start(run_dir, {"lr": 0.2}, "again", None)  # the folder exists now; no fingerprint known
+    again = read_summary(run_dir)
+    assert (again["fingerprint"], again["error"], again["lr"], again["launch"]) == ("", "again", 0.2, None)
+    assert "width" not in again
+
+
+def test_taking_back_a_refused_launch(tmp_path):
+    sweep = tmp_path / "sweep"
+    record_launch(sweep, "kept", {"a": {"lr": 1}})
+    record_launch(sweep, "refused", {"a": {"lr": 1}, "b": {"lr": 2}, "c": {"lr": 3}})
+    (sweep / "c").mkdir()  # a run folder: its plan stays even though no launch holds it now
+    forget_launch(sweep, "unknown")  # nothing to take back: nothing changes
+    forget_launch(sweep, "refused")
+    manifest = json.loads((sweep / "sweep.json").read_text())
+    assert list(manifest["launches"]) == ["kept"] and sorted(manifest["runs"]) == ["a", "c"]
+    forget_launch(sweep, "kept")  # no launch left, but a run folder: the manifest keeps its plan
+    manifest = json.loads((sweep / "sweep.json").read_text())
+    assert manifest["launches"] == {} and list(manifest["runs"]) == ["c"]
+    assert not (sweep / ".sweep.lock").exists()
+
+
+def test_a_refused_first_launch_leaves_no_folder_with_or_without_hydras_record(tmp_path):
+    for name, hydra_record in (("plain", False), ("with_yaml", True)):
+        sweep = tmp_path / name
+        record_launch(sweep, "refused", {"a": {"lr": 1}})
+        if hydra_record:
+            (sweep / "multirun.yaml").write_text("hydra: {}\n")
+        forget_launch(sweep, "refused")
+        assert not sweep.exists(), name
+
+
+def _owned_running_run(run_dir: Path, job: str, host: str) -> None:
+    _summary(run_dir, RUNNING, launch="L", written_at=100.0)
+    (run_dir / OWNER_FILE).write_text(json.dumps({"pid": 1, "host": host, "since": 0, "job": job}))
+
+
+def test_a_run_on_another_node_is_settled_only_by_its_own_jobs_end(tmp_path):
+    run_dir = tmp_path / "lr=0.1"
+    _owned_running_run(run_dir, "slurm:7_1", "node-17")  # no lock file here: the lock lives on that node
+    assert mark_abandoned(run_dir, "SLURM job 7_2 ended", job="slurm:7_2") is None  # another job
+    assert mark_abandoned(run_dir, "no job named") is None
+    settled = mark_abandoned(run_dir, "SLURM job 7_1: FAILED", job="slurm:7_1")
+    assert (settled["status"], settled["ended"], settled["steps_done"]) == (INTERRUPTED, "SLURM job 7_1: FAILED", 5)
+    assert settled["written_at"] > 100.0 and read_summary(run_dir) == settled
+    assert mark_abandoned(run_dir, "again", job="slurm:7_1") is None  # settled once
+
+
+def test_a_job_on_this_host_is_left_to_its_lock(tmp_path):
+    run_dir = tmp_path / "lr=0.1"
+    _owned_running_run(run_dir, "slurm:7_1", HOST)  # this host's lock probe decides, not the scheduler
+    assert mark_abandoned(run_dir, "SLURM job 7_1: FAILED", job="slurm:7_1") is None
+    assert read_summary(run_dir)["status"] == RUNNING
+
+
+def test_settling_a_run_with_an_unreadable_summary_says_nothing(tmp_path, caplog):
+    run_dir = tmp_path / "lr=0.1"
+    run_dir.mkdir()
+    (run_dir / "summary.json").write_text("{not json")
+    caplog.set_level("DEBUG")
+    assert mark_abandoned(run_dir, job="slurm:1") is None
+    assert caplog.records == []  # the sweep's end reads every folder: a half-written file is not a warning
