@@ -262,12 +262,22 @@ def _check(argv: Sequence[str], config_name: str) -> None:
                          "--cfg all -p hydra.sweep.dir --resolve")
     if any(getattr(args, flag, None) for flag in UNCHECKED_FLAGS):
         return
+    _no_spaced_equals(list(args.overrides))
     extra = Path(args.config_dir).resolve() if args.config_dir else None
     dirs = [*([extra] if extra else []), CONFIG_DIR]
     name = args.config_name or config_name
     dirs += search_path(args.overrides, dirs, name)
     check_command_line(list(args.overrides), dirs, extra if extra and extra.is_dir() else None, name,
                        bool(args.multirun))
+
+
+SPACED_EQUALS = re.compile(r"([^\s=]+)(?:\s+=\s*|=\s+)([^\s=]+)")
+
+
+def _no_spaced_equals(overrides: list[str]) -> None:
+    """``optim.lr = 0.1`` reaches us as three words: say how to write it, not Hydra's "missing EQUAL"."""
+    if found := SPACED_EQUALS.search(" ".join(overrides)):
+        raise UsageError(f"an override is one word without spaces around '=': write {found[1]}={found[2]}")
 
 
 def flags_first(argv: Sequence[str]) -> list[str]:

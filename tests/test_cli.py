@@ -183,6 +183,15 @@ def test_help_and_command_line_mistakes_are_answered_before_torch_loads(tmp_path
     assert last in ("loaded: [] 0", "loaded: [] 2"), result.stdout[-500:] + result.stderr[-500:]
 
 
+@pytest.mark.parametrize("args", [["optim.lr", "=", "0.1"], ["optim.lr=", "0.1"],
+                                  ["train.steps=3", "optim.lr", "=0.1"]])
+def test_spaces_around_an_equals_sign_are_one_line_saying_how_to_write_it(tmp_path, args):
+    status, out = cli(tmp_path, *args)
+    assert (status, out.strip()) == (2, "modula-sweep: an override is one word without spaces around '=': "
+                                         "write optim.lr=0.1"), out
+    assert not (tmp_path / "outputs").exists()
+
+
 def test_existing_options_pass():
     check_choices(["arch=gpt,resmlp", "experiment=paper/_paper_train", "experiment=null", "optim.lr=0.1",
                    "data=glob(*)", "~experiment"], [CONFIG_DIR])

@@ -7,10 +7,13 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+
 from modula_cli.plumbing.locks import HOST, OWNER_FILE
-from modula_cli.results.records import (FAILED, INTERRUPTED, PENDING, RUNNING, SKIPPED, forget_launch, launch_counts,
-                                        mark_abandoned, read_summary, record_failed_start, record_launch,
-                                        summary_record, write_summary)
+from modula_cli.results.records import (FAILED, INTERRUPTED, PENDING, RUNNING, SKIPPED, Outcome, forget_launch,
+                                        is_finished, knobs_of, launch_counts, launch_record, mark_abandoned,
+                                        read_summary, record_failed_start, record_launch, summary_record,
+                                        swept_axes, write_summary)
 
 KNOBS = {"arch": "gpt", "data": "shakespeare", "optimizer": "adam", "mode": "normed", "width": 32, "lr": 0.1,
          "seed": 0}
@@ -103,3 +106,66 @@ def test_settling_a_run_with_an_unreadable_summary_says_nothing(tmp_path, caplog
     caplog.set_level("DEBUG")
     assert mark_abandoned(run_dir, job="slurm:1") is None
     assert caplog.records == []  # the sweep's end reads every folder: a half-written file is not a warning
+
+
+@pytest.fixture
+def compose():
+    from conftest import compose_config
+
+    return compose_config
+
+
+def test_the_knobs_of_a_composed_config(compose):
+    cfg = compose("arch=resmlp", "data=cifar10", "optim=sgd", "optim.mode=dualized", "variant=modular",
+                  "arch.width=48", "arch.depth=3", "train.steps=7", "train.batch_size=5", "optim.wd=0.01")
+    knobs = knobs_of(cfg, 0.5, 2)
+    assert {key: knobs[key] for key in ("arch", "data", "optimizer", "mode", "variant", "lr", "seed")} == \
+        {"arch": "resmlp", "data": "cifar10", "optimizer": "sgd", "mode": "dualized", "variant": "modular",
+         "lr": 0.5, "seed": 2}
+    assert (knobs["width"], knobs["depth"], knobs["steps"], knobs["batch_size"], knobs["wd"]) == (48, 3, 7, 5, 0.01)
+    assert "heads" not in knobs and "context" not in knobs  # a ResMLP on images has neither
+    assert isinstance(knobs["lr"], float) and isinstance(knobs["seed"], int)
+    assert knobs["settings"] and "lr" not in knobs["settings"]
+    gpt = knobs_of(compose("arch=gpt", "arch.heads=2", "data.context=32"), 1, 0)
+    assert (gpt["arch"], gpt["heads"], gpt["context"], gpt["variant"], gpt["lr"]) == ("gpt", 2, 32, "paper", 1.0)
+
+
+def test_a_run_is_finished_only_as_this_configuration():
+    assert is_finished({"status": "completed", "fingerprint": "f"}, "f")
+    assert is_finished({"status": "diverged", "fingerprint": "f"}, "f")
+    assert not is_finished({"status": "completed", "fingerprint": "g"}, "f")  # a changed config trains again
+    assert not is_finished({"status": "failed", "fingerprint": "f"}, "f")
+    assert not is_finished({"status": "interrupted", "fingerprint": "f"}, "f")
+    assert not is_finished(None, "f") and not is_finished({}, "f")
+
+
+def test_the_swept_axes_are_the_knobs_with_several_values():
+    runs = {"a": {"width": 32, "lr": 0.1, "depth": 2}, "b": {"width": 64, "lr": 0.1, "depth": 2},
+            "c": {"width": 64, "lr": 0.2, "depth": 2}}
+    assert swept_axes(runs) == ["width"]  # the LR is not a scale; depth has one value
+    assert swept_axes({"a": {"width": 32}}) == [] and swept_axes({}) == []
+    assert swept_axes({"a": {"depth": 2, "context": 8}, "b": {"depth": 4, "context": 16}}) == ["depth", "context"]
+
+
+def test_a_launch_record_read_from_disk_or_given(tmp_path):
+    record_launch(tmp_path, "L", {"b": {"width": 32}, "a": {"width": 64}}, finished_before=["b"],
+                  jobs=[(["x=1"], ["a", "b"])])
+    manifest = json.loads((tmp_path / "sweep.json").read_text())
+    launch = manifest["launches"]["L"]
+    assert launch["runs"] == ["a", "b"] and launch["finished_before"] == ["b"] and launch["axes"] == ["width"]
+    record = launch_record(tmp_path, "L")
+    assert (record["runs"], record["finished_before"], record["started"]) == (["a", "b"], ["b"], launch["started"])
+    assert record["jobs"] == launch["jobs"] and len(record["jobs"]) == 1
+    given = launch_record(tmp_path, "L", {"launches": {"L": {"runs": ["z"], "started": 5.0}}})
+    assert (given["runs"], given["started"], given["finished_before"], given["jobs"]) == (["z"], 5.0, [], [])
+    before = time.time()
+    unknown = launch_record(tmp_path, "nope")
+    assert unknown["runs"] == [] and unknown["started"] >= before
+
+
+def test_an_outcome_of_packed_members_says_packed():
+    members = [{"status": "completed"}, {"status": "diverged"}]
+    packed = Outcome.of(members, packed=True)
+    assert (packed.status, packed.packed, packed.members) == ("packed", True, tuple(members))
+    single = Outcome.of(members[:1], packed=False)
+    assert (single.status, single.packed, single.summary) == ("completed", False, members[0])

@@ -484,7 +484,7 @@ def summary_text(frame: pd.DataFrame, optimal: pd.DataFrame, transfer: pd.DataFr
                  knob: str | None, sweep_dir: Path, done: dict[tuple, Progress] | None = None) -> str:
     series = frame.groupby(list(GROUP), dropna=False)
     done = done if done is not None else progress(frame, knob)
-    lines = [f"Sweep {sweep_dir}: {len(frame)} runs in {len(series)} series"]
+    lines = [f"Sweep {sweep_dir}: {len(frame)} run{'s' if len(frame) != 1 else ''} in {len(series)} series"]
     for key, runs in series:
         lines += _scale_lines(key, runs, optimal, metric, knob, done)
     lines += transfer_text(transfer)

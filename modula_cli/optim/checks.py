@@ -50,12 +50,23 @@ def _lr_problems(lr: Any) -> list[str]:
     lrs = lr if isinstance(lr, (list, tuple)) else [lr]
     bad = [x for x in lrs if not isinstance(x, (int, float)) or isinstance(x, bool) or not x > 0]
     if bad or not lrs:
-        powers = [x for x in bad if isinstance(x, str) and "**" in x]
-        hint = f" (write powers as {powers[0].replace('**', '^')})" if powers else ""
+        hint = next((_hint(x) for x in bad if isinstance(x, str) and _hint(x)), "")
         return [f"optim.lr={lr}; every learning rate must be a number > 0{hint}"]
     if len({float(x) for x in lrs}) < len(lrs):  # two members would share one run folder
         return [f"optim.lr={lr}; a packed list must not repeat a learning rate"]
     return []
+
+
+def _hint(text: str) -> str:
+    """How to write an expression the config cannot compute: a power as ``2^-3``, a fraction as a decimal."""
+    if "**" in text:
+        return f" (write powers as {text.replace('**', '^')})"
+    numerator, slash, denominator = text.partition("/")
+    try:
+        value = float(numerator) / float(denominator) if slash else None
+    except (ValueError, ZeroDivisionError):
+        value = None
+    return f" (write fractions as decimals: {value!r})" if value is not None else ""
 
 
 def _schedule_problems(cfg: OptimConfig) -> list[str]:
