@@ -73,20 +73,24 @@ def test_the_transfer_table_stays_aligned_with_a_long_series_name():
         assert short.rindex(cell) + len(cell) == end and long.rindex(cell) + len(cell) == end
 
 
-def test_the_fitted_optimum_sits_below_the_curves_and_the_legend_names_the_line_styles(sweep, monkeypatch):
+def test_the_fitted_optimum_sits_in_a_strip_below_the_curves_one_named_row_per_scale(sweep, monkeypatch):
     import modula_cli.analysis.plots as plots
 
     figures = []
     monkeypatch.setattr(plots, "_save", lambda fig, path: figures.append(fig))
     write_report(sweep, quiet=True, resamples=200)
-    ax = figures[0].axes[0]  # transfer.png: one panel (normed adam)
-    curve_bottom = min(line.get_ydata().min() for line in ax.lines if line.get_marker() == "o")
-    stars = [line for line in ax.lines if line.get_marker() == "*"]
-    assert len(stars) == 2  # one per width
-    heights = []
-    for star in stars:  # a position on the LR axis in a strip of its own, never at a loss value of the curves
-        x, y = star.get_transform().transform((star.get_xdata()[0], star.get_ydata()[0]))
-        heights.append(ax.transData.inverted().transform((x, y))[1])
-    assert max(heights) < curve_bottom
-    assert min(ax.get_yticks()) > max(heights)  # no loss ticks in the strip
-    assert "dashed: unnormed" not in ax.get_legend().get_title().get_text()  # a normed panel: all solid
+    curves, strip = figures[0].axes[:2]  # transfer.png: one panel (normed adam) and its strip
+    assert not [line for line in curves.lines if line.get_marker() == "*"]  # no star among the losses
+    stars = [line for line in strip.lines if line.get_marker() == "*"]
+    # a position on the LR axis, in its scale's row: width 32's optimum 2^-2, width 64's 2^-3 (exact parabolas)
+    assert [(star.get_xdata()[0], star.get_ydata()[0]) for star in stars] == \
+        [pytest.approx((0.25, 1)), pytest.approx((0.125, 2))]
+    assert [label.get_text() for label in strip.get_yticklabels()] == ["width 32", "width 64"]
+    assert strip.get_shared_x_axes().joined(strip, curves) and strip.get_xlabel() == "learning rate"
+    bars = [line for line in strip.lines if line.get_marker() == "|"]  # two seeds: an interval each
+    assert len(bars) == 2 and all(bar.get_xdata()[0] <= star.get_xdata()[0] <= bar.get_xdata()[1]
+                                  for bar, star in zip(bars, stars))
+    title = curves.get_legend().get_title().get_text()
+    assert title == "★ below: the fitted optimal LR with its 95% interval"  # nothing diverged; a normed panel
+
+

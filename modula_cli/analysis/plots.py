@@ -2,10 +2,11 @@
 
 - ``transfer.png``: one panel per series (one experiment: optimiser × mode, and whatever else sets it apart
   from the folder's other experiments), the mean metric over seeds against LR, one curve per scale point with
-  a ±1 sd band; × where seeds diverged (with their count). Along the bottom, one row per scale point: ★ at the
-  fitted optimal LR with its 95 % interval (within the grid) as a black bar: a position on the LR axis, not a
-  measured loss. Dashed curves are unnormed (the paper's convention, said in the legend); dotted curves and
-  hollow ★ are scale points whose runs have not all finished.
+  a ±1 sd band; × where seeds diverged (with their count). In a strip below, on the same LR axis, one row per
+  scale point (named on its y axis): ★ at the fitted optimal LR with its 95 % interval (within the grid) as a
+  black bar: a position on the LR axis, not a measured loss. Dashed curves are unnormed (the paper's
+  convention, said in the legend); dotted curves and hollow ★ are scale points whose runs have not all
+  finished.
 - ``scale.png``: left, the fitted optimal LR against scale with interval bars (▲ / ▼: an open side, the
   optimum at the edge of the LRs that trained; ○ an incomplete point; × at the bottom: a scale point with no
   completed run; the y axis spans the whole LR grid);
@@ -49,7 +50,8 @@ def _of(frame: pd.DataFrame, key: tuple) -> pd.DataFrame:
 
 
 def _save(fig, path: Path) -> None:
-    fig.tight_layout()
+    if fig.get_layout_engine() is None:  # figures that chose their own layout keep it
+        fig.tight_layout()
     atomic.write_with(path, lambda tmp: fig.savefig(tmp, dpi=150))
     pyplot().close(fig)
 
@@ -88,71 +90,81 @@ def _incomplete(curves: pd.DataFrame, scale) -> bool:
 def plot_transfer(table: pd.DataFrame, optimal: pd.DataFrame, metric: str, knob: str | None, path: Path) -> None:
     plt = pyplot()
     keys = [key for key, _ in table.groupby(list(GROUP), dropna=False)] or [("-", "-", "-", "-", "-", "")]
-    fig, axes = plt.subplots(1, len(keys), figsize=(5.2 * len(keys), 4.2), squeeze=False)
     every = _scales(table) if not table.empty else []  # one colour per scale value, the same in every panel
-    palette = dict(zip(every, plt.cm.viridis(np.linspace(0, 1, max(2, len(every))))))
-    for ax, key in zip(axes[0], keys):
+    palette = dict(zip(every, plt.cm.viridis(np.linspace(0, 0.85, max(2, len(every))))))  # no pale yellow
+    strip = max(0.7, 0.28 * len(every) + 0.3)  # inches: one row per scale point
+    fig, grid = plt.subplots(2, len(keys), figsize=(5.2 * len(keys), 4.2 + strip), squeeze=False, sharex="col",
+                             gridspec_kw={"height_ratios": [4.2, strip]}, layout="constrained")
+    for ax, optima, key in zip(grid[0], grid[1], keys):
         curves, best = _of(table, key), _of(optimal, key)
         scales = _scales(curves) if not curves.empty else []
         top = curves["mean"].max() if not curves.empty and curves["mean"].notna().any() else 1.0
         for row_index, scale in enumerate(scales):
-            color = palette[scale]
-            points = _at(curves, scale).sort_values("lr")
-            clean = points[(points["diverged"] == 0) & points["mean"].notna()]
-            label = f"{knob} {scale:g}" if scale is not None else "runs"
-            partial = _incomplete(curves, scale)
-            if partial:
-                label += " (incomplete)"
-            style = ":" if partial else "--" if key[3] == "unnormed" else "-"
-            ax.plot(clean["lr"], clean["mean"], style, marker="o", color=color, label=label, markersize=3)
-            band = clean[clean["std"].notna()]
-            if not band.empty:
-                ax.fill_between(band["lr"], band["mean"] - band["std"], band["mean"] + band["std"], color=color,
-                                alpha=0.2)
-            for row in points[points["diverged"] > 0].itertuples():
-                ax.plot(row.lr, top, "x", color=color, markersize=8)
-                ax.annotate(str(row.diverged), (row.lr, top), textcoords="offset points", xytext=(3, 3), fontsize=6)
+            _draw_curve(ax, curves, scale, palette[scale], knob, dashed=key[3] == "unnormed", top=top)
             star = _at(best, scale)
             if not star.empty:
-                _draw_optimum(ax, star.iloc[0], color, row_index, hollow=partial)
+                _draw_optimum(optima, star.iloc[0], palette[scale], row_index, hollow=_incomplete(curves, scale))
         if ax.has_data():  # a log axis needs positive data: a sweep may have no finished run yet
-            if not best.empty:  # a strip below the curves for the rows of optima, without loss ticks
-                low, high = ax.get_ylim()
-                below = OPTIMUM_ROW * (len(scales) + 1)
-                ticks = [t for t in ax.get_yticks() if low <= t <= high]
-                ax.set_ylim(low - (high - low) * below / (1 - below), high)
-                ax.set_yticks(ticks)
-                ax.axhline(low, color="0.6", linewidth=0.6)
-                ax.text(0.01, below - OPTIMUM_ROW / 2, "fitted optimal LR", transform=ax.transAxes, fontsize=7,
-                        color="0.35", va="top")
             ax.set_xscale("log", base=2)
             _plain_ticks(ax.xaxis, curves["lr"], powers=True)
-        ax.set_xlabel("learning rate")
         seeds = int(curves["seeds"].max()) if not curves.empty and curves["seeds"].notna().any() else 0
         ax.set_ylabel(f"{metric.replace('_', ' ')} " + ("(mean ± sd over seeds)" if seeds > 1 else "(1 seed)"))
         ax.set_title(series_label(key), fontsize=10)
         ax.grid(alpha=0.3)
+        ax.tick_params(labelbottom=False)
         if ax.get_legend_handles_labels()[0]:
-            title = "★ fitted optimal LR, 95% interval (bottom); × diverged" + (
-                "\ndashed: unnormed" if key[3] == "unnormed" else "")
-            ax.legend(fontsize=8, title=title, title_fontsize=7)
+            ax.legend(fontsize=8, title=_legend_title(curves, best, unnormed=key[3] == "unnormed"), title_fontsize=7)
+        _label_optima(optima, scales, knob, found=not best.empty)
     _save(fig, path)
 
 
-OPTIMUM_ROW = 0.05  # height of each scale point's row of fitted optima, in axes fractions from the bottom
+def _draw_curve(ax, curves: pd.DataFrame, scale, color, knob: str | None, dashed: bool, top: float) -> None:
+    """One scale point's mean metric against LR, its ±1 sd band and × where seeds diverged."""
+    points = _at(curves, scale).sort_values("lr")
+    clean = points[(points["diverged"] == 0) & points["mean"].notna()]
+    partial = _incomplete(curves, scale)
+    label = (f"{knob} {scale:g}" if scale is not None else "runs") + (" (incomplete)" if partial else "")
+    style = ":" if partial else "--" if dashed else "-"
+    ax.plot(clean["lr"], clean["mean"], style, marker="o", color=color, label=label, markersize=3)
+    band = clean[clean["std"].notna()]
+    if not band.empty:
+        ax.fill_between(band["lr"], band["mean"] - band["std"], band["mean"] + band["std"], color=color, alpha=0.2)
+    for row in points[points["diverged"] > 0].itertuples():
+        ax.plot(row.lr, top, "x", color=color, markersize=8)
+        ax.annotate(str(row.diverged), (row.lr, top), textcoords="offset points", xytext=(3, 3), fontsize=6)
+
+
+def _legend_title(curves: pd.DataFrame, best: pd.DataFrame, unnormed: bool) -> str:
+    """What the marks mean, only those this panel shows."""
+    parts = ["★ below: the fitted optimal LR"]
+    if not best.empty and best[["log2_optimal_lr_low", "log2_optimal_lr_high"]].notna().all(axis=1).any():
+        parts[0] += " with its 95% interval"
+    if not curves.empty and (curves["diverged"] > 0).any():
+        parts.append("× diverged (how many seeds)")
+    return "; ".join(parts) + ("\ndashed: unnormed" if unnormed else "")
+
+
+def _label_optima(ax, scales: list, knob: str | None, found: bool) -> None:
+    """The strip of fitted optima: one row per scale point, named on the y axis; the LR axis below it."""
+    ax.set_ylim(0.4, max(1, len(scales)) + 0.6)
+    ax.set_yticks(range(1, len(scales) + 1), [f"{knob} {s:g}" if s is not None else "runs" for s in scales],
+                  fontsize=7)
+    ax.grid(alpha=0.3, axis="x")
+    ax.set_xlabel("learning rate")
+    if not found:
+        ax.text(0.5, 0.5, "no fitted optimum yet", transform=ax.transAxes, ha="center", va="center", fontsize=7,
+                color="0.4")
 
 
 def _draw_optimum(ax, row: pd.Series, color, row_index: int, hollow: bool = False) -> None:
-    """The fitted optimal LR as a position on the LR axis: its own row along the bottom of the panel (x in data,
-    y in axes coordinates), the interval as a black bar with caps drawn over nothing but the star's edge."""
-    x, y = row["optimal_lr_fit"], OPTIMUM_ROW * (row_index + 1)
-    where = ax.get_xaxis_transform()
+    """The fitted optimal LR as a position on the LR axis, in its scale point's row of the strip below the
+    curves; the interval as a black bar with caps drawn over nothing but the star's edge."""
+    x, y = row["optimal_lr_fit"], row_index + 1
     low, high = row["log2_optimal_lr_low"], row["log2_optimal_lr_high"]
     if not (math.isnan(low) or math.isnan(high)):
-        ax.plot([2.0**low, 2.0**high], [y, y], "-|", color="k", linewidth=1.2, markersize=6, transform=where,
-                zorder=4)
+        ax.plot([2.0**low, 2.0**high], [y, y], "-|", color="k", linewidth=1.2, markersize=6, zorder=4)
     ax.plot(x, y, "*", color=color, markersize=11, markeredgecolor="k", markerfacecolor="none" if hollow else color,
-            transform=where, zorder=5)
+            zorder=5)
 
 
 def plot_scale(table: pd.DataFrame, optimal: pd.DataFrame, metric: str, knob: str | None, path: Path) -> pd.DataFrame:
