@@ -50,7 +50,8 @@ def main(cfg: DictConfig) -> Outcome:
         return outcome
     summary = outcome.summary
     loss, test = summary.get("train_loss"), summary.get("test_loss")
-    log.info("%s: %s%s, train loss %s, test loss %s", run_dir.name, summary["status"],
+    shown = run_dir.relative_to(Path.cwd()) if run_dir.is_relative_to(Path.cwd()) else run_dir
+    log.info("%s: %s%s, train loss %s, test loss %s", shown, summary["status"],
              " (already finished)" if outcome.skipped else "", f"{loss:.4f}" if loss is not None else "-",
              f"{test:.4f}" if test is not None else "-")
     return outcome

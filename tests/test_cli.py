@@ -247,8 +247,9 @@ def test_help_describes_the_program_and_lists_every_option(tmp_path, program):
     assert listed_groups(out) == config_files()
     assert "--cfg job" in out and "README.md" in out and "outputs/" in out
     examples = ["modula-sweep sweep=quick", "modula-coord-check"] if program == "modula-coord-check" else [
-        "modula-sweep sweep=quick  ", "modula-sweep sweep=quick train.seed=0,1,2 sweep.pack=true",
-        "modula-sweep optim=sgd", "modula-sweep-report DIR", "-m "]
+        "modula-sweep sweep=quick  ", "modula-sweep sweep=quick train.seed=1,2 sweep.pack=true",
+        "modula-sweep optim=sgd", "modula-sweep-report DIR", "-m ", "optim.mode=unnormed | normed (the default) | "
+        "dualized | manifold", "--config-dir DIR", "$MODULA_DATA"]
     assert all(example in out for example in examples), out
     assert not (tmp_path / "outputs").exists()
 
