@@ -154,3 +154,67 @@ def test_power_iteration_state_round_trips_onto_another_device():
     assert fresh.vectors[2].shape == (3,)
     with pytest.raises(ValueError, match="^power iteration needs at least 1 iteration, got 0$"):
         PowerIterationState(iterations=0)
+
+
+def test_power_iteration_starts_from_seeded_unit_vectors_and_keeps_them_unit():
+    state = PowerIterationState()
+    assert (state.iterations, state.seed) == (2, 0)  # two warm-started steps; start vectors seeded per atom
+    small = 0.01 * torch.eye(3)[:2]  # σ = 0.01: the kept vector must still be a unit vector
+    sigmas = state.spectral_norms({0: small, 5: torch.randn(2, 3, generator=torch.Generator().manual_seed(1))})
+    assert float(sigmas[0]) == pytest.approx(0.01, rel=1e-4)
+    for index in (0, 5):
+        assert float(state.vectors[index].norm()) == pytest.approx(1.0, rel=1e-5)
+    fresh = PowerIterationState(iterations=1, seed=3)
+    fresh.spectral_norms({2: torch.eye(4)})  # one step from the start vector: A = I keeps it
+    start = torch.randn(4, generator=torch.Generator().manual_seed(3 + 2))
+    assert torch.allclose(fresh.vectors[2], start / start.norm(), atol=1e-6)
+
+
+def test_a_kept_vector_on_another_device_is_drawn_again():
+    state = PowerIterationState()
+    state.vectors[0] = torch.ones(3, device="meta")
+    matrix = torch.diag(torch.tensor([3.0, 1.0, 0.5]))
+    assert float(state.spectral_norms({0: matrix})[0]) == pytest.approx(3.0, rel=1e-2)
+    assert state.vectors[0].device.type == "cpu"
+
+
+def test_conv2d_arguments_defaults_and_feature_axis():
+    conv = Conv2D(4, 3)  # kernel 3, stride 1, padding 1: keeps the image size
+    y = conv.apply(torch.randn(2, 3, 5, 5), torch.randn(4, 3, 3, 3))
+    assert y.shape == (2, 4, 5, 5) and y.shape[conv.feature_axis] == 4  # one feature vector per pixel
+    assert (conv.mass, conv.sensitivity, conv.slice_count) == (1.0, 1.0, 9)
+    assert Conv2D(4, 3, mass=0.5).mass == 0.5
+    for key, kwargs in (("c_out", {"c_out": 0}), ("c_in", {"c_in": -1}), ("kernel_size", {"kernel_size": 0}),
+                        ("stride", {"stride": 0})):
+        value = next(iter(kwargs.values()))
+        with pytest.raises(ValueError, match=rf"^Conv2D: {key} must be a positive integer, got {value}$"):
+            Conv2D(**{"c_out": 4, "c_in": 3, **kwargs})
+    for padding in (-1, 1.5, True):
+        with pytest.raises(ValueError, match=rf"^Conv2D: padding must be a non-negative integer, got {padding!r}$"):
+            Conv2D(4, 3, padding=padding)
+    assert Conv2D(4, 3, padding=0).padding == 0
+
+
+def test_orthogonalize_checks_its_arguments_and_runs_past_its_table():
+    G = torch.randn(4, 3, generator=torch.Generator().manual_seed(0))
+    for steps in (0, -2, 1.5, True):
+        with pytest.raises(ValueError, match=rf"^orthogonalize steps must be a positive integer, got {steps!r}$"):
+            orthogonalize(G, steps=steps)
+    with pytest.raises(ValueError, match=r"^unknown orthogonalize method 'qr'; allowed: polar_express, muon, cubic, "
+                                         r"svd$"):
+        orthogonalize(G, method="qr")
+    with pytest.raises(ValueError, match=r"^orthogonalize needs a matrix or a batch of matrices, got shape \(3,\)$"):
+        orthogonalize(torch.ones(3))
+    # Polar Express repeats its last polynomial past its 8-step table: 12 steps reach U Vᵀ
+    U, _, Vh = torch.linalg.svd(G, full_matrices=False)
+    assert torch.allclose(orthogonalize(G, steps=12), U @ Vh, atol=2e-3)
+
+
+def test_the_iteration_coefficients_per_method():
+    from modula_cli.nn.orthogonalize import CUBIC, MUON, POLAR_EXPRESS, coefficients
+
+    assert coefficients("polar_express", 10) == [*POLAR_EXPRESS, POLAR_EXPRESS[-1], POLAR_EXPRESS[-1]]
+    assert coefficients("muon", 2) == [MUON, MUON] and coefficients("cubic", 1) == [CUBIC]
+    with pytest.raises(ValueError, match=r"^unknown orthogonalize method 'svd'; allowed: polar_express, muon, cubic, "
+                                         r"svd$"):
+        coefficients("svd", 3)  # the exact method has no polynomial

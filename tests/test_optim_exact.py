@@ -381,3 +381,40 @@ def test_good_settings_at_the_edges_pass(settings):
 def test_every_problem_is_reported_at_once():
     found = problems(name="rmsprop", beta1=2.0, schedule="step", ortho="qr")
     assert [line.split("=")[0] for line in found] == ["optim.name", "optim.beta1", "optim.schedule", "optim.ortho"]
+
+
+def test_adam_turns_every_non_finite_entry_into_zero():
+    # m / √v with v = 0: 0/0 is NaN, ±m/0 is ±inf; the paper's Adam (no ε) sets all three to 0
+    g = torch.zeros(1, 3)
+    state = _state([g], adam=True)
+    state.momentum[0].copy_(torch.tensor([[0.0, 2.0, -3.0]]))
+    state.scalars.set(1.0, 0.0, 0.0)  # keep the moments as they are
+    assert torch.equal(adam_direction(state, [g], OptimConfig())[0], torch.zeros(1, 3))
+
+
+def test_step_scalars_live_on_the_weights_device():
+    weights = [torch.zeros(2, 3, device="meta")]
+    state = init_state(weights, OptimConfig(mode="unnormed"))
+    assert {s.device.type for s in (state.scalars.schedule, state.scalars.momentum_weight,
+                                    state.scalars.second_moment_weight)} == {"meta"}
+    assert StepScalars.on(torch.device("meta")).schedule.device.type == "meta"
+
+
+def test_the_compiled_update_is_used_only_when_asked_and_the_mode_allows(monkeypatch):
+    import modula_cli.optim.step as step
+
+    calls = []
+
+    def compiled():
+        calls.append("compiled")
+        return step.apply_update
+
+    monkeypatch.setattr(step, "_compiled_update", compiled)
+    for mode, compile, expected in (("unnormed", True, ["compiled"]), ("unnormed", False, []),
+                                    ("normed", True, [])):  # normed's first step draws its start vectors eagerly
+        calls.clear()
+        net = _net()
+        weights = net.initialize(seed=1)
+        cfg = OptimConfig(name="sgd", mode=mode, lr=0.5)
+        optimizer_step(net, weights, _grads(), init_state(weights, cfg), cfg, 0, 4, compile=compile)
+        assert calls == expected, (mode, compile)
