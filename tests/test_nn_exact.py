@@ -218,3 +218,53 @@ def test_the_iteration_coefficients_per_method():
     with pytest.raises(ValueError, match=r"^unknown orthogonalize method 'svd'; allowed: polar_express, muon, cubic, "
                                          r"svd$"):
         coefficients("svd", 3)  # the exact method has no polynomial
+
+
+def test_tare_rescales_every_mass_by_one_factor():
+    net = Linear(2, 2, mass=1.0) @ Linear(2, 2, mass=3.0)
+    assert [a.mass for a in net.tare(8.0).atoms()] == [6.0, 2.0]  # application order: the mass-3 layer first
+    assert [a.mass for a in (Linear(2, 2) @ Linear(2, 2)).tare().atoms()] == [0.5, 0.5]  # default: total 1
+    assert [a.mass for a in (Linear(2, 2) @ Linear(2, 2)).tare(0).atoms()] == [0.0, 0.0]  # allowed: mass 0
+    with pytest.raises(ValueError, match=r"^tare: mass must be >= 0, got -1$"):
+        Linear(2, 2).tare(-1)
+
+
+def test_atom_defaults_and_a_massless_atoms_share():
+    layer = Linear(2, 3)
+    assert (layer.mass, layer.sensitivity) == (1.0, 1.0)
+    assert Linear(2, 3, mass=0).target_shares() == [0.0] and layer.target_shares() == [1.0]
+    with pytest.raises(ValueError, match=r"^Mul needs a nonzero number, got True$"):
+        Mul(True)
+    with pytest.raises(ValueError, match=r"^Composite needs at least one module$"):
+        Composite()
+    with pytest.raises(ValueError, match=r"^TupleModule takes modules, got 3$"):
+        TupleModule(Linear(2, 2), 3)
+
+
+def test_initialize_defaults_to_seed_0_and_moves_to_the_device():
+    net = Linear(3, 2) @ Linear(2, 4)
+    assert all(torch.equal(a, b) for a, b in zip(net.initialize(), net.initialize(seed=0)))
+    assert not torch.equal(net.initialize()[0], net.initialize(seed=1)[0])
+    assert {w.device.type for w in net.initialize(device="meta")} == {"meta"}
+    assert {w.dtype for w in net.initialize(dtype=torch.float64)} == {torch.float64}
+
+
+def test_feature_sizes_are_checked_when_modules_are_combined():
+    from modula_cli.nn import Flatten, GELU
+
+    net = Linear(5, 4) @ GELU() @ Linear(4, 3)  # a shape-preserving bond passes the size through
+    assert (net.features_in, net.features_out) == (3, 5)
+    with pytest.raises(ValueError, match=r"^shapes cannot compose: Linear\(5, 4\) takes 4 features but the module "
+                                         r"before it produces 6$"):
+        Linear(5, 4) @ GELU() @ Linear(6, 3)
+    # after a reshape the input size is not the chain's
+    assert (Linear(2, 12) @ Flatten() @ Linear(4, 3)).features_in == 3
+    assert (Linear(2, 12) @ Flatten()).features_in is None
+    pair = TupleModule(Linear(4, 3), Linear(4, 3))
+    assert (pair.features_in, pair.features_out) == (3, 4)
+    assert TupleModule(Linear(4, 3), Linear(5, 3)).features_out is None  # outputs differ: unknown after
+    assert TupleModule(Linear(4, 3), Flatten()).features_in == 3
+    with pytest.raises(ValueError, match=r"^shapes cannot compose: the inputs of a tuple expect different feature "
+                                         r"sizes: Linear\(4, 3\) \(3\), Linear\(4, 5\) \(5\)$"):
+        TupleModule(Linear(4, 3), GELU(), Linear(4, 5))
+    assert (Embed(3, 5) + Embed(3, 7)).features_out == 3  # the sum of agreeing branches keeps their size
