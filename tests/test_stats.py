@@ -218,3 +218,100 @@ def test_results_table_script_renders_the_report(tmp_path):
                          timeout=120, check=True).stdout
     assert "| normed adam | 32 | 2^-2 | -2.00 [-2.00, -2.00] | 2.010 ± 0.010 | 3 |" in out
     assert "| normed adam | width 32 → 64 | +0.00 [+0.00, +0.00] | 0.000 [0.000, 0.000] | 3 |" in out
+
+
+# --- exact values for the statistics' corners (each derived by hand) ------------------------------------------
+
+
+def test_the_vertex_of_an_uneven_grid_and_its_value_are_the_parabolas():
+    x = np.array([0.0, 1.0, 3.0, 4.0])
+    parabola = (x - 1.2) ** 2 + 2.0  # lowest grid point x = 1; neighbours 0 and 3 (uneven spacing)
+    fit = vertices(x, parabola)
+    assert fit.log2_lr[0] == pytest.approx(1.2) and fit.value[0] == pytest.approx(2.0)
+    assert (fit.best[0], fit.edge_low[0], fit.edge_high[0]) == (1, False, False)
+
+
+def test_a_curve_without_a_point_beside_curves_with_one():
+    x = np.array([0.0, 1.0, 2.0])
+    fit = vertices(x, np.array([[np.nan, np.nan, np.nan], [3.0, 1.0, 2.0], [1.0, 2.0, 3.0]]))
+    assert np.isnan(fit.log2_lr[0]) and np.isnan(fit.value[0]) and fit.value.dtype == float
+    assert list(fit.best) == [-1, 1, 0] and list(fit.edge_low) == [False, False, True]
+    # through (0, 3), (1, 1), (2, 2): y = 1.5x² − 3.5x + 3, lowest at x = 7/6 with y = 3 − 3.5²/6
+    assert fit.log2_lr[1] == pytest.approx(7 / 6) and fit.value[1] == pytest.approx(3 - 3.5**2 / 6)
+    assert (fit.log2_lr[2], fit.value[2]) == (0.0, 1.0)  # at the edge: the best grid point itself
+
+
+def test_the_small_sample_factor_at_the_ends_of_its_table():
+    assert small_sample_factor(2) == pytest.approx(12.706 / 1.960 * np.sqrt(2))
+    assert small_sample_factor(30) == pytest.approx(2.045 / 1.960 * np.sqrt(30 / 29))
+    assert small_sample_factor(31) == pytest.approx(2.042 / 1.960 * np.sqrt(31 / 30))  # the table's last row
+    assert small_sample_factor(32) == pytest.approx(np.sqrt(32 / 31))  # the normal's 1.96 beyond it
+    with pytest.raises(ValueError, match=r"^an interval needs at least 2 seeds, got 1$"):
+        small_sample_factor(1)
+
+
+def test_an_interval_by_hand():
+    draws = np.arange(101.0)  # percentiles 2.5, 50 and 97.5: arms of 47.5 either side of the median
+    stretch = small_sample_factor(2)
+    assert interval(draws, 10.0, 2) == pytest.approx((10.0 - 47.5 * stretch, 10.0 + 47.5 * stretch))
+    low, high = interval(np.append(draws, [np.inf, np.nan]), 10.0, 2, open_low=True)
+    assert np.isnan(low) and high == pytest.approx(10.0 + 47.5 * stretch)  # non-finite draws are left out
+    assert all(np.isnan(interval(draws, 10.0, 1))) and all(np.isnan(interval(np.array([np.inf]), 10.0, 3)))
+    assert all(np.isnan(interval(draws, float("nan"), 3)))
+
+
+def test_mean_curves_and_resampled_means_by_hand():
+    values = np.array([[1.0, np.nan, np.inf, np.nan], [3.0, 5.0, 2.0, np.nan]])  # seeds × LRs
+    mean = mean_curve(values)
+    assert mean[0] == 2.0 and mean[1] == 5.0 and mean[2] == np.inf and np.isnan(mean[3])
+
+    class Fixed:  # a generator whose draws are chosen by hand: seed 0 twice, then each seed once
+        def multinomial(self, n, p, size):
+            return np.array([[2, 0], [1, 1], [0, 2]])[:size]
+
+    resampled = resampled_means(values, 3, Fixed())
+    assert resampled[0, 0] == 1.0 and np.isnan(resampled[0, 1]) and resampled[0, 2] == np.inf
+    assert resampled[1, 0] == 2.0 and resampled[1, 1] == 5.0 and resampled[1, 2] == np.inf
+    assert resampled[2, 0] == 3.0 and resampled[2, 1] == 5.0 and resampled[2, 2] == 2.0
+    assert np.isnan(resampled[:, 3]).all()  # no seed ran there
+
+
+def test_an_optimum_without_a_generator_is_reproducible_from_seed_0():
+    values = np.array([[3.0, 1.0, 2.5, 4.0], [3.2, 1.4, 2.0, 4.1], [2.9, 1.2, 2.2, 3.8]])
+    x = np.arange(4.0)
+    default = optimum(x, values, resamples=50)
+    seeded = optimum(x, values, resamples=50, rng=np.random.default_rng(0))
+    assert np.array_equal(default.resampled, seeded.resampled) and default.bounds() == seeded.bounds()
+    assert default.seeds == 3 and default.best == 1
+
+
+def test_an_interval_is_cut_to_the_grid_it_was_fitted_on():
+    x = np.arange(3.0)
+    wide = optimum(x, np.array([[1.0, 0.0, 1.0], [0.2, 0.0, 3.0], [3.0, 0.0, 0.2]]), resamples=200)
+    low, high = wide.bounds()  # the bootstrap's upper arm reaches 2.18 (seed 0): cut at the grid's top, 2
+    assert 0.0 <= low <= wide.log2_optimal_lr and high == 2.0
+
+
+def _optimum_at(best: int, seeds: int = 3, n: int = 5) -> object:
+    x = np.arange(float(n))
+    rows = [(x - best) ** 2 + 0.05 * k for k in range(seeds)]
+    return optimum(x, np.array(rows), resamples=100)
+
+
+def test_a_shift_between_an_edge_and_an_inner_optimum_is_open_on_the_right_side():
+    inner, low_edge, high_edge = _optimum_at(2), _optimum_at(0), _optimum_at(4)
+    point, low, high = shift(inner, high_edge)  # the large scale's optimum may lie further up
+    assert point == pytest.approx(2.0) and np.isfinite(low) and np.isnan(high)
+    point, low, high = shift(inner, low_edge)  # … or further down
+    assert point == pytest.approx(-2.0) and np.isnan(low) and np.isfinite(high)
+    point, low, high = shift(low_edge, inner)  # the small scale's edge opens the other side
+    assert point == pytest.approx(2.0) and np.isfinite(low) and np.isnan(high)
+    point, low, high = shift(inner, inner)  # no edge: both sides, within what the grids allow
+    assert point == pytest.approx(0.0) and -4.0 <= low <= 0.0 <= high <= 4.0
+
+
+def test_regret_at_the_first_lr_of_the_large_grid():
+    small, large = _optimum_at(0), _optimum_at(2)  # the small scale's best LR is the large grid's first
+    point, low, high = regret(small, large)
+    assert point == pytest.approx(4.0)  # (0 − 2)² + 0.05 at the tuned LR, minus the best mean 0.05
+    assert 0.0 <= low <= point <= high
