@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from modula_cli.plumbing.locks import HOST, OWNER_FILE
-from modula_cli.results.records import (FAILED, INTERRUPTED, PENDING, RUNNING, SKIPPED, Outcome, forget_launch,
-                                        is_finished, knobs_of, launch_counts, launch_record, mark_abandoned,
-                                        read_summary, record_failed_start, record_launch, summary_record,
-                                        swept_axes, write_summary)
+from modula_cli.results.records import (FAILED, INTERRUPTED, PENDING, RUNNING, SKIPPED, Outcome, collect,
+                                        forget_launch, is_finished, knobs_of, launch_counts, launch_record,
+                                        mark_abandoned, read_manifest, read_summary, record_failed_start,
+                                        record_launch, summary_record, swept_axes, write_summary)
 
 KNOBS = {"arch": "gpt", "data": "shakespeare", "optimizer": "adam", "mode": "normed", "width": 32, "lr": 0.1,
          "seed": 0}
@@ -169,3 +169,59 @@ def test_an_outcome_of_packed_members_says_packed():
     assert (packed.status, packed.packed, packed.members) == ("packed", True, tuple(members))
     single = Outcome.of(members[:1], packed=False)
     assert (single.status, single.packed, single.summary) == ("completed", False, members[0])
+
+
+def test_an_unreadable_summary_is_named_in_one_warning_and_counts_as_not_finished(tmp_path, caplog):
+    caplog.set_level("WARNING")
+    cases = {"corrupt": b"{not json", "latin": b'{"status": "\xff"}', "list": b"[1, 2]",
+             "bogus": b'{"status": "bogus"}', "empty": b""}
+    for name, content in cases.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "summary.json").write_bytes(content)
+        assert read_summary(tmp_path / name) is None, name
+    messages = [record.getMessage() for record in caplog.records]
+    assert len(messages) == 5
+    assert messages[0].startswith(f"{tmp_path / 'corrupt' / 'summary.json'} is corrupt (JSONDecodeError: ")
+    assert messages[0].endswith("); the run counts as not finished and is trained again")
+    assert messages[1].startswith(f"{tmp_path / 'latin' / 'summary.json'} is corrupt (UnicodeDecodeError: ")
+    assert messages[2] == (f"{tmp_path / 'list' / 'summary.json'} is not a modula-sweep run summary (a JSON list); "
+                           f"the run counts as not finished and is trained again")
+    assert messages[3] == (f"{tmp_path / 'bogus' / 'summary.json'} is not a modula-sweep run summary (a JSON dict "
+                           f"with status 'bogus'); the run counts as not finished and is trained again")
+    caplog.clear()
+    assert all(read_summary(tmp_path / name, warn=False) is None for name in cases) and not caplog.records
+    assert read_summary(tmp_path / "nothing") is None and not caplog.records  # no file: nothing to say
+
+
+def test_a_summary_names_its_schema_status_run_and_time(tmp_path):
+    before = time.time()
+    summary = summary_record("completed", tmp_path / "lr=0.5", {"lr": 0.5}, "fp", train_loss=1.5)
+    assert summary["schema"] >= 1 and (summary["status"], summary["run"], summary["lr"]) == ("completed", "lr=0.5", 0.5)
+    assert summary["train_loss"] == 1.5 and summary["fingerprint"] == "fp" and summary["written_at"] >= before
+    with pytest.raises(ValueError, match=r"^unknown run status 'done'; allowed: completed, "):
+        summary_record("done", tmp_path, {}, "fp")
+    (tmp_path / "r").mkdir()
+    write_summary(tmp_path / "r", {**summary, "path": tmp_path})  # not JSON itself: written as text
+    text = (tmp_path / "r" / "summary.json").read_text()
+    assert json.loads(text)["path"] == str(tmp_path) and text.startswith('{\n  "schema"')  # indented for people
+
+
+def test_a_corrupt_or_foreign_manifest_plans_nothing(tmp_path, caplog):
+    for content in ("{oops", '["a"]', '{"runs": []}'):
+        (tmp_path / "sweep.json").write_text(content)
+        assert read_manifest(tmp_path) == {"runs": {}, "launches": {}}
+    (tmp_path / "sweep.json").write_text('{"runs": {"a": {}}}')
+    assert read_manifest(tmp_path) == {"runs": {"a": {}}, "launches": {}}
+    assert "is corrupt" in caplog.text and "its planned runs are ignored (finished runs still count)" in caplog.text
+
+
+def test_the_table_of_a_sweep_folder(tmp_path):
+    record_launch(tmp_path, "L", {"done": {**KNOBS, "width": 64}, "queued": {**KNOBS, "width": 32}})
+    _summary(tmp_path / "done", "completed", launch="L", train_loss=1.25)
+    (tmp_path / "done" / "config.yaml").write_text("arch: {name: gpt}\n")
+    (tmp_path / "stray").mkdir()  # a folder without a summary is no run
+    frame = collect(tmp_path).set_index("run")
+    assert sorted(frame.index) == ["done", "queued"]
+    assert (frame.loc["done", "status"], frame.loc["done", "train_loss"]) == ("completed", 1.25)
+    assert frame.loc["queued", "status"] == "pending" and frame.loc["queued", "width"] == 32
+    assert set(frame["axes"]) == {"width"} and set(frame["variant"]) == {"modular"}  # runs from before variants
