@@ -39,7 +39,7 @@ from typing import Any
 
 from hydra.core.override_parser.types import Override
 from hydra.errors import OverrideParseException
-from omegaconf import OmegaConf
+from omegaconf import OmegaConf, open_dict
 
 from .config import CONFIG_DIR
 from .plumbing.atomic import folder_problem
@@ -205,6 +205,30 @@ def check_command_line(overrides: Sequence[str], config_dirs: Sequence[Path], ex
     if where and (problem := folder_problem(str(where))):
         raise UsageError(f"cannot write the output folder {where} ({key}): {problem}; choose another with "
                          f"{key}=FOLDER")
+    if not sweeping and config_name == "config":  # a sweep's grid is checked by the sweep, point by point
+        _check_values(cfg, [o for o in overrides if not o.lstrip("+~").startswith("hydra.")])
+
+
+def _check_values(cfg: Any, overrides: list[str]) -> None:
+    """A single run's values, checked before Hydra starts it (as the run checks them again): a bad value is
+    one line, with no run folder made and without Hydra's start-up. A config this cannot read is left to the
+    run."""
+    from .config.resolvers import register_config
+    from .config.validate import ConfigError, check_config
+
+    register_config()
+    with open_dict(cfg):
+        del cfg["hydra"]  # what the run sees: the job's config
+    try:
+        check_config(cfg, overrides)
+    except ConfigError as error:
+        print(f"{Path(sys.argv[0]).name}: {error}", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        # Nothing is open or written yet, and tearing down an interpreter that imported torch takes longer than
+        # the check itself (0.6 s of 2 on a 2-core CPU): leave at once, with the status a bad value has.
+        os._exit(1)
+    except Exception:  # noqa: BLE001 - e.g. an interpolation only Hydra's run resolves
+        return
 
 
 # --- entry points -----------------------------------------------------------------------------------------
