@@ -521,7 +521,7 @@ def one_line_errors(program: str, run_dir: Path) -> Iterator[None]:
     try:
         yield
     except ONE_LINE_ERRORS as error:
-        remove_if_empty(run_dir)
+        remove_if_empty(run_dir, up_to=Path.cwd())  # and outputs/runs/ when this run made it
         raise SystemExit(f"{program}: {error}") from None
 
 
