@@ -1,11 +1,14 @@
 """Performance benchmark, every number measured side by side in one process.
 
 1. modes: whole training step (loss and gradient → base optimiser → mode map → update) on the real
-   model and optimiser code with synthetic batches, ms/step and the ratios normed ÷ unnormed and
-   dualized ÷ unnormed, for ResMLP (width 64, 8 blocks) and GPT (--gpt-widths).
-2. compile: torch.compile of the model step and the optimiser update vs eager, per mode, with the
-   dualize overhead predicted from FLOPs (orthogonalisation FLOPs ÷ the model step's 6 · parameters ·
-   tokens; for a square d × d matrix that is Newton–Schulz steps × d ÷ tokens per step).
+   model and optimiser code with synthetic batches, ms/step and the ratios normed ÷ unnormed,
+   dualized ÷ unnormed and manifold ÷ dualized, under each variant (--variants), and each mode's
+   paper ÷ modular step time, for ResMLP (width 64, 8 blocks) and GPT (--gpt-widths). Every
+   configuration of a network runs in the same rounds; a ratio is the median of the rounds' ratios with
+   a 90 % bootstrap interval.
+2. compile: torch.compile of the model step, then of the model step and the optimiser update, vs eager,
+   per mode, with the dualize overhead predicted from FLOPs (orthogonalisation FLOPs ÷ the model step's
+   6 · parameters · tokens; for a square d × d matrix that is Newton–Schulz steps × d ÷ tokens per step).
 3. ortho: each GPT's orthogonalisation (one batched call per matrix shape, as dualized training makes
    it) against its FLOP lower bound: 3 matmuls per polynomial step at the measured matmul rate; the
    iteration in bfloat16 on CUDA (optim.ortho_dtype=auto), with its float32 time beside it.
@@ -15,6 +18,8 @@
 
     python scripts/bench.py                  # CPU, or CUDA when present
     python scripts/bench.py --gpu --out bench_gpu.txt   # the GPU tables (64k tokens per step, bf16)
+    python scripts/bench.py --tables modes --gpt-widths 128 --gpt-depth 2 --batch-size 64 --steps 4 --repeats 15
+                                             # the variants' step time (docs/performance.md)
     python scripts/bench.py --defaults       # every architecture at its config defaults
     python scripts/bench.py --tables pack    # one section only (modes, compile, ortho, pack, throughput)
 
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import statistics
 import time
 from collections import Counter
 from pathlib import Path
@@ -35,6 +41,7 @@ from omegaconf import OmegaConf
 
 from modula_cli.config import CONFIG_DIR
 from modula_cli.models import build_model
+from modula_cli.models.variant import VARIANTS
 from modula_cli.nn import orthogonalize
 from modula_cli.nn.orthogonalize import DEFAULT_STEPS, iteration_dtype
 from modula_cli.optim import OptimConfig, init_state, optimizer_step
@@ -44,6 +51,9 @@ MODES = ("unnormed", "normed", "dualized", "manifold")
 COMPILED_MODES = ("unnormed", "normed", "dualized")  # manifold's dual ascent stops on a host-side test
 TABLES = ("modes", "compile", "ortho", "pack", "throughput")
 ORTHO_STEPS = DEFAULT_STEPS["polar_express"]
+# what each variant's YAML sets in optim (configs/variant/*.yaml)
+VARIANT_OPTIM = {name: dict(OmegaConf.load(CONFIG_DIR / "variant" / f"{name}.yaml").get("optim", {}))
+                 for name in VARIANTS}
 OUT: Path | None = None  # --out: every emitted line is appended here as well
 
 
@@ -63,12 +73,13 @@ def fake_data(arch_name: str, context: int) -> SimpleNamespace:
 _STEP_FUNCTIONS: dict[tuple, tuple] = {}
 
 
-def step_function(arch: dict, data: SimpleNamespace, device: str, pack: int, bf16: bool, compile: bool) -> tuple:
+def step_function(arch: dict, data: SimpleNamespace, device: str, pack: int, bf16: bool, compile: bool,
+                  variant: str = "paper") -> tuple:
     """The network and its loss-and-gradient function, shared by every bench of the same configuration: the
     modes of one comparison differ only in the update, so the model step is compiled once, not per mode."""
-    key = (repr(sorted(arch.items())), repr(sorted(vars(data).items())), device, pack, bf16, compile)
+    key = (repr(sorted(arch.items())), repr(sorted(vars(data).items())), device, pack, bf16, compile, variant)
     if key not in _STEP_FUNCTIONS:
-        net = build_model(OmegaConf.create(arch), data)
+        net = build_model(OmegaConf.create(arch), data, VARIANTS[variant])
 
         def loss_and_grads(w, x, y):
             if pack:  # one shared batch for the K stacked networks (a view)
@@ -81,26 +92,40 @@ def step_function(arch: dict, data: SimpleNamespace, device: str, pack: int, bf1
     return _STEP_FUNCTIONS[key]
 
 
+_INITIAL: dict[tuple, list] = {}
+
+
+def initial_weights(net, arch: dict, data: SimpleNamespace, variant: str, device: str) -> list:
+    """Seed 0's weights, drawn once per network and variant: the modes of a comparison start from the same
+    ones, and a wide GPT's orthogonal initialisation (on the CPU) costs seconds each time."""
+    key = (repr(sorted(arch.items())), repr(sorted(vars(data).items())), variant, device)
+    if key not in _INITIAL:
+        _INITIAL[key] = net.initialize(0, device=device)
+    return _INITIAL[key]
+
+
 class StepBench:
     """One training configuration, built and warmed up once; ``run(steps)`` times a block of steps.
 
-    ``pack=K`` trains K LRs at once as a stacked ensemble; ``compile`` runs the loss-and-gradient and the
-    optimiser update through torch.compile (compiled in the warm-up); ``bf16`` runs the forward pass under
-    bfloat16 autocast, as ``train.dtype=bfloat16`` does."""
+    ``pack=K`` trains K LRs at once as a stacked ensemble; ``compile`` runs the loss-and-gradient through
+    torch.compile, and the optimiser update too unless ``compile_update`` is False (compiled in the warm-up);
+    ``bf16`` runs the forward pass under bfloat16 autocast, as ``train.dtype=bfloat16`` does."""
 
     def __init__(self, arch: dict, optimizer: str, mode: str, args, pack: int = 0, compile: bool = False,
-                 bf16: bool | None = None, batch_size: int | None = None):
+                 bf16: bool | None = None, batch_size: int | None = None, variant: str = "paper",
+                 compile_update: bool | None = None):
         device, context = args.device, args.context
         batch_size = batch_size or args.batch_size
         bf16 = args.bf16 if bf16 is None else bf16
         data = fake_data(arch["name"], context)
-        self.net, self.compute = step_function(arch, data, device, pack, bf16, compile)
-        weights = self.net.initialize(0, device=device)
+        self.net, self.compute = step_function(arch, data, device, pack, bf16, compile, variant)
+        weights = [w.clone() for w in initial_weights(self.net, arch, data, variant, device)]
         lrs = [1e-3 * 2**k for k in range(pack)] if pack else None
         if pack:
             weights = [w.unsqueeze(0).repeat(pack, *([1] * w.ndim)) for w in weights]
         self.weights = [w.requires_grad_() for w in weights]
-        self.cfg = OptimConfig(name=optimizer, mode=mode, lr=lrs or 1e-3, schedule="constant")
+        self.cfg = OptimConfig(name=optimizer, mode=mode, lr=lrs or 1e-3, schedule="constant",
+                               **VARIANT_OPTIM[variant])
         self.state = init_state(self.weights, self.cfg)
         self.base_lr = torch.tensor(lrs, device=device) if pack else None
         if data.kind == "language":
@@ -109,7 +134,8 @@ class StepBench:
         else:
             self.x = torch.randn(batch_size, *data.input_shape, device=device)
             self.y = torch.randint(0, data.num_classes, (batch_size,), device=device)
-        self.compile, self.device, self.t = compile, device, 0
+        self.compile_update = compile if compile_update is None else compile_update
+        self.device, self.t = device, 0
         self.tokens = batch_size * context if data.kind == "language" else batch_size
         self.run(3)  # warm-up (and compilation)
 
@@ -120,25 +146,47 @@ class StepBench:
         for _ in range(steps):
             grads = self.compute(self.weights, self.x, self.y)
             optimizer_step(self.net, self.weights, grads, self.state, self.cfg, self.t, 10**9,
-                           base_lr=self.base_lr, compile=self.compile)
+                           base_lr=self.base_lr, compile=self.compile_update)
             self.t += 1
         synchronize(self.device)
         return (time.perf_counter() - start) / steps
 
 
-def best_times(benches: dict[str, StepBench], args) -> dict[str, float]:
-    """Seconds per step of each configuration: blocks of ``args.steps`` steps, the configurations taking
-    turns ``args.repeats`` times, best block kept, so drifting machine load hits all of them alike."""
-    best = dict.fromkeys(benches, math.inf)
+def interleaved_times(benches: dict, args) -> dict:
+    """Seconds per step of each configuration in each of ``args.repeats`` rounds: in a round the configurations
+    take turns running a block of ``args.steps`` steps, so drifting machine load hits all of them alike."""
+    times: dict = {key: [] for key in benches}
     for _ in range(args.repeats):
         for key, bench in benches.items():
-            best[key] = min(best[key], bench.run(args.steps))
-    return best
+            times[key].append(bench.run(args.steps))
+    return times
 
 
-def timing_line(args, batch_size: int | None = None) -> str:
+def best_times(benches: dict, args) -> dict:
+    """Seconds per step of each configuration: its best block over the interleaved rounds."""
+    return {key: min(blocks) for key, blocks in interleaved_times(benches, args).items()}
+
+
+def paired_ratio(numerator: list[float], denominator: list[float], draws: int = 2000) -> tuple[float, float, float]:
+    """The median over rounds of numerator ÷ denominator measured in the same round (blocks run next to each
+    other, so load that drifts between rounds cancels), with a 90 % bootstrap interval of that median."""
+    ratios = torch.tensor(numerator, dtype=torch.float64) / torch.tensor(denominator, dtype=torch.float64)
+    picks = torch.randint(len(ratios), (draws, len(ratios)), generator=torch.Generator().manual_seed(0))
+    medians = ratios[picks].median(dim=1).values
+    low, high = torch.quantile(medians, torch.tensor([0.05, 0.95], dtype=torch.float64)).tolist()
+    return ratios.median().item(), low, high
+
+
+def ratio_text(ratio: tuple[float, float, float]) -> str:
+    return f"{ratio[0]:.3f} [{ratio[1]:.3f}, {ratio[2]:.3f}]"
+
+
+def timing_line(args, batch_size: int | None = None, rounds: bool = False) -> str:
+    """The setting of a table. Tables without a variant column time the default variant, paper (modular
+    before 2026-11-26)."""
+    blocks = f"{args.repeats} interleaved rounds" if rounds else f"best of {args.repeats} interleaved blocks"
     return (f"{device_name(args)}, batch {batch_size or args.batch_size}, context {args.context}"
-            f"{', bfloat16 autocast' if args.bf16 else ''}, best of {args.repeats} interleaved blocks of "
+            f"{', bfloat16 autocast' if args.bf16 else ''}{'' if rounds else ', variant paper'}, {blocks} of "
             f"{args.steps} steps after 3 warm-up steps")
 
 
@@ -206,34 +254,77 @@ def load_arch(name: str, **changes) -> dict:
     return arch
 
 
+def gpt_arch(width: int, args) -> dict:
+    """The GPT of the modes, compile, ortho and throughput tables: --gpt-depth blocks, --gpt-heads heads
+    (default the config's, 8 from width 768 as in the paper)."""
+    return load_arch("gpt", width=width, depth=args.gpt_depth, heads=args.gpt_heads or (8 if width >= 768 else None))
+
+
 def mode_table(cases: list[tuple[str, dict]], optimizers: list[str], args) -> None:
-    emit(f"\nmode overhead on {timing_line(args)}")
-    emit(f"{'arch':<14}{'width':>6}{'depth':>6}{'optim':>6}" + "".join(f"{m + ' ms':>14}" for m in MODES)
-          + f"{'normed/un':>11}{'dualized/un':>13}{'manifold/dual':>15}")
+    """Every mode under every variant, all interleaved in one set of rounds per network; then each mode's
+    paper ÷ modular step time (the default variant's cost against the other's)."""
+    emit(f"\nmode overhead on {timing_line(args, rounds=True)}; ms: median block; ratios: median of the rounds' "
+         f"ratios [90 % bootstrap interval]")
+    emit(f"{'arch':<14}{'width':>6}{'depth':>6}{'optim':>6}{'variant':>9}" + "".join(f"{m + ' ms':>14}" for m in MODES)
+         + f"{'normed/un':>25}{'dualized/un':>25}{'manifold/dual':>25}")
+    variants = args.variants.split(",")
     for name, arch in cases:
         for optimizer in optimizers:
-            times = best_times({m: StepBench(arch, optimizer, m, args) for m in MODES}, args)
-            emit(f"{name:<14}{arch['width']:>6}{arch['depth']:>6}{optimizer:>6}"
-                 + "".join(f"{1e3 * times[m]:>14.1f}" for m in MODES)
-                 + f"{times['normed'] / times['unnormed']:>11.2f}{times['dualized'] / times['unnormed']:>13.2f}"
-                 + f"{times['manifold'] / times['dualized']:>15.2f}")
+            benches = {(v, m): StepBench(arch, optimizer, m, args, variant=v) for v in variants for m in MODES}
+            times = interleaved_times(benches, args)
+            start = f"{name:<14}{arch['width']:>6}{arch['depth']:>6}{optimizer:>6}"
+            for v in variants:
+                ratios = [paired_ratio(times[(v, a)], times[(v, b)])
+                          for a, b in (("normed", "unnormed"), ("dualized", "unnormed"), ("manifold", "dualized"))]
+                emit(f"{start}{v:>9}" + "".join(f"{1e3 * statistics.median(times[(v, m)]):>14.1f}" for m in MODES)
+                     + "".join(f"{ratio_text(r):>25}" for r in ratios))
+            if {"modular", "paper"} <= set(variants):  # each mode's step under the default variant ÷ the other's
+                emit(f"{'':<14}paper ÷ modular step time: " + ", ".join(
+                    f"{m} {ratio_text(paired_ratio(times[('paper', m)], times[('modular', m)]))}" for m in MODES))
+
+
+COMPILE_LEVELS = {"eager": (False, False), "model": (True, False), "model+update": (True, True)}
 
 
 def compile_table(cases: list[tuple[str, dict]], args) -> None:
-    emit(f"\ntorch.compile (model step and optimiser update) vs eager, Adam, ms/step; {timing_line(args)}")
-    emit(f"{'arch':<14}{'width':>6}{'mode':>10}{'eager':>10}{'compiled':>10}{'speed-up':>10}"
-         f"{'eager mode/un':>15}{'compiled mode/un':>18}{'dualize est.':>14}")
+    """Eager against the model step compiled, and against the model step and the optimiser update compiled. A
+    level that fails to compile (Inductor on torch 2.11 on an H100 failed on the update) is reported and
+    the others are still measured."""
+    emit(f"\ntorch.compile vs eager, Adam, ms/step: the model step compiled, then the optimiser update too; "
+         f"{timing_line(args)}")
+    emit(f"{'arch':<14}{'width':>6}{'mode':>10}" + "".join(f"{level + ' ms':>18}" for level in COMPILE_LEVELS)
+         + f"{'model speed-up':>16}{'all speed-up':>14}"
+         + "".join(f"{level + ' mode/un':>22}" for level in COMPILE_LEVELS)
+         + f"{'dualize est.':>14}")
     for name, arch in cases:
         torch._dynamo.reset()  # a fresh recompile budget for this architecture's three modes
-        benches = {(m, c): StepBench(arch, "adam", m, args, compile=c) for m in COMPILED_MODES
-                   for c in (False, True)}
+        benches, failed = {}, set()
+        levels = {level: flags for level, flags in COMPILE_LEVELS.items() if args.compile_update or not flags[1]}
+        for level, (model, update) in levels.items():
+            for mode in COMPILED_MODES:
+                if level in failed:
+                    continue
+                try:
+                    benches[(mode, level)] = StepBench(arch, "adam", mode, args, compile=model, compile_update=update)
+                except Exception as error:  # noqa: BLE001 - a compiler bug ends this level, not the table
+                    failed.add(level)
+                    emit(f"# {name} {arch['width']} {mode}: compiling '{level}' failed: {type(error).__name__}: "
+                         f"{str(error).strip().splitlines()[0][:300] if str(error).strip() else ''}")
+        benches = {key: bench for key, bench in benches.items() if key[1] not in failed}  # not timed half
         times = best_times(benches, args)
-        estimate = dualize_estimate(benches[("dualized", False)])
+        estimate = dualize_estimate(benches[("dualized", "eager")])
+
+        def cell(mode: str, level: str, width: int, value=lambda t: f"{1e3 * t:.1f}") -> str:
+            missing = "failed" if level in failed else "-"
+            return f"{value(times[(mode, level)]) if (mode, level) in times else missing:>{width}}"
+
         for mode in COMPILED_MODES:
-            eager, compiled = times[(mode, False)], times[(mode, True)]
-            emit(f"{name:<14}{arch['width']:>6}{mode:>10}{1e3 * eager:>10.1f}{1e3 * compiled:>10.1f}"
-                 f"{eager / compiled:>9.2f}x{eager / times[('unnormed', False)]:>15.2f}"
-                 f"{compiled / times[('unnormed', True)]:>18.2f}"
+            eager = times[(mode, "eager")]
+            emit(f"{name:<14}{arch['width']:>6}{mode:>10}" + "".join(cell(mode, level, 18) for level in COMPILE_LEVELS)
+                 + cell(mode, "model", 16, lambda t: f"{eager / t:.2f}x") + cell(mode, "model+update", 14,
+                                                                               lambda t: f"{eager / t:.2f}x")
+                 + "".join(cell(mode, level, 22, lambda t, level=level: f"{t / times[('unnormed', level)]:.2f}")
+                           if ("unnormed", level) in times else cell("unnormed", level, 22) for level in COMPILE_LEVELS)
                  + (f"{1 + estimate:>14.3f}" if mode == "dualized" else f"{'':>14}"))
 
 
@@ -248,7 +339,7 @@ def ortho_table(widths: list[int], args) -> None:
     emit(f"{'width':>6}{'shape':>14}{'count':>7}{'GFLOP':>9}{'bound ms':>10}{'ms':>9}{'÷ bound':>9}"
          f"{'fp32 ms':>10}{'fp32 ÷ it':>11}")
     for width in widths:
-        arch = load_arch("gpt", width=width, heads=8 if width >= 768 else None)
+        arch = gpt_arch(width, args)
         net = build_model(OmegaConf.create(arch), fake_data("gpt", args.context))
         weights = net.initialize(0, device=args.device)
         totals = [0.0, 0.0, 0.0]
@@ -284,7 +375,8 @@ def packing_table(cases: list[tuple[str, dict]], args) -> None:
 
 
 def throughput_table(widths: list[int], args) -> None:
-    """GPT tokens/s for float32 and bfloat16 autocast, eager and compiled; MFU where a peak is known."""
+    """GPT tokens/s for float32 and bfloat16 autocast, eager (and compiled unless --no-compile); MFU where a
+    peak is known."""
     peaks = {f"MFU@{args.peak_tflops:g}": args.peak_tflops * 1e12} if args.peak_tflops else {}
     if is_cuda(args.device):
         peaks["MFU@measured"] = matmul_rate(args.device, torch.bfloat16, args.matmul_size)
@@ -292,10 +384,10 @@ def throughput_table(widths: list[int], args) -> None:
          + "".join(f"; {key} = 6 · parameters · tokens/s ÷ {peak / 1e12:.0f} TFLOP/s" for key, peak in peaks.items()))
     emit(f"{'width':>6}{'dtype':>10}{'compiled':>10}{'tokens/s':>14}" + "".join(f"{key:>16}" for key in peaks))
     for width in widths:
-        arch = load_arch("gpt", width=width, heads=8 if width >= 768 else None)
+        arch = gpt_arch(width, args)
         torch._dynamo.reset()
         benches = {(bf16, c): StepBench(arch, "adam", "normed", args, compile=c, bf16=bf16)
-                   for bf16 in (False, True) for c in (False, True)}
+                   for bf16 in (False, True) for c in ((False, True) if args.compile else (False,))}
         params = sum(w.numel() for w in benches[(False, False)].weights)
         for (bf16, compile), seconds in best_times(benches, args).items():
             tokens = args.batch_size * args.context / seconds
@@ -303,17 +395,18 @@ def throughput_table(widths: list[int], args) -> None:
                  + "".join(f"{6 * params * tokens / peak:>16.1%}" for peak in peaks.values()))
 
 
-GPU_PRESET = dict(tables="compile,ortho,pack,throughput", gpt_widths=[128, 768, 2048], tokens_per_step=65536,
-                  context=256, bf16=True, pack_widths=[64, 256], pack_batch_size=64, pack_compile=True)
+# compile last: Inductor on torch 2.11 failed compiling the update on an H100, which ended the first GPU run's bench
+GPU_PRESET = dict(tables="modes,ortho,throughput,pack,compile", gpt_widths=[128, 768, 2048], tokens_per_step=65536,
+                  context=256, bf16=True, pack_widths=[64, 256], pack_batch_size=64, steps=4, repeats=5)
 
 
 def main() -> None:
     global OUT
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gpu", action="store_true",
-                        help="the GPU tables: GPT widths 128, 768, 2048 at 65 536 tokens per step (context 256), "
-                             "bfloat16 autocast, packed GPT widths 64 and 256 compiled (batch 64); flags after "
-                             "it still apply")
+                        help="the GPU tables, compile last: GPT widths 128, 768, 2048 at 65 536 tokens per step "
+                             "(context 256), bfloat16 autocast, packed GPT widths 64 and 256 (batch 64), 5 rounds "
+                             "of 4 steps; flags after it still apply")
     parser.add_argument("--defaults", action="store_true", help="every architecture at its config defaults")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--tokens-per-step", type=int, help="GPT batch size = this ÷ context (overrides --batch-size)")
@@ -321,15 +414,24 @@ def main() -> None:
     parser.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=False,
                         help="bfloat16 autocast in every table (throughput has both)")
     parser.add_argument("--steps", type=int, default=10, help="steps per timed block")
-    parser.add_argument("--repeats", type=int, default=3, help="timed blocks per configuration (best kept)")
+    parser.add_argument("--repeats", type=int, default=3, help="rounds in which the configurations take turns "
+                        "running a block (modes: medians of the rounds' ratios; other tables: the best block)")
     parser.add_argument("--gpt-widths", type=int, nargs="+", help="GPT widths of modes, compile, ortho, throughput "
                         "(default 128 768)")
+    parser.add_argument("--gpt-depth", type=int, help="GPT blocks (default the config's, 3)")
+    parser.add_argument("--gpt-heads", type=int, help="GPT heads (default the config's 4; 8 from width 768)")
+    parser.add_argument("--variants", default="modular,paper",
+                        help=f"variants of the modes table, comma-separated (allowed: {', '.join(VARIANTS)})")
     parser.add_argument("--skip-gpt768", action="store_true", help="GPT width 128 only (768 is slow on CPU)")
     parser.add_argument("--pack", type=int, default=8)
     parser.add_argument("--pack-widths", type=int, nargs="+", default=[32], help="GPT widths of the pack table")
     parser.add_argument("--pack-batch-size", type=int, help="batch of one run in the pack table (default --batch-size)")
     parser.add_argument("--pack-compile", action=argparse.BooleanOptionalAction, default=False,
                         help="compile both sides of the pack table")
+    parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True,
+                        help="the throughput table's compiled rows (--no-compile: eager only)")
+    parser.add_argument("--compile-update", action=argparse.BooleanOptionalAction, default=True,
+                        help="the compile table's column with the optimiser update compiled too")
     parser.add_argument("--run-steps", type=int, default=10000, help="steps of one run, for runs per hour")
     parser.add_argument("--peak-tflops", type=float, help="peak for MFU (default on CUDA 989, H100 dense bf16)")
     parser.add_argument("--matmul-size", type=int, help="side of the matmul whose rate is measured "
@@ -345,6 +447,8 @@ def main() -> None:
     tables = set(args.tables.split(","))
     if unknown := tables - set(TABLES):
         parser.error(f"--tables: unknown {sorted(unknown)}; allowed: {', '.join(TABLES)}")
+    if unknown := set(args.variants.split(",")) - set(VARIANTS):
+        parser.error(f"--variants: unknown {sorted(unknown)}; allowed: {', '.join(VARIANTS)}")
     if args.tokens_per_step:
         if args.tokens_per_step % args.context:
             parser.error(f"--tokens-per-step {args.tokens_per_step} is not a multiple of --context {args.context}")
@@ -359,7 +463,7 @@ def main() -> None:
         mode_table(cases, ["adam", "sgd"], args)
         return
     widths = args.gpt_widths or ([128] if args.skip_gpt768 else [128, 768])
-    gpts = [("gpt", load_arch("gpt", width=w, heads=8 if w >= 768 else None)) for w in widths]
+    gpts = [("gpt", gpt_arch(w, args)) for w in widths]
     resmlp = ("resmlp", load_arch("resmlp", width=64, depth=8))
     pack_cases = [("gpt", load_arch("gpt", width=w)) for w in args.pack_widths]
     run_table = {  # in the order given: a run cut short by a time limit loses the last ones

@@ -234,6 +234,20 @@ def test_functional_attention_masking_scale_and_leading_axes(causal: bool):
     assert close(packed, attend(qq, kk, vv, 1 / 4, causal))
 
 
+@pytest.mark.parametrize("causal", [True, False])
+def test_functional_attention_with_an_input_scale_is_the_attention_of_scaled_q_k_v(causal: bool):
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(3, 2, 3, 5, 4, generator=g, dtype=F64) for _ in range(3))  # packed: 3 members
+    fused = FunctionalAttention(causal=causal, scale=0.7, input_scale=1 / 3)
+    assert close(fused((q, k, v), []), attend(q / 3, k / 3, v / 3, 0.7, causal))
+    assert fused.sensitivity == pytest.approx(1 / 3) and FunctionalAttention().sensitivity == 1.0
+    assert fused.describe() == "FunctionalAttention(q, k, v × 0.3333)"
+    for bad in (0, -1.0, math.inf, math.nan, True, "1/3"):
+        with pytest.raises(ValueError, match=exactly(
+                f"FunctionalAttention needs a positive, finite input_scale, got {bad!r}")):
+            FunctionalAttention(input_scale=bad)
+
+
 def test_functional_attention_is_causal_by_default():
     g = torch.Generator().manual_seed(4)
     q, k, v = (torch.randn(1, 1, 4, 3, generator=g, dtype=F64) for _ in range(3))

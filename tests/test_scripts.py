@@ -3,6 +3,7 @@ as its user runs it: a subprocess (their numbers live in docs/, not in tests). T
 scripts/: they are not part of the package."""
 
 import ast
+import os
 import re
 import subprocess
 import sys
@@ -20,24 +21,67 @@ def run(script: Path, *args: str, timeout: int = 120) -> subprocess.CompletedPro
 
 
 @pytest.mark.slow
-def test_bench_prints_mode_ratios_and_packed_speed_up():
+def test_bench_prints_mode_ratios_per_variant_and_packed_speed_up():
     result = subprocess.run(
         [sys.executable, str(SCRIPTS / "bench.py"), "--tables", "modes,pack", "--skip-gpt768", "--steps", "1",
          "--batch-size", "2", "--context", "8", "--pack", "2"],
         capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    mode_rows = [line.split() for line in lines if line.startswith(("resmlp", "gpt")) and len(line.split()) == 11]
-    assert [row[:2] for row in mode_rows] == [["resmlp", "64"], ["gpt", "128"]]  # 4 modes' ms and 3 ratios
-    assert all(float(value) > 0 for row in mode_rows for value in row[4:])
+    # arch, width, depth, optim, variant, 4 modes' ms, 3 ratios as "median [low, high]"
+    mode_rows = [line.split() for line in lines if line.startswith(("resmlp", "gpt")) and len(line.split()) == 18]
+    assert [row[:5] for row in mode_rows] == [[arch, width, depth, "adam", variant]
+                                             for arch, width, depth in (("resmlp", "64", "8"), ("gpt", "128", "3"))
+                                             for variant in ("modular", "paper")]
+    for row in mode_rows:
+        assert all(float(value) > 0 for value in row[5:9])
+        for median, low, high in (row[9 + 3 * i: 12 + 3 * i] for i in range(3)):
+            assert float(low.strip("[,")) <= float(median) <= float(high.strip("]"))
+    compared = [line for line in lines if "paper ÷ modular step time:" in line]
+    assert len(compared) == 2 and all(f"{mode} " in line for line in compared
+                                      for mode in ("unnormed", "normed", "dualized", "manifold"))
     packed_rows = [line.split() for line in lines if line.rstrip().endswith("x")]
     assert [row[:2] for row in packed_rows] == [["resmlp", "64"], ["gpt", "32"]]
 
 
-def test_bench_rejects_an_unknown_table():
+@pytest.mark.slow
+def test_the_loop_study_times_loop_and_step_per_variant(tiny_text_root):
+    result = subprocess.run(
+        [sys.executable, str(STUDIES / "loop_overhead" / "bench_loop.py"), "--width", "16", "--depth", "1",
+         "--batch-size", "2", "--context", "8", "--steps", "7", "--warmup", "2", "--repeats", "1",
+         "--variants", "modular,paper", "--modes", "unnormed,normed"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "MODULA_DATA": str(tiny_text_root)})
+    assert result.returncode == 0, result.stderr
+    rows = [line.split() for line in result.stdout.splitlines() if line.startswith(("loop", "step"))]
+    assert [row[:2] for row in rows] == [[kind, variant] for kind in ("loop", "step")
+                                         for variant in ("modular", "paper", "pap/mod")]
+    for row in rows:
+        values = [float(value) for value in row[2:]]
+        assert len(values) == (2 if row[1] == "pap/mod" else 3) and all(value > 0 for value in values)
+    bad = run(STUDIES / "loop_overhead" / "bench_loop.py", "--modes", "normed,unnormd")
+    assert bad.returncode == 2 and "--modes: unknown ['unnormd']; allowed: unnormed, normed" in bad.stderr
+
+
+def test_the_gpu_plan_refuses_an_unknown_stage_or_table_before_anything(tmp_path):
+    script = SCRIPTS / "gpu_session.sh"
+    for env, stage, message in (({"PLAN_TABLES": "modes bogus"}, "plan",
+                                  "unknown PLAN_TABLES entry bogus; allowed: modes, mfu, pack, compile"),
+                                 ({"PLAN_TABLES": "*"}, "plan", "unknown PLAN_TABLES entry *;"),
+                                 ({}, "benchmark", "unknown stage benchmark; allowed: plan, tests, bench")):
+        out = tmp_path / "out"
+        result = subprocess.run(["bash", str(script), stage], capture_output=True, text=True, timeout=60,
+                                env={**os.environ, "OUT": str(out), **env})
+        assert result.returncode == 2 and message in result.stderr, result.stderr
+        assert not out.exists()  # refused before the install and before any file
+
+
+def test_bench_rejects_an_unknown_table_or_variant():
     result = subprocess.run([sys.executable, str(SCRIPTS / "bench.py"), "--tables", "modes,speed"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "unknown ['speed']" in result.stderr
+    result = subprocess.run([sys.executable, str(SCRIPTS / "bench.py"), "--variants", "paper,papr"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "--variants: unknown ['papr']; allowed: modular, paper" in result.stderr
 
 
 def _coord_folder(folder: Path, own_slope: float) -> Path:

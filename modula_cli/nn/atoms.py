@@ -54,6 +54,10 @@ class MatrixAtom(Atom):
     def natural_scale(self) -> float:
         return self.polar_scale if self.init_std is None else 1.0
 
+    def factor_on_weight(self, x: Tensor, weight: Tensor) -> bool:
+        # the output has d_out numbers for every d_in of the input (a large vocabulary's readout: far more)
+        return weight.numel() * self.d_in <= x.numel() * self.d_out
+
     def atom_norm(self, weight: Tensor) -> float:
         sigma = exact_spectral_norm(self.matrices(weight)).max()
         return float(sigma) / self.polar_scale
@@ -184,6 +188,10 @@ class Embed(Atom):
         members = weight.shape[0]
         offsets = torch.arange(members, device=x.device).reshape(members, *([1] * (x.ndim - 1)))
         return F.embedding(x + offsets * self.num_embed, weight.reshape(-1, self.d_embed))
+
+    def factor_on_weight(self, x: Tensor, weight: Tensor) -> bool:
+        # a lookup's output has d_embed numbers per index: a large vocabulary's table can outweigh a batch
+        return weight.numel() <= x.numel() * self.d_embed
 
     def init_weight(self, generator: torch.Generator) -> Tensor:
         vectors = torch.randn(self.num_embed, self.d_embed, generator=generator)

@@ -78,21 +78,33 @@ class LayerNorm(Bond):
 
 
 class FunctionalAttention(Bond):
-    """``softmax(q kᵀ · scale + mask) v`` on (batch, heads, tokens, d); scale defaults to 1/d_q."""
+    """``softmax(q kᵀ · scale + mask) v`` on (batch, heads, tokens, d); scale defaults to 1/d_q.
+
+    ``input_scale`` s multiplies each of q, k and v first (``Mul(s)`` before it: sensitivity s), computed as
+    logits × s² and output × s: one product of the output instead of three of the inputs."""
 
     shape_preserving = False
 
-    def __init__(self, causal: bool = True, scale: float | None = None):
-        self.causal, self.scale = causal, scale
+    def __init__(self, causal: bool = True, scale: float | None = None, input_scale: float = 1.0):
+        if not isinstance(input_scale, (int, float)) or isinstance(input_scale, bool) or not 0 < input_scale < math.inf:
+            raise ValueError(f"FunctionalAttention needs a positive, finite input_scale, got {input_scale!r}")
+        self.causal, self.scale, self.input_scale = causal, scale, float(input_scale)
+        self._sensitivity = self.input_scale
 
     def apply(self, x):
         q, k, v = x
-        scale = self.scale if self.scale is not None else 1.0 / q.shape[-1]
+        scale = (self.scale if self.scale is not None else 1.0 / q.shape[-1]) * self.input_scale**2
         # Extra leading axes (packed members) fold into the batch axis: the fused kernels take 4-D input.
         lead = q.shape[:-3]
         q, k, v = (t.reshape(-1, *t.shape[-3:]) for t in (q, k, v))
         out = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal, scale=scale)
+        out = out if self.input_scale == 1.0 else self.input_scale * out
         return out.reshape(*lead, *out.shape[1:])
+
+    def describe(self) -> str:
+        if self.input_scale == 1.0:
+            return "FunctionalAttention"
+        return f"FunctionalAttention(q, k, v × {self.input_scale:.4g})"
 
 
 class AddHeads(Bond):

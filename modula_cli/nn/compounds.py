@@ -9,7 +9,7 @@ import math
 
 from .atoms import Conv2D, Embed, Linear
 from .bonds import (GELU, Abs, AddHeads, AvgPool, Enumerate, Flatten, FunctionalAttention, Identity, LayerNorm,
-                    MeanSubtract, Mul, RemoveHeads, RMSDivide, ScaledGELU)
+                    MeanSubtract, RemoveHeads, RMSDivide, ScaledGELU)
 from .checks import require_positive_ints
 from .module import Module, named
 from .module import with_role as role
@@ -66,7 +66,9 @@ def Attention(num_heads: int, d_embed: int, d_query: int, d_value: int, causal: 
     ``third="output"`` scales the attention's output; ``"qkv"`` scales each of q, k and v (attention logits
     × 1/9, output × 1/3). The reference code's ``W @ FA * 1/3 @ (Q, K, V)`` parses left to right as
     ``(((W @ FA) * 1) / 3) @ (Q, K, V)``, and ``module * scalar`` puts the scalar on the module's input side:
-    between the tuple and the attention, so "qkv". Same masses, sensitivities and shares either way."""
+    between the tuple and the attention, so "qkv" (``FunctionalAttention(input_scale=1/3)``, which is
+    ``FA @ Mul(1/3)`` computed without three products of q, k, v). Same masses, sensitivities and shares
+    either way."""
     require_positive_ints("Attention", num_heads=num_heads, d_embed=d_embed, d_query=d_query, d_value=d_value)
     if third not in ATTENTION_THIRDS:
         raise ValueError(f"Attention: third={third!r}; allowed: {', '.join(ATTENTION_THIRDS)}")
@@ -75,8 +77,10 @@ def Attention(num_heads: int, d_embed: int, d_query: int, d_value: int, causal: 
     V = AddHeads(num_heads) @ role(Linear(num_heads * d_value, d_embed), "attn.v")
     exit_ = role(Linear(d_embed, num_heads * d_value), "attn.out") @ RemoveHeads()
     if third == "qkv":
-        return named(exit_ @ FunctionalAttention(causal) @ Mul(1 / 3) @ (Q, K, V), f"Attention(heads={num_heads})")
-    return named(exit_ @ ((1 / 3) * FunctionalAttention(causal)) @ (Q, K, V), f"Attention(heads={num_heads})")
+        attention = FunctionalAttention(causal, input_scale=1 / 3)
+    else:
+        attention = (1 / 3) * FunctionalAttention(causal)
+    return named(exit_ @ attention @ (Q, K, V), f"Attention(heads={num_heads})")
 
 
 def _check_heads(owner: str, width: int, num_heads: int) -> None:
