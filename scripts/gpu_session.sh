@@ -16,7 +16,7 @@
 # `plan` runs scripts/bench.py --gpu one table per process, each under its own limit and into its own file, in
 # this order: the eager mode-overhead table (unnormed, normed, dualized, manifold; both variants; GPT widths 768
 # and 2048, bfloat16) MODES_SECONDS (120); tokens/s and MFU, eager MFU_SECONDS (75); packed vs separate runs,
-# eager PACK_SECONDS (40); torch.compile last COMPILE_SECONDS (75), the model step only unless COMPILE_UPDATE=1
+# eager PACK_SECONDS (40); torch.compile last COMPILE_SECONDS (90), the model step only unless COMPILE_UPDATE=1
 # (compiling the update crashed Inductor on torch 2.11 on an H100). About 6 minutes with the install, so that a
 # machine lent for 15 minutes, start-up included, has time to rerun a table: PLAN_TABLES="compile" picks some.
 # setup.txt (the machine, the install, each stage's and table's seconds) and the bench files are appended to.
@@ -73,7 +73,7 @@ for stage in "$@"; do
           modes) limit=${MODES_SECONDS:-120}; flags="--tables modes --gpt-widths 768 2048" ;;
           mfu) limit=${MFU_SECONDS:-75}; flags="--tables throughput --gpt-widths 768 2048 --no-compile" ;;
           pack) limit=${PACK_SECONDS:-40}; flags="--tables pack" ;;
-          compile) limit=${COMPILE_SECONDS:-75}
+          compile) limit=${COMPILE_SECONDS:-90}
             flags="--tables compile --gpt-widths 768 $([ "${COMPILE_UPDATE:-0}" = 1 ] || echo --no-compile-update)" ;;
         esac
         table_start=$(date +%s)
