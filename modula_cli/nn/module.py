@@ -300,10 +300,11 @@ class Atom(Module):
     feature_axis: int = -1  # the axis of the output that holds one feature vector (channels for convolutions)
     # Where the atom's constant factor lives. 1: folded into the stored weight (the modular variant). Else the
     # stored weight is W / forward_scale and the forward pass multiplies it back (or the output, where that is
-    # smaller), as the paper's reference code does: the same function and the same normed or dualized steps, but a plain
-    # optimiser's step moves W further: forward_scale times with Adam (its step ignores the gradient's
-    # scale), forward_scale² with SGD (the stored weight's gradient is forward_scale times W's). Every map of
-    # the optimiser works on W: ``on_effective_weights`` converts, and ``effective``/``stored`` are its rule.
+    # smaller), as the paper's reference code does: the same function and the same normed or dualized steps,
+    # but a plain optimiser's step moves W further: forward_scale times with Adam (its step ignores the
+    # gradient's scale), forward_scale² with SGD (the stored weight's gradient is forward_scale times W's).
+    # Every map of the optimiser works on W: ``on_effective_weights`` converts, and ``effective``/``stored``
+    # are its rule.
     forward_scale: float = 1.0
     renormalize_each_step: bool = False  # regularize puts the weight back on its sphere (the reference's embedding)
 
