@@ -1,5 +1,6 @@
 """Hydra's basic sweeper, packing the swept LRs and seeds into one job per grid point when
-``sweep.pack=true`` (Hydra loads sweepers only from the ``hydra_plugins`` package)."""
+``sweep.pack=true``, and searching each scale's LRs batch by batch instead of launching the whole grid when
+``sweep.search=true`` (Hydra loads sweepers only from the ``hydra_plugins`` package)."""
 
 from __future__ import annotations
 
@@ -14,12 +15,17 @@ class PackingSweeper(BasicSweeper):
     def setup(self, *, hydra_context: Any, task_function: Any, config: DictConfig) -> None:
         super().setup(hydra_context=hydra_context, task_function=task_function, config=config)
         self.pack = bool(OmegaConf.select(config, "sweep.pack", default=False))
+        self.search = OmegaConf.select(config, "sweep.search", default=False) is True
 
     def _parse_config(self) -> list[str]:
         params = super()._parse_config()
         return _packed(params) if self.pack else params
 
     def sweep(self, arguments: list[str]) -> Any:
+        if self.search:
+            from modula_cli.sweep.search import search_sweep
+
+            return search_sweep(self, self.config)
         return super().sweep(_packed(arguments) if self.pack else arguments)
 
 

@@ -60,6 +60,17 @@ class SweepConfig:
     rerun: bool = setting(False, "retrain runs that already finished")
     pack: bool = setting(False, "train each scale point's swept LRs and seeds as one packed run")
     metric: str = setting("train_loss", "what the report's optima optimise", choices=METRICS)
+    search: bool = setting(False, "search each scale's LRs (bracket, refine, stop) instead of training the whole "
+                                  "LR grid (docs/lr_search.md)")
+    search_budget: int | None = setting(None, "search: LRs per scale at most, each with every seed (null: the "
+                                              "grid's size)")
+    search_resolution: float = setting(1.0, "search: stop at a scale once the optimum's 95 % interval is at most "
+                                            "this many grid steps wide")
+    search_substeps: int = setting(1, "search: lattice points per grid step (1: grid LRs only; 2: half steps)",
+                                   minimum=1)
+    search_low: float | None = setting(None, "search: the lowest LR it may try (null: no bound)")
+    search_high: float | None = setting(None, "search: the highest LR it may try (null: no bound)")
+    search_start: float | None = setting(None, "search: the first scale's middle LR (null: the grid's middle)")
 
 
 @dataclass

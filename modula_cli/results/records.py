@@ -270,6 +270,22 @@ def record_launch(sweep_dir: Path, launch_id: str, runs: dict[str, dict], finish
         atomic.write_text(sweep_dir / MANIFEST_FILE, json.dumps(manifest, indent=1))
 
 
+def add_to_launch(sweep_dir: Path, launch_id: str, runs: dict[str, dict],
+                  jobs: Sequence[tuple[Sequence[str], Sequence[str]]]) -> None:
+    """Add a batch's runs and jobs to a launch already recorded (an LR search plans batch by batch)."""
+    with FileLock(str(sweep_dir / ".sweep.lock")):
+        manifest = read_manifest(sweep_dir)
+        manifest["runs"].update(runs)
+        launch = manifest["launches"].setdefault(launch_id, {"started": time.time(), "runs": [], "finished_before": [],
+                                                             "jobs": []})
+        launch["runs"] = sorted({*launch.get("runs", []), *runs})
+        launch["jobs"] = [*launch.get("jobs", []), *({"overrides": list(job), "runs": sorted(names)}
+                                                     for job, names in jobs)]
+        launch["axes"] = swept_axes({name: manifest["runs"][name] for name in launch["runs"]
+                                     if name in manifest["runs"]})
+        atomic.write_text(sweep_dir / MANIFEST_FILE, json.dumps(manifest, indent=1))
+
+
 def forget_launch(sweep_dir: Path, launch_id: str) -> None:
     """Take back a launch that submitted nothing (its submission was refused): its planned runs leave
     ``sweep.json`` unless another launch plans them or they have a folder; an emptied sweep folder goes."""

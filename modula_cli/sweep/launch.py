@@ -9,7 +9,6 @@ machines or in other working directories (Ray workers) write where the launching
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import os
@@ -22,28 +21,26 @@ from pathlib import Path
 from typing import Any
 
 from filelock import FileLock
-from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from ..config.hydra_internals import group_exists, split_sweep
-from ..config.identity import run_name
-from ..config.members import Members, pack_arguments, sweep_member_dir
-from ..config.overrides import OverrideError, apply_overrides
-from ..config.validate import ConfigError, check_config
+from ..config.members import sweep_member_dir
+from ..config.overrides import OverrideError
+from ..config.validate import ConfigError
 from ..data import DataUnavailable, prepare_dataset
 from ..models.variant import folder_suffix, variant_name, variant_of
-from ..optim import OptimConfig
 from ..plumbing.signals import STOP, StopRequested
 from ..plumbing.threads import configure_threads
 from ..results.records import (BUSY, COMPLETED, COUNTED, DIVERGED, FAILED, FINISHED, INTERRUPTED, PENDING, RUNNING,
-                               SKIPPED, Outcome, is_finished, knobs_of, launch_counts, launch_record,
+                               SKIPPED, Outcome, is_finished, launch_counts, launch_record,
                                launch_status, launch_summaries, mark_abandoned, read_manifest, read_summary,
                                record_launch)
 from ..run.loggers import duration_text
 from ..run.trainer import train
 from .eta import time_left
+from .grid import JobComposer, grid_overrides, host_of, planned_runs
+from .lr_search import SearchError
+from .search import search_space
 
 log = logging.getLogger(__name__)
 LAUNCH_ENV = "MODULA_SWEEP_LAUNCH"  # the launch id, inherited by the jobs of every launcher
@@ -60,23 +57,6 @@ def stop_marker(sweep_dir: Path, launch: str | None) -> Path:
 
 # --- before launch: every job composed and checked, its runs planned --------------------------------------
 
-def grid_overrides(config: DictConfig) -> list[list[str]]:
-    """Every job's overrides, expanded as Hydra's basic sweeper does (config params, then command line)."""
-    params = [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
-    arguments = params + list(config.hydra.overrides.task)
-    if config.sweep.pack:  # as the packing sweeper will launch them
-        arguments = pack_arguments(arguments)
-    return split_sweep(OverridesParser.create().parse_overrides(arguments))
-
-
-def planned_runs(job: list[str], job_cfg: DictConfig) -> dict[str, dict]:
-    """The run folders one job trains (one per (LR, seed) when packed) and the knobs of each."""
-    members = Members.of(job_cfg, OptimConfig.of(job_cfg.optim), Path(run_name(job)),
-                         sweep_member_dir(Path(), job))
-    return {member.run_dir.name: {**knobs_of(member.cfg, member.lr, member.seed), "fingerprint": member.fingerprint}
-            for member in members}
-
-
 @dataclass(frozen=True)
 class Plan:
     """What a launch will train: every run folder with its knobs, and each job's overrides with its runs."""
@@ -90,12 +70,8 @@ def validate_grid(config: DictConfig, prepare_data: bool = False, devices_here: 
     line each; a finished sweep relaunched offline still reports). ``devices_here``: the jobs run on this
     machine, so ``train.device=cuda`` needs a GPU here (cluster jobs check their own node's).
 
-    Jobs that choose the same config groups share one composition; each job's value overrides are then
-    applied with ``apply_overrides``, as the command line's check applies them.
     """
-    loader = GlobalHydra.instance().config_loader()
-    parser = OverridesParser.create()
-    composed: dict[tuple[str, ...], DictConfig] = {}
+    composer = JobComposer(config, devices_here)
     problems: list[str] = []
     planned: dict[str, dict] = {}
     jobs: list[tuple[list[str], list[str]]] = []
@@ -103,13 +79,7 @@ def validate_grid(config: DictConfig, prepare_data: bool = False, devices_here: 
     folders: dict[str, str] = {}  # each variant's sweep-folder suffix: one launch, one variant
     for job in grid_overrides(config):
         try:
-            parsed = parser.parse_overrides(job)
-            groups = tuple(o.input_line for o in parsed if group_exists(o.key_or_group))
-            if groups not in composed:
-                composed[groups] = loader.load_sweep_config(config, list(groups))
-            job_cfg = copy.deepcopy(composed[groups])
-            apply_overrides([o for o in parsed if o.input_line not in groups], job_cfg)
-            check_config(job_cfg, job, devices_here)
+            job_cfg = composer.compose(job)
             variant = variant_of(job_cfg)
             folders.setdefault(folder_suffix(variant), variant_name(variant))
             runs = planned_runs(job, job_cfg)
@@ -141,29 +111,6 @@ def finished_runs(config: DictConfig, planned: dict[str, dict]) -> set[str]:
     sweep_dir = Path(config.hydra.sweep.dir)
     return {name for name, knobs in planned.items()
             if is_finished(read_summary(sweep_dir / name, warn=False), knobs["fingerprint"])}
-
-
-@dataclass(frozen=True)
-class Host:
-    """Where a launcher runs its jobs, and what that asks of each job."""
-    in_process: bool = False    # in the launching process (basic launcher): a busy run is left for the end
-    local: bool = False         # on this machine: the data is prepared once before the first job
-    shares_cores: bool = False  # parallel jobs on this machine split its cores (or take one GPU each)
-    on_stop: str = "report"     # a stopped job: "report" it interrupted; "raise" StopRequested (Hydra's submitit
-    #                             plugins requeue on it); "exit" its process (our SLURM launcher: SLURM decides)
-
-
-def host_of(launcher: Any) -> Host:
-    target = str(launcher.get("_target_", "")) if launcher is not None else ""
-    if target.endswith("BasicLauncher"):
-        return Host(in_process=True, local=True)
-    if "joblib" in target:
-        return Host(local=True, shares_cores=True)
-    if target.startswith("hydra_plugins.modula_sweep.slurm_launcher"):
-        return Host(on_stop="exit")
-    if "submitit" in target:
-        return Host(on_stop="raise")
-    return Host()
 
 
 def _unavailable(datasets: list[dict]) -> list[str]:
@@ -339,10 +286,12 @@ class SweepHooks:
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         host = host_of(config.hydra.launcher)
+        searching = config.sweep.get("search") is True
         try:
+            space = search_space(config) if searching else None
             plan = validate_grid(config, prepare_data=host.local, devices_here=host.local)
             _preflight(config.hydra.launcher)
-        except (ConfigError, LaunchRefused) as error:  # Hydra turns callback exceptions into warnings: exit
+        except (ConfigError, LaunchRefused, SearchError) as error:  # Hydra makes callback exceptions warnings: exit
             raise SystemExit(f"modula-sweep: sweep not launched, {error}") from None
         except StopRequested as stop:  # while preparing the data: nothing launched, nothing trained
             print(f"modula-sweep: sweep not launched, {stop} while preparing the data; nothing was trained",
@@ -354,8 +303,11 @@ class SweepHooks:
         launch = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
         os.environ[LAUNCH_ENV] = launch
         sweep_dir = _pin_sweep_dir(config)
-        before = sorted(finished_runs(config, plan.runs))
-        record_launch(sweep_dir, launch, plan.runs, before, plan.jobs)
+        if space is None:
+            before = sorted(finished_runs(config, plan.runs))
+            record_launch(sweep_dir, launch, plan.runs, before, plan.jobs)
+        else:  # the search records its runs batch by batch (search.py)
+            record_launch(sweep_dir, launch, {}, [], [])
         marker = stop_marker(sweep_dir, launch)
         _SIGNALS.enter_context(STOP.installed())  # not on self: launchers pickle their callbacks
         # Hydra's launcher announces every job ("#N : overrides", also those a stop skips): each run's progress
@@ -365,6 +317,9 @@ class SweepHooks:
         STOP.on_stop[:] = [lambda signum: marker.write_text(str(signum))]
         _DEFERRED.clear()
         CLOSING_NOTES.clear()
+        if space is not None:
+            log.info("LR search into %s: %s", sweep_dir, space.describe(len(plan.runs)))
+            return
         log.info("sweep of %d run%s into %s%s", len(plan.runs), "s" if len(plan.runs) != 1 else "", sweep_dir,
                  f": {len(before)} finished before (skipped; sweep.rerun=true retrains), "
                  f"{len(plan.runs) - len(before)} to train" if before else "")

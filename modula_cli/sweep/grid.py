@@ -1,0 +1,84 @@
+"""A sweep's jobs before they launch: the grid expanded as the sweeper will launch it, each job composed and
+checked as it will compose itself, the runs it trains, and where the launcher runs it."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import DictConfig
+
+from ..config.hydra_internals import group_exists, split_sweep
+from ..config.identity import run_name
+from ..config.members import Members, pack_arguments, sweep_member_dir
+from ..config.overrides import apply_overrides
+from ..config.validate import check_config
+from ..optim import OptimConfig
+from ..results.records import knobs_of
+
+
+def grid_overrides(config: DictConfig) -> list[list[str]]:
+    """Every job's overrides, expanded as Hydra's basic sweeper does (config params, then command line)."""
+    params = [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
+    arguments = params + list(config.hydra.overrides.task)
+    if config.sweep.pack:  # as the packing sweeper will launch them
+        arguments = pack_arguments(arguments)
+    return split_sweep(OverridesParser.create().parse_overrides(arguments))
+
+
+def planned_runs(job: list[str], job_cfg: DictConfig) -> dict[str, dict]:
+    """The run folders one job trains (one per (LR, seed) when packed) and the knobs of each."""
+    members = Members.of(job_cfg, OptimConfig.of(job_cfg.optim), Path(run_name(job)),
+                         sweep_member_dir(Path(), job))
+    return {member.run_dir.name: {**knobs_of(member.cfg, member.lr, member.seed), "fingerprint": member.fingerprint}
+            for member in members}
+
+
+class JobComposer:
+    """Each job's config, composed and checked as the job will compose it. Jobs that choose the same config
+    groups share one composition; each job's value overrides are then applied with ``apply_overrides``, as
+    the command line's check applies them."""
+
+    def __init__(self, config: DictConfig, devices_here: bool = True):
+        self.config, self.devices_here = config, devices_here
+        self.loader = GlobalHydra.instance().config_loader()
+        self.parser = OverridesParser.create()
+        self.composed: dict[tuple[str, ...], DictConfig] = {}
+
+    def compose(self, job: list[str]) -> DictConfig:
+        """The job's config; raises ConfigError (or OverrideError) with its problems."""
+        parsed = self.parser.parse_overrides(job)
+        groups = tuple(o.input_line for o in parsed if group_exists(o.key_or_group))
+        if groups not in self.composed:
+            self.composed[groups] = self.loader.load_sweep_config(self.config, list(groups))
+        job_cfg = copy.deepcopy(self.composed[groups])
+        apply_overrides([o for o in parsed if o.input_line not in groups], job_cfg)
+        check_config(job_cfg, job, self.devices_here)
+        return job_cfg
+
+
+@dataclass(frozen=True)
+class Host:
+    """Where a launcher runs its jobs, and what that asks of each job."""
+    in_process: bool = False    # in the launching process (basic launcher): a busy run is left for the end
+    local: bool = False         # on this machine: the data is prepared once before the first job
+    shares_cores: bool = False  # parallel jobs on this machine split its cores (or take one GPU each)
+    on_stop: str = "report"     # a stopped job: "report" it interrupted; "raise" StopRequested (Hydra's submitit
+    #                             plugins requeue on it); "exit" its process (our SLURM launcher: SLURM decides)
+
+
+def host_of(launcher: Any) -> Host:
+    target = str(launcher.get("_target_", "")) if launcher is not None else ""
+    if target.endswith("BasicLauncher"):
+        return Host(in_process=True, local=True)
+    if "joblib" in target:
+        return Host(local=True, shares_cores=True)
+    if target.startswith("hydra_plugins.modula_sweep.slurm_launcher"):
+        return Host(on_stop="exit")
+    if "submitit" in target:
+        return Host(on_stop="raise")
+    return Host()

@@ -1,0 +1,345 @@
+"""``sweep.search=true``: an LR sweep that searches each scale's LRs (``lr_search``) instead of training the
+whole grid, launched batch by batch through the configured Hydra launcher.
+
+The sweep's axes split into the LR axis (its grid sets the lattice's step and middle), the seeds (every LR
+gets all of them), the scale axis (the first swept knob of ``SCALE_KNOBS``: scales are searched in order, a
+later one starting where the earlier ones put the optimum) and the rest, each combination a series of its
+own. Each round reads the finished runs from their folders (by fingerprint, as a relaunch does), asks every
+series what its ready scales train next and sends all of it out as one batch; series and scales that do not
+wait on each other go out together. The search's record (``search.json``: per scale what it tried and why it
+stopped, per round the planning time and the launcher's time) is written after every round, atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import DictConfig, OmegaConf
+
+from ..analysis.stats import signed
+from ..config.hydra_internals import split_sweep
+from ..config.members import pack_arguments
+from ..plumbing import atomic
+from ..plumbing.signals import STOP
+from ..results.records import (COMPLETED, KNOB_KEYS, SCALE_KNOBS, add_to_launch, is_finished, read_summary)
+from .lr_search import Lattice, ScalePlan, SearchError, SearchSettings, plan_series
+
+log = logging.getLogger(__name__)
+SEARCH_FILE = "search.json"
+LR_KEY, SEED_KEY = "optim.lr", "train.seed"
+
+
+@dataclass(frozen=True)
+class Series:
+    """One series of the search: its fixed overrides, and its scales in order (override values)."""
+
+    overrides: tuple[str, ...]
+    scales: tuple[str, ...]
+
+    @property
+    def label(self) -> str:
+        return " ".join(self.overrides) or "the sweep"
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    lattice: Lattice
+    settings: SearchSettings
+    start: float                   # the first scale's starting point, grid steps from the grid's first LR
+    seeds: tuple[str, ...]         # the seed override's values ("0", "1", "2"), or () for the config's seed
+    scale_key: str | None          # "arch.width", or None: every series has one scale
+    series: tuple[Series, ...]
+    fixed: tuple[str, ...]         # overrides every job has (not swept)
+    pack: bool
+
+    def positions(self) -> list[float]:
+        """Each scale's position for the drift per doubling: log2 of its value, or its index when a value is
+        not a positive number (weight decay 0)."""
+        scales = self.series[0].scales
+        try:
+            values = [float(v) for v in scales]
+        except ValueError:
+            values = []
+        if values and all(v > 0 for v in values):
+            return [math.log2(v) for v in values]
+        return [float(i) for i in range(len(scales))]
+
+    def job_arguments(self, series: Series, scale: str, ks: Sequence[int]) -> list[list[str]]:
+        """The jobs that train LRs ``ks`` (every seed each) at one scale of one series."""
+        arguments = [*self.fixed, *series.overrides]
+        if self.scale_key is not None:
+            arguments.append(f"{self.scale_key}={scale}")
+        arguments.append(f"{LR_KEY}={','.join(repr(self.lattice.lr(k)) for k in sorted(ks))}")
+        if self.seeds:
+            arguments.append(f"{SEED_KEY}={','.join(self.seeds)}")
+        if self.pack:
+            arguments = pack_arguments(arguments)
+        return split_sweep(OverridesParser.create().parse_overrides(arguments))
+
+    def describe(self, grid_runs: int) -> str:
+        """What the search will do, in one line, against the grid it replaces."""
+        seeds = max(1, len(self.seeds))
+        scales = len(self.series) * len(self.series[0].scales)
+        most = scales * self.settings.budget * seeds
+        return (f"the grid is {grid_runs} runs; the search trains at most {self.settings.budget} LRs per scale "
+                f"× {seeds} seed{'s' if seeds != 1 else ''} × {scales} scale{'s' if scales != 1 else ''} "
+                f"(≤ {most} runs), stopping each scale once its optimum's 95 % interval is ≤ "
+                f"{self.settings.resolution:g} grid step{'s' if self.settings.resolution != 1 else ''} wide")
+
+    def grid_runs(self) -> int:
+        """Runs the full grid trains per scale."""
+        return len(self.lattice.grid) * max(1, len(self.seeds))
+
+
+def search_arguments(config: DictConfig) -> list[str]:
+    """The sweep's overrides as the basic sweeper reads them: the sweeper's params, then the command line."""
+    params = [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
+    return params + list(config.hydra.overrides.task)
+
+
+def search_space(config: DictConfig) -> SearchSpace:
+    """The search's axes and settings from the sweep's overrides; SearchError (one line per problem) for a
+    search that cannot run: no LR axis, an uneven grid, bad settings, a start outside the bounds."""
+    parsed = OverridesParser.create().parse_overrides(search_arguments(config))
+    swept = {o.get_key_element(): o for o in parsed if o.is_sweep_override()}
+    fixed = tuple(o.input_line for o in parsed if not o.is_sweep_override() and o.get_key_element() != LR_KEY)
+    if LR_KEY not in swept:
+        raise SearchError([f"sweep.search=true needs an LR axis to search (sweep {LR_KEY}, e.g. {LR_KEY}=0.125,0.25,0.5"
+                           f" or a preset such as sweep=width)"])
+    lrs = [float(v) for v in swept[LR_KEY].sweep_string_iterator()]
+    sweep = config.sweep
+    problems = []
+    substeps = sweep.get("search_substeps", 1)
+    if substeps not in (1, 2, 4, 8):
+        problems.append(f"sweep.search_substeps={substeps!r}; allowed: 1, 2, 4, 8 (lattice points per grid step)")
+        substeps = 1
+    lattice = Lattice.of_grid(lrs, substeps)
+    bounds = []
+    for name in ("search_low", "search_high"):
+        value = sweep.get(name)
+        if value is not None and not (isinstance(value, (int, float)) and value > 0):
+            problems.append(f"sweep.{name}={value!r}: must be a positive LR (or null: no bound)")
+            value = None
+        # a bound between lattice points keeps the points inside it
+        bounds.append(None if value is None else
+                      (math.ceil if name == "search_low" else math.floor)(_position(lattice, value) - 1e-9 *
+                                                                          (1 if name == "search_high" else -1)))
+    budget = sweep.get("search_budget")
+    settings = SearchSettings(per_grid=substeps, resolution=sweep.get("search_resolution", 1.0),
+                              budget=len(lattice.grid) if budget is None else budget, low=bounds[0], high=bounds[1])
+    start_lr = sweep.get("search_start")
+    if start_lr is not None and not (isinstance(start_lr, (int, float)) and start_lr > 0):
+        problems.append(f"sweep.search_start={start_lr!r}: must be a positive LR (or null: the grid's middle)")
+        start_lr = None
+    start = (len(lattice.grid) - 1) / 2 if start_lr is None else _position(lattice, start_lr) / substeps
+    problems += settings.problems(round(start) * substeps, lattice)
+    if problems:
+        raise SearchError(problems)
+    seeds = tuple(swept[SEED_KEY].sweep_string_iterator()) if SEED_KEY in swept else ()
+    scale_key = next((KNOB_KEYS[knob] for knob in SCALE_KNOBS if KNOB_KEYS[knob] in swept), None)
+    scales = tuple(swept[scale_key].sweep_string_iterator()) if scale_key else ("",)
+    try:
+        scales = tuple(sorted(scales, key=float))
+    except ValueError:
+        pass
+    others = [o for key, o in swept.items() if key not in (LR_KEY, SEED_KEY, scale_key)]
+    series = tuple(Series(tuple(job), scales) for job in split_sweep(others)) if others else (Series((), scales),)
+    return SearchSpace(lattice, settings, start, seeds, scale_key, series, fixed, bool(sweep.pack))
+
+
+def _position(lattice: Lattice, lr: float) -> float:
+    """An LR's place on the lattice (lattice units, not rounded)."""
+    return (math.log2(lr) - math.log2(lattice.grid[0])) * lattice.per_grid / lattice.grid_step
+
+
+# --- what has finished ------------------------------------------------------------------------------------
+
+class RunBook:
+    """The runs of every (series, scale, LR): their folders and fingerprints, composed as their jobs will be,
+    and what each has finished with."""
+
+    def __init__(self, space: SearchSpace, sweep_dir: Path, composer: Any, metric: str, launch: str | None,
+                 rerun: bool):
+        self.space, self.sweep_dir, self.composer = space, sweep_dir, composer
+        self.metric, self.launch, self.rerun = metric, launch, rerun
+        self.planned: dict[tuple[int, str, int], dict[str, dict]] = {}
+
+    def runs(self, series: int, scale: str, k: int) -> dict[str, dict]:
+        """{run folder: knobs with fingerprint} of one LR's seeds."""
+        key = (series, scale, k)
+        if key not in self.planned:
+            from .launch import planned_runs
+
+            runs: dict[str, dict] = {}
+            for job in self.space.job_arguments(self.space.series[series], scale, [k]):
+                runs.update(planned_runs(job, self.composer.compose(job)))
+            self.planned[key] = runs
+        return self.planned[key]
+
+    def values(self, series: int, scale: str, k: int) -> list[float] | None:
+        """The seeds' signed costs at one LR (+inf: diverged), or None until every seed has finished."""
+        values = []
+        for name, knobs in self.runs(series, scale, k).items():
+            summary = read_summary(self.sweep_dir / name, warn=False)
+            if not is_finished(summary, knobs["fingerprint"]) or (self.rerun and summary.get("launch") != self.launch):
+                return None
+            value = summary.get(self.metric)
+            finite = summary["status"] == COMPLETED and isinstance(value, (int, float)) and math.isfinite(value)
+            values.append(float(signed(value, self.metric)) if finite else math.inf)
+        return values
+
+
+class ScaleResults(Mapping[int, Sequence[float]]):
+    """The finished LRs of one scale as the planner reads them, from the folders, once per round."""
+
+    def __init__(self, book: RunBook, series: int, scale: str):
+        self.book, self.series, self.scale = book, series, scale
+        self.seen: dict[int, list[float] | None] = {}
+
+    def _get(self, k: int) -> list[float] | None:
+        if k not in self.seen:
+            self.seen[k] = self.book.values(self.series, self.scale, k)
+        return self.seen[k]
+
+    def __contains__(self, k: object) -> bool:
+        return isinstance(k, int) and self._get(k) is not None
+
+    def __getitem__(self, k: int) -> list[float]:
+        values = self._get(k)
+        if values is None:
+            raise KeyError(k)
+        return values
+
+    def __iter__(self) -> Iterator[int]:
+        return (k for k, v in self.seen.items() if v is not None)
+
+    def __len__(self) -> int:
+        return sum(v is not None for v in self.seen.values())
+
+
+# --- the rounds -------------------------------------------------------------------------------------------
+
+@dataclass
+class Round:
+    jobs: int
+    runs: int
+    planning_s: float
+    launched_s: float = 0.0
+
+
+@dataclass
+class SearchRecord:
+    """What ``search.json`` holds: the settings, each scale's state, each round's timing."""
+
+    space: SearchSpace
+    rounds: list[Round] = field(default_factory=list)
+    scales: dict[str, dict[str, Any]] = field(default_factory=dict)
+    blocked: dict[tuple[int, str], str] = field(default_factory=dict)
+
+    def note(self, series: Series, scale: str, plan: ScalePlan, book: RunBook, series_index: int) -> None:
+        tried = sorted({*plan.step.tried, *(k for k in plan.step.run if book.values(series_index, scale, k))})
+        lattice = self.space.lattice
+        self.scales[f"{series.label} | {scale}"] = {
+            "series": list(series.overrides), "scale_key": self.space.scale_key, "scale": scale,
+            "lrs": [lattice.lr(k) for k in tried], "runs": len(tried) * max(1, len(self.space.seeds)),
+            "grid_runs": self.space.grid_runs(),
+            "start_lr": None if plan.start is None else lattice.lr_between(plan.start),
+            "state": ("waiting" if plan.waiting else "stopped" if plan.step.stop else "searching"),
+            "stop": self.blocked.get((series_index, scale)) or plan.step.stop,
+            "reason": "unfinished" if (series_index, scale) in self.blocked else plan.step.reason,
+        }
+
+    def write(self, sweep_dir: Path) -> None:
+        settings = self.space.settings
+        planning = sum(r.planning_s for r in self.rounds)
+        launched = sum(r.launched_s for r in self.rounds)
+        body = {"settings": {"grid": list(self.space.lattice.grid), "substeps": settings.per_grid,
+                             "resolution": settings.resolution, "budget": settings.budget,
+                             "low": None if settings.low is None else self.space.lattice.lr(settings.low),
+                             "high": None if settings.high is None else self.space.lattice.lr(settings.high),
+                             "seeds": list(self.space.seeds)},
+                "scales": self.scales,
+                "rounds": [vars(r) for r in self.rounds],
+                "planning_s": round(planning, 3), "launched_s": round(launched, 3)}
+        atomic.write_text(sweep_dir / SEARCH_FILE, json.dumps(body, indent=1))
+
+
+def read_search(sweep_dir: Path) -> dict[str, Any] | None:
+    """``search.json``, or None when the sweep did not search (or the file is unreadable)."""
+    try:
+        body = json.loads((sweep_dir / SEARCH_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return body if isinstance(body, dict) and isinstance(body.get("scales"), dict) else None
+
+
+def search_sweep(sweeper: Any, config: DictConfig) -> list[Any]:
+    """The sweeper's ``sweep`` under ``sweep.search=true``: rounds of plan → launch until every scale of every
+    series has stopped, a stop signal came, or nothing more can train in this launch."""
+    from .launch import JobComposer, host_of, planned_runs
+
+    space = search_space(config)
+    sweep_dir = Path(config.hydra.sweep.dir)
+    launch = os.environ.get("MODULA_SWEEP_LAUNCH")
+    composer = JobComposer(config, devices_here=host_of(config.hydra.launcher).local)
+    book = RunBook(space, sweep_dir, composer, config.sweep.metric, launch,
+                   bool(config.sweep.rerun or config.train.rerun))
+    record = SearchRecord(space)
+    attempted: set[str] = set()
+    returns: list[Any] = []
+    next_job = 0
+    positions = space.positions()
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    atomic.write_text(sweep_dir / "multirun.yaml", OmegaConf.to_yaml(config))  # as Hydra's basic sweeper saves it
+    while not STOP.requested:
+        began = time.perf_counter()
+        batch: list[list[str]] = []
+        runs: dict[str, dict] = {}
+        jobs: list[tuple[list[str], list[str]]] = []
+        for index, series in enumerate(space.series):
+            results = [ScaleResults(book, index, scale) for scale in series.scales]
+            plans = plan_series(results, positions, space.start, space.settings)
+            for scale, plan in zip(series.scales, plans):
+                todo = [k for k in plan.step.run if (index, scale) not in record.blocked]
+                names = {name: knobs for k in todo for name, knobs in book.runs(index, scale, k).items()}
+                if todo and set(names) & attempted:  # launched once in this launch and not finished: no retry now
+                    record.blocked[(index, scale)] = ("runs did not finish in this launch (failed or interrupted): "
+                                                      "the same command retries them")
+                    todo = []
+                record.note(series, scale, plan, book, index)
+                for job in space.job_arguments(series, scale, todo) if todo else []:
+                    job_runs = planned_runs(job, composer.compose(job))
+                    batch.append(job)
+                    jobs.append((job, sorted(job_runs)))
+                    runs.update(job_runs)
+        planning = time.perf_counter() - began
+        if not batch:
+            record.write(sweep_dir)
+            break
+        add_to_launch(sweep_dir, launch or "", runs, jobs)
+        attempted |= set(runs)
+        record.rounds.append(Round(len(batch), len(runs), round(planning, 3)))
+        record.write(sweep_dir)
+        log.info("LR search, round %d: %d run%s in %d job%s (%s)", len(record.rounds), len(runs),
+                 "s" if len(runs) != 1 else "", len(batch), "s" if len(batch) != 1 else "", _round_text(space, jobs))
+        launched = time.perf_counter()
+        results_of_batch = sweeper.launcher.launch(batch, initial_job_idx=next_job)
+        record.rounds[-1].launched_s = round(time.perf_counter() - launched, 3)
+        next_job += len(batch)
+        returns.append(results_of_batch)
+    return returns
+
+
+def _round_text(space: SearchSpace, jobs: list[tuple[list[str], list[str]]]) -> str:
+    scales = sorted({next((o.split("=", 1)[1] for o in job if o.startswith(f"{space.scale_key}=")), "")
+                     for job, _ in jobs}, key=lambda v: (len(v), v))
+    return f"{space.scale_key.split('.')[-1]} {', '.join(scales)}" if space.scale_key else "one scale"
