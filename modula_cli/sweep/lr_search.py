@@ -176,11 +176,16 @@ def next_step(results: Results, start: float, settings: SearchSettings) -> Step:
                     anchor=anchor)
     if spent:
         return Step(stop=f"budget spent: {len(tried)} LRs" + _width_text(width), reason="budget", anchor=anchor)
-    nearby = _refinements(tried, int(tried[best]), anchor * B, settings)
+    diverged = [int(k) for k, value in zip(tried, fit.mean) if np.isinf(value)]
+    nearby = _refinements(tried, int(tried[best]), anchor * B, settings, diverged)
     if nearby:
         return Step(run=nearby, anchor=anchor)
     if fit.seeds < 2:
         return Step(stop="bracketed (one seed: no interval)", reason="one seed", anchor=anchor)
+    if fit.edge:  # a neighbour diverged: the optimum lies between the best LR and it
+        return Step(stop=f"the next LR {'above' if fit.edge == 'high' else 'below'} diverged: the optimum lies "
+                         f"within a lattice step of the best LR (sweep.search_substeps places it finer)",
+                    reason="lattice", anchor=anchor)
     return Step(stop="no lattice point left near the optimum" + _width_text(width)
                 + "; more seeds or a finer lattice would narrow it", reason="lattice", anchor=anchor)
 
@@ -200,11 +205,15 @@ def _extend(k: int, side: str, settings: SearchSettings, spent: bool, tried: np.
     return Step(run=(k,))
 
 
-def _refinements(tried: np.ndarray, best: int, vertex: float, settings: SearchSettings) -> tuple[int, ...]:
+def _refinements(tried: np.ndarray, best: int, vertex: float, settings: SearchSettings,
+                 diverged: Sequence[int] = ()) -> tuple[int, ...]:
     """The untried lattice point within two grid steps of the best LR that lies nearest the fitted optimum
-    (both nearest, when the optimum sits halfway): it is where the resamples' optima fall."""
+    (both nearest, when the optimum sits halfway): it is where the resamples' optima fall. Never beyond an LR
+    that diverged."""
     reach = 2 * settings.per_grid
-    candidates = [k for k in range(best - reach, best + reach + 1)
+    ceiling = min([k for k in diverged if k > best], default=best + reach + 1)
+    floor = max([k for k in diverged if k < best], default=best - reach - 1)
+    candidates = [k for k in range(max(best - reach, floor + 1), min(best + reach, ceiling - 1) + 1)
                   if k not in set(tried.tolist()) and settings.inside(k)]
     if not candidates:
         return ()
