@@ -12,7 +12,9 @@ Files written into the sweep directory:
 - ``transfer.csv``: per series: the shift of the fitted optimum from the smallest to the largest scale
   (log2, so grid steps of a powers-of-two grid) and the regret of keeping the smallest scale's LR, each
   with its interval;
-- ``transfer.png``, ``scale.png`` and ``scale.csv`` (see ``plots.py``).
+- ``transfer.png``, ``scale.png`` and ``scale.csv`` (see ``plots.py``);
+- ``search.csv`` after an LR search (``sweep.search=true``): per scale, the LRs it tried, its runs and CPU time
+  against the full grid's, and why it stopped (``search_spend.py``).
 
 Works on partial and in-progress sweeps (planned runs without a summary are ``pending``) and on scale points
 where every run diverged or failed (a line says so).
@@ -41,7 +43,9 @@ from ..plumbing import atomic
 from ..results.records import (COMPLETED, DIVERGED, FAILED, FINISHED, GROUP, KNOB_KEYS, KNOBS, SCALE_KNOBS, SERIES,
                                collect, status_counts)
 from .plots import plot_scale, plot_transfer, series_label
+from .search_spend import SEARCH_FILE, read_search, spend_table, spend_text
 from .stats import DEFAULT_RESAMPLES, METRICS, Optimum, optimum, regret, shift, signed
+from .verdict import verdict
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +125,9 @@ class Transfer(_Series):
     metric: str = ""
     incomplete: str = ""  # the scale points not finished yet
     edges: str = ""  # the ends whose optimum lies at a grid edge
+    grid_step: float = np.nan  # the LRs' spacing in log2: the verdict's unit
+    call: str = ""  # the verdict: transfers | drifts | moves | cannot tell (verdict.py)
+    verdict: str = ""  # its line
 
 
 def table(row: type, rows: list[Any]) -> pd.DataFrame:
@@ -338,10 +345,29 @@ def _incomplete_text(key: tuple, knob: str | None, done: dict[tuple, Progress]) 
     return "; ".join(f"{knob} {scale:g}: {point.text()}" for scale, point in points)
 
 
+def grid_step_of(fits: list[Optimum]) -> float:
+    """The LRs' spacing in log2: the most common gap between neighbouring LRs of a series' scale points."""
+    gaps = np.concatenate([np.diff(np.sort(fit.log2_lrs)) for fit in fits] or [np.array([])])
+    gaps = np.round(gaps[gaps > 1e-9], 6)
+    if not gaps.size:
+        return 1.0
+    values, counts = np.unique(gaps, return_counts=True)
+    return float(values[np.argmax(counts)])
+
+
+def _doublings(smallest: Any, largest: Any) -> float | None:
+    try:
+        small, large = float(smallest), float(largest)
+    except (TypeError, ValueError):
+        return None
+    return math.log2(large / small) if small > 0 and large > 0 else None
+
+
 def transfer_table(optimal: pd.DataFrame, fits: dict[tuple, Optimum], metric: str,
-                   done: dict[tuple, Progress] | None = None) -> pd.DataFrame:
+                   done: dict[tuple, Progress] | None = None, grid_step: float | None = None) -> pd.DataFrame:
     """Per series with two or more scale points: shift of η* and regret from the smallest to the largest
-    scale point whose runs have all finished (``done``, from ``progress``; without it every point counts).
+    scale point whose runs have all finished (``done``, from ``progress``; without it every point counts),
+    and the verdict (``verdict.py``; ``grid_step``: the LR grid's log2 spacing, else read off the LRs).
     Incomplete points are named in ``incomplete``; with fewer than two complete points there is no shift."""
     rows = []
     for key, points in optimal.groupby(list(GROUP), dropna=False):
@@ -363,7 +389,13 @@ def transfer_table(optimal: pd.DataFrame, fits: dict[tuple, Optimum], metric: st
                 tuned_lr=first["optimal_lr"], seeds=min(small.seeds, large.seeds),
                 edges="; ".join(f"{knob} {point['scale']:g} at the {point['edge']} edge"
                                 for point in (first, last) if point["edge"]))
-        rows.append(row)
+        step = grid_step or grid_step_of([fit for (*series, _), fit in fits.items() if tuple(series) == tuple(key)])
+        said = verdict(row.shift_log2, row.shift_log2_low, row.shift_log2_high, row.seeds, step,
+                       _doublings(row.smallest, row.largest),
+                       tuple(float(p["log2_optimal_lr_high"] - p["log2_optimal_lr_low"]) for p in
+                             (ready.iloc[0], ready.iloc[-1])) if len(ready) >= 2 else (math.nan, math.nan),
+                       f"{knob} {row.smallest:g} → {row.largest:g}" if len(ready) >= 2 else "", row.edges)
+        rows.append(dataclasses.replace(row, grid_step=step, call=said.call, verdict=said.text))
     return table(Transfer, rows)
 
 
@@ -394,16 +426,23 @@ def write_report(sweep_dir: Path, metric: str = "train_loss", quiet: bool = Fals
     done = progress(frame, knob)  # once: every table and the printed summary read it
     table = curves(frame, metric, knob, done)
     optimal, fits = optimal_lrs(frame, metric, knob, resamples, done)
-    transfer = transfer_table(optimal, fits, metric, done)
+    search = read_search(sweep_dir)
+    grid = (search or {}).get("settings", {}).get("grid") or []
+    step = float(np.median(np.diff(np.log2(sorted(grid))))) if len(grid) > 1 else None
+    transfer = transfer_table(optimal, fits, metric, done, step)
     runs = frame.drop(columns="settings")  # every setting of a run: its config.yaml
-    for name, data in (("results", runs), ("curves", table), ("optimal_lr", optimal), ("transfer", transfer)):
+    spend = spend_table(frame, search) if search else None
+    tables = [("results", runs), ("curves", table), ("optimal_lr", optimal), ("transfer", transfer)]
+    for name, data in tables + ([("search", spend)] if spend is not None else []):
         _write_csv(data, sweep_dir / f"{name}.csv")
     plot_transfer(table, optimal, metric, knob, sweep_dir / "transfer.png")
     _write_csv(plot_scale(table, optimal, metric, knob, sweep_dir / "scale.png"), sweep_dir / "scale.csv")
     if not quiet:
         print(summary_text(frame, optimal, transfer, metric, knob, sweep_dir, done))
+        if spend is not None:
+            print("\n".join(spend_text(spend, search, sweep_dir / SEARCH_FILE)))
     return {"results": frame, "curves": table, "optimal": optimal, "transfer": transfer,
-            "counts": status_counts(frame)}
+            "counts": status_counts(frame), "search": spend}
 
 
 def _interval_text(low: float, high: float, digits: int = 1, plus_sign: bool = True) -> str:
@@ -477,7 +516,13 @@ def transfer_text(transfer: pd.DataFrame) -> list[str]:
              f"intervals over seeds; shift in log2 LR = grid steps of a powers-of-two grid):",
              f"  {'series':<{width}} {'from → to':>18} {'shift of η*':>24}   {'regret at the small-scale LR':>30}"
              f"  seeds"]
-    return lines + [_transfer_line(row, width) for row in rows]
+    lines += [_transfer_line(row, width) for row in rows]
+    said = [f"  {_label_of(row):<{width}} {row.verdict}" for row in rows
+            if isinstance(row.verdict, str) and row.verdict]
+    if said:
+        lines.append("Verdict (the shift in grid steps of the LRs, 95 % intervals; docs/statistics.md, "
+                     "\"The verdict\"):")
+    return lines + said
 
 
 def summary_text(frame: pd.DataFrame, optimal: pd.DataFrame, transfer: pd.DataFrame, metric: str,

@@ -140,6 +140,7 @@ class Optimum:
     draws: Vertices           # of each resample's mean curve
     resampled: np.ndarray     # the resamples' mean curves
     seeds: int                # seeds behind the best grid point's mean
+    values: np.ndarray | None = None  # the curve itself, values[seed, lr] (seeds in the same order at every LR)
 
     @property
     def log2_optimal_lr(self) -> float:
@@ -176,7 +177,7 @@ def optimum(log2_lrs: np.ndarray, values: np.ndarray, resamples: int = DEFAULT_R
     resampled = resampled_means(values, resamples, rng)
     best = int(fit.best[0])
     seeds = int(np.isfinite(values[:, best]).sum()) if best >= 0 else 0
-    return Optimum(log2_lrs, mean, fit, vertices(log2_lrs, resampled), resampled, seeds)
+    return Optimum(log2_lrs, mean, fit, vertices(log2_lrs, resampled), resampled, seeds, values)
 
 
 def shift(small: Optimum, large: Optimum) -> tuple[float, float, float]:
@@ -210,7 +211,11 @@ def _regret(small_means: np.ndarray, large_means: np.ndarray, small_lrs: np.ndar
 
 def regret(small: Optimum, large: Optimum) -> tuple[float, float, float]:
     """The cost of keeping the smallest scale's best grid LR at the largest scale, with its interval
-    (+inf when that LR diverges at the largest scale; NaN when it was not run there)."""
+    (+inf when that LR diverges at the largest scale; NaN when it was not run there).
+
+    The upper end is at least ``paired_regret_bound``: with few seeds every bootstrap resample may agree on
+    the best LR at both scales, and a zero-width interval at 0 would claim a certainty that 3 seeds do not
+    give."""
     point = float(_regret(small.mean[None], large.mean[None], small.log2_lrs, large.log2_lrs)[0])
     seeds = min(small.seeds, large.seeds)
     draws = _regret(small.resampled, large.resampled, small.log2_lrs, large.log2_lrs)
@@ -219,4 +224,26 @@ def regret(small: Optimum, large: Optimum) -> tuple[float, float, float]:
     low, high = interval(draws, point, seeds)
     if np.isinf(draws).mean() > (1 - CONFIDENCE) / 2:  # the tuned LR diverges in a real share of resamples
         high = float("inf")
+    tuned = small.log2_lrs[int(small.best)]
+    column = np.flatnonzero(np.isclose(large.log2_lrs, tuned))
+    if large.values is not None and column.size and math.isfinite(high):
+        high = max(high, paired_regret_bound(large.values, int(column[0])))
     return point, (max(0.0, low) if math.isfinite(low) else low), high  # a regret is never negative
+
+
+def paired_regret_bound(values: np.ndarray, tuned: int) -> float:
+    """A 95 % upper bound on the true cost of LR ``tuned`` over the truly best LR of ``values[seed, lr]``: the
+    largest over the other LRs of the one-sided upper t-bound on the mean paired difference (a seed's runs
+    share initialisation and batches, so its differences are tighter than its values); 0 at least."""
+    bound = 0.0
+    for j in range(values.shape[1]):
+        if j == tuned:
+            continue
+        differences = values[:, tuned] - values[:, j]
+        differences = differences[np.isfinite(differences)]
+        n = differences.size
+        if n < 2:
+            continue
+        t = T_975[n - 2] if n - 1 <= len(T_975) else Z_975
+        bound = max(bound, float(differences.mean() + t * differences.std(ddof=1) / math.sqrt(n)))
+    return bound

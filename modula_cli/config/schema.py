@@ -64,7 +64,7 @@ class SweepConfig:
                                   "LR grid (docs/lr_search.md)")
     search_budget: int | None = setting(None, "search: LRs per scale at most, each with every seed (null: the "
                                               "grid's size)")
-    search_resolution: float = setting(1.0, "search: stop at a scale once the optimum's 95 % interval is at most "
+    search_resolution: float = setting(0.75, "search: stop at a scale once the optimum's 95 % interval is at most "
                                             "this many grid steps wide")
     search_substeps: int = setting(1, "search: lattice points per grid step (1: grid LRs only; 2: half steps)",
                                    minimum=1)

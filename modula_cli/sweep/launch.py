@@ -141,7 +141,7 @@ _DEFERRED: list[_Deferred] = []  # runs another process was training when their 
 def sweep_job(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> Outcome:
     """One job of a multirun. Failures are recorded in the run's summary.json and never stop the sweep;
     after a stop signal no run starts. A run busy in another process is, with jobs that run in this
-    process, left for the end of the sweep (other runs go first), else waited for."""
+    process, left for the end of the sweep (other runs go first; an LR search waits for it), else waited for."""
     hydra_cfg = HydraConfig.get()
     STOP.watch(stop_marker(Path(hydra_cfg.sweep.dir), os.environ.get(LAUNCH_ENV)))
     if STOP.requested:
@@ -152,7 +152,9 @@ def sweep_job(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> Outcome:
         _share_local_hardware(cfg, hydra_cfg.job.num, n_jobs if n_jobs > 0 else (os.cpu_count() or 1))
     else:
         configure_threads(cfg.train.threads)
-    result = _train_job(cfg, run_dir, overrides, wait=not host.in_process, on_stop=host.on_stop)
+    # a search needs a busy run's result before its next round: it waits for the other process to finish it
+    wait = not host.in_process or OmegaConf.select(cfg, "sweep.search", default=False) is True
+    result = _train_job(cfg, run_dir, overrides, wait=wait, on_stop=host.on_stop)
     if result.status == BUSY:
         log.info("%s is being trained by %s; it will be checked again at the end of this sweep",
                  run_dir.name, result.holder)

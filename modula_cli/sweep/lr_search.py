@@ -95,7 +95,7 @@ class SearchSettings:
     seed); ``low``/``high``: hard bounds (lattice indices, None: none)."""
 
     per_grid: int = 1
-    resolution: float = 1.0
+    resolution: float = 0.75
     budget: int = 9
     low: int | None = None
     high: int | None = None

@@ -25,8 +25,10 @@ from typing import Any
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
+from ..analysis.search_spend import SEARCH_FILE, read_search
 from ..analysis.stats import signed
 from ..config.hydra_internals import split_sweep
+from ..config.identity import run_name
 from ..config.members import pack_arguments
 from ..plumbing import atomic
 from ..plumbing.signals import STOP
@@ -34,7 +36,6 @@ from ..results.records import (COMPLETED, KNOB_KEYS, SCALE_KNOBS, add_to_launch,
 from .lr_search import Lattice, ScalePlan, SearchError, SearchSettings, plan_series
 
 log = logging.getLogger(__name__)
-SEARCH_FILE = "search.json"
 LR_KEY, SEED_KEY = "optim.lr", "train.seed"
 
 
@@ -44,10 +45,6 @@ class Series:
 
     overrides: tuple[str, ...]
     scales: tuple[str, ...]
-
-    @property
-    def label(self) -> str:
-        return " ".join(self.overrides) or "the sweep"
 
 
 @dataclass(frozen=True)
@@ -85,6 +82,11 @@ class SearchSpace:
             arguments = pack_arguments(arguments)
         return split_sweep(OverridesParser.create().parse_overrides(arguments))
 
+    def label(self, series: Series) -> str:
+        """The series as its run folders name it, without the scale, LR and seed (``arch=gpt,mode=normed``):
+        launches of different series into one folder keep their own entries in ``search.json``."""
+        return run_name([*self.fixed, *series.overrides])
+
     def describe(self, grid_runs: int) -> str:
         """What the search will do, in one line, against the grid it replaces."""
         seeds = max(1, len(self.seeds))
@@ -110,8 +112,9 @@ def search_space(config: DictConfig) -> SearchSpace:
     """The search's axes and settings from the sweep's overrides; SearchError (one line per problem) for a
     search that cannot run: no LR axis, an uneven grid, bad settings, a start outside the bounds."""
     parsed = OverridesParser.create().parse_overrides(search_arguments(config))
-    swept = {o.get_key_element(): o for o in parsed if o.is_sweep_override()}
-    fixed = tuple(o.input_line for o in parsed if not o.is_sweep_override() and o.get_key_element() != LR_KEY)
+    final = {o.get_key_element(): o for o in parsed}  # a key given twice: the last wins, as in Hydra's sweeper
+    swept = {key: o for key, o in final.items() if o.is_sweep_override()}
+    fixed = tuple(o.input_line for key, o in final.items() if not o.is_sweep_override() and key != LR_KEY)
     if LR_KEY not in swept:
         raise SearchError([f"sweep.search=true needs an LR axis to search (sweep {LR_KEY}, e.g. {LR_KEY}=0.125,0.25,0.5"
                            f" or a preset such as sweep=width)"])
@@ -134,7 +137,7 @@ def search_space(config: DictConfig) -> SearchSpace:
                       (math.ceil if name == "search_low" else math.floor)(_position(lattice, value) - 1e-9 *
                                                                           (1 if name == "search_high" else -1)))
     budget = sweep.get("search_budget")
-    settings = SearchSettings(per_grid=substeps, resolution=sweep.get("search_resolution", 1.0),
+    settings = SearchSettings(per_grid=substeps, resolution=sweep.get("search_resolution", 0.75),
                               budget=len(lattice.grid) if budget is None else budget, low=bounds[0], high=bounds[1])
     start_lr = sweep.get("search_start")
     if start_lr is not None and not (isinstance(start_lr, (int, float)) and start_lr > 0):
@@ -230,6 +233,7 @@ class ScaleResults(Mapping[int, Sequence[float]]):
 
 @dataclass
 class Round:
+    launch: str
     jobs: int
     runs: int
     planning_s: float
@@ -248,9 +252,10 @@ class SearchRecord:
     def note(self, series: Series, scale: str, plan: ScalePlan, book: RunBook, series_index: int) -> None:
         tried = sorted({*plan.step.tried, *(k for k in plan.step.run if book.values(series_index, scale, k))})
         lattice = self.space.lattice
-        self.scales[f"{series.label} | {scale}"] = {
-            "series": list(series.overrides), "scale_key": self.space.scale_key, "scale": scale,
+        self.scales[f"{self.space.label(series)} | {scale}"] = {
+            "series": self.space.label(series), "scale_key": self.space.scale_key, "scale": scale,
             "lrs": [lattice.lr(k) for k in tried], "runs": len(tried) * max(1, len(self.space.seeds)),
+            "run_names": sorted(name for k in tried for name in book.runs(series_index, scale, k)),
             "grid_runs": self.space.grid_runs(),
             "start_lr": None if plan.start is None else lattice.lr_between(plan.start),
             "state": ("waiting" if plan.waiting else "stopped" if plan.step.stop else "searching"),
@@ -259,27 +264,25 @@ class SearchRecord:
         }
 
     def write(self, sweep_dir: Path) -> None:
+        """``search.json``, with the rounds of earlier launches into the folder kept."""
         settings = self.space.settings
-        planning = sum(r.planning_s for r in self.rounds)
-        launched = sum(r.launched_s for r in self.rounds)
+        launches = {r.launch for r in self.rounds}
+        earlier = [r for r in (read_search(sweep_dir) or {}).get("rounds", [])
+                   if isinstance(r, dict) and r.get("launch") not in launches]
+        rounds = earlier + [vars(r) for r in self.rounds]
+        # other series searched into this folder by other launches (another mode, say) keep their entries
+        scales = {**(read_search(sweep_dir) or {}).get("scales", {}), **self.scales}
+        planning = sum(float(r.get("planning_s") or 0) for r in rounds)
+        launched = sum(float(r.get("launched_s") or 0) for r in rounds)
         body = {"settings": {"grid": list(self.space.lattice.grid), "substeps": settings.per_grid,
                              "resolution": settings.resolution, "budget": settings.budget,
                              "low": None if settings.low is None else self.space.lattice.lr(settings.low),
                              "high": None if settings.high is None else self.space.lattice.lr(settings.high),
                              "seeds": list(self.space.seeds)},
-                "scales": self.scales,
-                "rounds": [vars(r) for r in self.rounds],
+                "scales": scales,
+                "rounds": rounds,
                 "planning_s": round(planning, 3), "launched_s": round(launched, 3)}
         atomic.write_text(sweep_dir / SEARCH_FILE, json.dumps(body, indent=1))
-
-
-def read_search(sweep_dir: Path) -> dict[str, Any] | None:
-    """``search.json``, or None when the sweep did not search (or the file is unreadable)."""
-    try:
-        body = json.loads((sweep_dir / SEARCH_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-    return body if isinstance(body, dict) and isinstance(body.get("scales"), dict) else None
 
 
 def search_sweep(sweeper: Any, config: DictConfig) -> list[Any]:
@@ -327,7 +330,7 @@ def search_sweep(sweeper: Any, config: DictConfig) -> list[Any]:
             break
         add_to_launch(sweep_dir, launch or "", runs, jobs)
         attempted |= set(runs)
-        record.rounds.append(Round(len(batch), len(runs), round(planning, 3)))
+        record.rounds.append(Round(launch or "", len(batch), len(runs), round(planning, 3)))
         record.write(sweep_dir)
         log.info("LR search, round %d: %d run%s in %d job%s (%s)", len(record.rounds), len(runs),
                  "s" if len(runs) != 1 else "", len(batch), "s" if len(batch) != 1 else "", _round_text(space, jobs))

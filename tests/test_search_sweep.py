@@ -1,0 +1,152 @@
+"""``sweep.search=true`` end to end: a real search through the launchers, the settings it refuses before
+anything runs, a stop and a relaunch that never trains a run twice, and the report's search lines."""
+
+import json
+import re
+import signal
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from omegaconf import open_dict
+
+from conftest import compose_config
+from modula_cli.sweep.lr_search import SearchError
+from modula_cli.sweep.search import search_space
+from test_reliability import finish, start
+
+pytestmark = pytest.mark.slow
+
+GRID = "optim.lr=" + ",".join(repr(2.0 ** k) for k in range(-8, 1))  # 9 LRs, 2^-8 … 1
+TINY = ["arch=gpt", "arch.width=8,16", "arch.depth=1", "arch.heads=2", "data.context=8", "train.batch_size=8",
+        "train.eval_batches=1", "train.eval_every=1000", "train.log_every=1", "train.progress=false",
+        "train.device=cpu", "train.checkpoint_every=5", GRID, "train.seed=0,1", "sweep.search=true"]
+
+
+@pytest.fixture
+def text_tmp(tiny_text_root):
+    return tiny_text_root.parent
+
+
+def search_args(tmp_path: Path, sweep_dir: Path, *extra: str) -> list[str]:
+    return ["-m", *TINY, f"data.root={tmp_path / 'data'}", f"hydra.sweep.dir={sweep_dir}", *extra]
+
+
+def finished_runs(sweep_dir: Path) -> dict[str, dict]:
+    return {p.name: json.loads((p / "summary.json").read_text()) for p in sweep_dir.iterdir()
+            if (p / "summary.json").exists()}
+
+
+def test_a_search_trains_part_of_the_grid_reports_what_it_spent_and_a_relaunch_trains_nothing(text_tmp):
+    sweep_dir = text_tmp / "search"
+    code, out, err = finish(start(search_args(text_tmp, sweep_dir, "train.steps=20"), text_tmp))
+    assert code == 0, err[-3000:]
+    assert f"LR search into {sweep_dir}: the grid is 36 runs" in out + err
+    record = json.loads((sweep_dir / "search.json").read_text())
+    scales = {entry["scale"]: entry for entry in record["scales"].values()}
+    assert set(scales) == {"8", "16"} and all(e["state"] == "stopped" for e in scales.values())
+    runs = finished_runs(sweep_dir)
+    assert sum(e["runs"] for e in scales.values()) == len(runs) < 36
+    results = pd.read_csv(sweep_dir / "results.csv")
+    for width, entry in ((8, scales["8"]), (16, scales["16"])):
+        tried = results[results["width"] == width]
+        assert sorted(tried["lr"].unique()) == sorted(entry["lrs"]) and len(entry["lrs"]) >= 3
+        assert (tried.groupby("lr")["seed"].nunique() == 2).all()  # every LR got every seed
+        assert sorted(entry["run_names"]) == sorted(tried["run"])
+    # the second scale started where the first put its optimum: its first three LRs are next to it
+    best_small = results[results["width"] == 8].groupby("lr")["train_loss"].mean().idxmin()
+    assert min(abs(lr / best_small) for lr in scales["16"]["lrs"]) == 1 or len(scales["16"]["lrs"]) > 3
+    spend = pd.read_csv(sweep_dir / "search.csv")
+    assert list(spend["runs"]) == [scales[str(w)]["runs"] for w in spend["scale"]]
+    assert (spend["grid_runs"] == 18).all() and (spend["cpu_s"] > 0).all()
+    assert re.search(rf"LR search \(.*search.json\): {len(runs)} runs of the full grid's 36 \(\d+%\); CPU time", out)
+    assert "Verdict (the shift in grid steps" in out
+    transfer = pd.read_csv(sweep_dir / "transfer.csv")
+    assert transfer["call"].iloc[0] in ("transfers", "drifts", "moves", "cannot tell")
+    # the same command: every scale has stopped, nothing trains, nothing is rewritten
+    before = {name: summary["written_at"] for name, summary in runs.items()}
+    code, out, err = finish(start(search_args(text_tmp, sweep_dir, "train.steps=20"), text_tmp))
+    assert code == 0 and "sweep finished: 0 completed" in out, err[-3000:]
+    assert {name: s["written_at"] for name, s in finished_runs(sweep_dir).items()} == before
+
+
+def test_a_stopped_search_resumes_and_never_trains_a_run_twice(text_tmp):
+    sweep_dir = text_tmp / "stopped"
+    args = search_args(text_tmp, sweep_dir, "train.steps=300")
+    process = start(args, text_tmp)
+    deadline = time.time() + 120
+    while time.time() < deadline and sum(s.get("status") == "completed"
+                                         for s in finished_runs(sweep_dir).values()) < 2:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    code, out, err = finish(process)
+    assert code == 143 and "sweep stopped by signal 15" in out, err[-3000:]
+    first = {name: s for name, s in finished_runs(sweep_dir).items() if s["status"] == "completed"}
+    assert len(first) >= 2 and any(s["status"] == "interrupted" for s in finished_runs(sweep_dir).values())
+    code, out, err = finish(start(args, text_tmp))
+    assert code == 0, err[-3000:]
+    final = finished_runs(sweep_dir)
+    for name, summary in first.items():  # finished before the stop: read, never trained again
+        assert final[name]["launch"] == summary["launch"] and final[name]["written_at"] == summary["written_at"]
+    resumed = [s for s in final.values() if s.get("resumed_from")]
+    assert resumed, "the run the stop interrupted resumes from its checkpoint"
+    record = json.loads((sweep_dir / "search.json").read_text())
+    assert all(e["state"] == "stopped" for e in record["scales"].values())
+    assert sum(e["runs"] for e in record["scales"].values()) == len(final)
+    assert len({r["launch"] for r in record["rounds"]}) == 2  # both launches' rounds are kept
+
+
+def test_each_batch_goes_through_the_configured_launcher(text_tmp):
+    sweep_dir = text_tmp / "parallel"
+    code, out, err = finish(start(search_args(text_tmp, sweep_dir, "train.steps=20", "sweep.pack=true",
+                                              "hydra/launcher=local_parallel", "hydra.launcher.n_jobs=2"), text_tmp))
+    assert code == 0, err[-3000:]
+    runs = finished_runs(sweep_dir)
+    assert runs and all(s["status"] == "completed" for s in runs.values())
+    assert {s["packed_with"] for s in runs.values()} <= {2, 4, 6, 8}  # a scale's LRs × seeds per packed job
+    record = json.loads((sweep_dir / "search.json").read_text())
+    assert sum(e["runs"] for e in record["scales"].values()) == len(runs)
+
+
+def test_a_search_without_an_lr_axis_is_refused_before_anything_runs(text_tmp):
+    sweep_dir = text_tmp / "refused"
+    args = [a for a in search_args(text_tmp, sweep_dir) if not a.startswith("optim.lr=")] + ["optim.lr=0.1"]
+    code, out, err = finish(start(args, text_tmp))
+    assert code != 0 and "sweep not launched, sweep.search=true needs an LR axis to search" in err
+    assert not sweep_dir.exists()
+
+
+def space(*overrides: str):
+    """The search space of a command line: its swept axes as a preset's sweeper params, the rest composed."""
+    swept = {o.split("=", 1)[0]: o.split("=", 1)[1] for o in overrides if "," in o}
+    cfg = compose_config(*(o for o in overrides if "," not in o), with_hydra=True)
+    with open_dict(cfg.hydra.sweeper):
+        cfg.hydra.sweeper.params = swept
+    return search_space(cfg)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["sweep.search_budget=2"], "sweep.search_budget=2: a bracket needs at least 3 LRs per scale"),
+    (["sweep.search_low=0.5", "sweep.search_high=0.6"], "the bounds must leave room for a bracket"),
+    (["sweep.search_high=0.01"], "the starting LR 0.0625 lies outside the bounds [0, 0.0078125]"),
+    (["sweep.search_substeps=3"], "sweep.search_substeps=3; allowed: 1, 2, 4, 8"),
+    (["sweep.search_start=-1"], "sweep.search_start=-1: must be a positive LR"),
+    (["optim.lr=0.1,0.2,0.8"], "evenly spaced in log2"),
+])
+def test_settings_a_search_cannot_run_with_are_named_in_one_line(overrides, message):
+    grid = [] if any(o.startswith("optim.lr=") for o in overrides) else [GRID]
+    with pytest.raises(SearchError) as error:
+        space(*grid, "arch.width=8,16", *overrides)
+    assert any(message in problem for problem in error.value.problems), error.value.problems
+
+
+def test_the_search_space_splits_the_axes_and_starts_in_the_grid_middle():
+    found = space(GRID, "arch.width=16,8,32", "train.seed=0,1,2", "optim.mode=normed,dualized", "train.steps=7")
+    assert found.scale_key == "arch.width" and [s.scales for s in found.series] == [("8", "16", "32")] * 2
+    assert sorted(s.overrides for s in found.series) == [("optim.mode=dualized",), ("optim.mode=normed",)]
+    assert found.seeds == ("0", "1", "2") and found.start == 4.0 and found.lattice.grid[4] == 2.0 ** -4
+    assert found.positions() == [3.0, 4.0, 5.0] and "train.steps=7" in found.fixed
+    assert found.settings.budget == 9 and found.settings.resolution == 0.75
+    jobs = found.job_arguments(found.series[0], "16", [3, 4])
+    assert len(jobs) == 6 and all("arch.width=16" in job for job in jobs)  # 2 LRs × 3 seeds, unpacked
