@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from modula_cli.analysis.report import optimal_lrs, progress, seed_matrix, transfer_table
+from modula_cli.analysis.report import optimal_lrs, progress, transfer_table
 from modula_cli.analysis.stats import signed
 from modula_cli.results.records import DIVERGED, GROUP, SCALE_KNOBS
 from modula_cli.sweep.lr_search import Lattice, SearchSettings, plan_series
@@ -106,7 +106,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--modes", default=None, help="only these optim.mode series, comma-separated")
     parser.add_argument("--metric", default="train_loss", choices=("train_loss", "test_loss", "test_acc"))
     parser.add_argument("--budget", type=int, default=None, help="LRs per scale (default: the grid's size)")
-    parser.add_argument("--resolution", type=float, default=0.75, help="grid steps (default 0.75, as sweep.search_resolution)")
+    parser.add_argument("--resolution", type=float, default=0.75,
+                        help="grid steps (default 0.75, as sweep.search_resolution)")
     parser.add_argument("--out", type=Path, default=None, help="write replay.csv and per_scale.csv here")
     args = parser.parse_args(argv)
     rows, per_scale = [], []

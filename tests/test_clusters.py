@@ -190,6 +190,22 @@ def array_of(launch: Launch) -> str:
     return found[1]
 
 
+SEARCH = ["optim.lr=" + ",".join(repr(2.0 ** k) for k in range(-8, 1)), "train.steps=20", "train.seed=0,1",
+          "sweep.pack=true", "sweep.search=true"]
+
+
+def assert_searched(sweep_dir: Path, out: str) -> None:
+    """Every scale stopped, every run the search planned finished, and fewer than the grid's 36."""
+    record = json.loads((sweep_dir / "search.json").read_text())
+    assert {e["scale"] for e in record["scales"].values()} == {"8", "16"}, out[-3000:]
+    assert all(e["state"] == "stopped" for e in record["scales"].values()), record["scales"]
+    runs = [folder for folder in sweep_dir.iterdir() if (folder / "summary.json").exists()]
+    assert len(runs) == sum(e["runs"] for e in record["scales"].values()) < 36
+    assert all(summary(folder)["status"] == "completed" for folder in runs)
+    assert len(record["rounds"]) >= 2 and re.search(r"LR search, round 2: \d+ runs? in \d+ jobs?", out), out[-3000:]
+
+
+
 # --- SLURM ------------------------------------------------------------------------------------------------
 
 def test_slurm_packed_sweep_reports_progress_here_and_threads_are_the_tasks_cpus(slurm_cluster, workdir):
@@ -398,3 +414,22 @@ def test_ray_request_the_cluster_cannot_run_is_refused_in_one_line(ray_head, wor
     assert code == 1 and re.search("modula-sweep: sweep not launched, .*" + message, out), out[-3000:]
     assert "Traceback" not in out and not (workdir / "refused").exists()
     assert time.monotonic() - started < 60  # never a wait on a resource no node has
+
+
+def test_slurm_runs_an_lr_search_round_by_round_and_a_relaunch_submits_nothing(slurm_cluster, workdir):
+    sweep_dir = workdir / "search"
+    args = [a for a in slurm_args(sweep_dir) if not a.startswith("optim.lr=")] + SEARCH
+    code, out = Launch(workdir, *args).finish()
+    assert code == 0, out[-3000:]
+    assert_searched(sweep_dir, out)
+    assert len(re.findall(r"as SLURM job \d+", out)) >= 2  # one array per round
+    again_code, again = Launch(workdir, *args).finish()
+    assert again_code == 0 and "submitted" not in again, again[-3000:]
+
+
+def test_ray_runs_an_lr_search_round_by_round(ray_head, workdir):
+    sweep_dir = workdir / "search"
+    args = [a for a in ray_args(str(sweep_dir)) if not a.startswith("optim.lr=")] + SEARCH
+    code, out = Launch(workdir, *args).finish()
+    assert code == 0, out[-3000:]
+    assert_searched(sweep_dir, out)

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from modula_cli.plumbing.locks import HOST, OWNER_FILE
-from modula_cli.results.records import (FAILED, INTERRUPTED, PENDING, RUNNING, SKIPPED, Outcome, collect,
+from modula_cli.results.records import (FAILED, INTERRUPTED, PENDING, RUNNING, SKIPPED, Outcome, add_to_launch,
+                                        collect,
                                         forget_launch, is_finished, knobs_of, launch_counts, launch_record,
                                         mark_abandoned, read_manifest, read_summary, record_failed_start,
                                         record_launch, summary_record, swept_axes, write_summary)
@@ -161,6 +162,18 @@ def test_a_launch_record_read_from_disk_or_given(tmp_path):
     before = time.time()
     unknown = launch_record(tmp_path, "nope")
     assert unknown["runs"] == [] and unknown["started"] >= before
+
+
+def test_a_search_adds_its_batches_to_its_launch_record(tmp_path):
+    record_launch(tmp_path, "S", {})
+    add_to_launch(tmp_path, "S", {"a": {"width": 32}, "b": {"width": 32}}, [(["w=32", "lr=1,2"], ["a", "b"])])
+    add_to_launch(tmp_path, "S", {"c": {"width": 64}}, [(["w=64", "lr=1"], ["c"])])
+    record = launch_record(tmp_path, "S")
+    assert record["runs"] == ["a", "b", "c"] and record["search"] is True
+    assert [job["runs"] for job in record["jobs"]] == [["a", "b"], ["c"]]
+    manifest = json.loads((tmp_path / "sweep.json").read_text())
+    assert set(manifest["runs"]) == {"a", "b", "c"} and manifest["launches"]["S"]["axes"] == ["width"]
+    assert launch_record(tmp_path, "other")["search"] is False
 
 
 def test_an_outcome_of_packed_members_says_packed():

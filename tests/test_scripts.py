@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -281,3 +282,23 @@ def test_no_test_imports_from_scripts():
     found = {path.name: hits for path in sorted(Path(__file__).parent.rglob("*.py"))
              if (hits := scripts_imports(path.read_text()))}
     assert not found, f"tests must not import from scripts/ (run the tool as a subprocess): {found}"
+
+
+def test_search_replay_trains_the_bracket_of_a_grid_and_gives_the_grids_answer(tmp_path):
+    # two widths, LRs 2^-4 … 2^0, three seeds; each width's valley is lowest at 2^-2 (the grid's middle)
+    rows = [{"run": f"lr={2.0 ** k},seed={seed},width={width}", "arch": "gpt", "data": "shakespeare",
+             "optimizer": "adam", "mode": "normed", "width": width, "lr": 2.0 ** k, "seed": seed,
+             "status": "completed", "train_loss": 2.0 + 0.1 * (k + 2) ** 2 + 0.01 * seed + 0.001 * (k % 2),
+             "wall_time_s": 10.0 * width / 32, "packed_with": 1}
+            for width in (32, 64) for k in range(-4, 1) for seed in range(3)]
+    pd.DataFrame(rows).to_csv(tmp_path / "results.csv", index=False)
+    result = run(SCRIPTS / "search_replay.py", str(tmp_path / "results.csv"), "--out", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    # the bracket 2^-3, 2^-2, 2^-1 at each width: 9 of 15 runs each, and CPU 18·(10 + 20)/2 of 30·(10 + 20)/2
+    assert "search 18 of 30 runs (60%), CPU 60% of the grid's" in result.stdout
+    replay = pd.read_csv(tmp_path / "out" / "replay.csv")
+    grid, search = replay.iloc[0], replay.iloc[1]
+    assert grid["best_lr_per_scale"] == search["best_lr_per_scale"] == "0.25 0.25"
+    assert grid["verdict"] == search["verdict"] and search["verdict"].startswith("transfers")
+    per_scale = pd.read_csv(tmp_path / "out" / "per_scale.csv")
+    assert list(per_scale["lrs"]) == ["0.125 0.25 0.5"] * 2

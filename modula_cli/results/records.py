@@ -283,6 +283,7 @@ def add_to_launch(sweep_dir: Path, launch_id: str, runs: dict[str, dict],
                                                      for job, names in jobs)]
         launch["axes"] = swept_axes({name: manifest["runs"][name] for name in launch["runs"]
                                      if name in manifest["runs"]})
+        launch["search"] = True  # its runs are known round by round: the time left is the round's
         atomic.write_text(sweep_dir / MANIFEST_FILE, json.dumps(manifest, indent=1))
 
 
@@ -319,7 +320,8 @@ def launch_record(sweep_dir: Path, launch_id: str, manifest: dict[str, Any] | No
     manifest = manifest if manifest is not None else read_manifest(sweep_dir)
     record = manifest["launches"].get(launch_id, {})
     return {"started": record.get("started", time.time()), "runs": list(record.get("runs", [])),
-            "finished_before": list(record.get("finished_before", [])), "jobs": list(record.get("jobs", []))}
+            "finished_before": list(record.get("finished_before", [])), "jobs": list(record.get("jobs", [])),
+            "search": bool(record.get("search"))}
 
 
 def launch_summaries(sweep_dir: Path, runs: list[str]) -> dict[str, dict | None]:

@@ -211,7 +211,8 @@ def report_progress(sweep_dir: Path, name: str, result: Outcome, ended: int | No
     before = len(record["finished_before"])
     ended = sum(counts[s] for s in COUNTED) - before if ended is None else ended
     left = _time_left(manifest["runs"], summaries, launch, record)
-    eta = "" if left is None else f" · about {duration_text(left)} left"
+    round_only = " in this round" if record["search"] else ""  # a search's later rounds are not planned yet
+    eta = "" if left is None else f" · about {duration_text(left)} left{round_only}"
     loss = result.train_loss
     outcome = result.status + (f", train loss {loss:.4f}" if isinstance(loss, float) else "")
     if len(result.members) == 1 and result.members[0].get("ended"):  # a killed run: how its process ended

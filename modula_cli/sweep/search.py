@@ -33,6 +33,7 @@ from ..config.members import pack_arguments
 from ..plumbing import atomic
 from ..plumbing.signals import STOP
 from ..results.records import (COMPLETED, KNOB_KEYS, SCALE_KNOBS, add_to_launch, is_finished, read_summary)
+from .grid import JobComposer, host_of, planned_runs
 from .lr_search import Lattice, ScalePlan, SearchError, SearchSettings, plan_series
 
 log = logging.getLogger(__name__)
@@ -180,8 +181,6 @@ class RunBook:
         """{run folder: knobs with fingerprint} of one LR's seeds."""
         key = (series, scale, k)
         if key not in self.planned:
-            from .launch import planned_runs
-
             runs: dict[str, dict] = {}
             for job in self.space.job_arguments(self.space.series[series], scale, [k]):
                 runs.update(planned_runs(job, self.composer.compose(job)))
@@ -288,8 +287,6 @@ class SearchRecord:
 def search_sweep(sweeper: Any, config: DictConfig) -> list[Any]:
     """The sweeper's ``sweep`` under ``sweep.search=true``: rounds of plan → launch until every scale of every
     series has stopped, a stop signal came, or nothing more can train in this launch."""
-    from .launch import JobComposer, host_of, planned_runs
-
     space = search_space(config)
     sweep_dir = Path(config.hydra.sweep.dir)
     launch = os.environ.get("MODULA_SWEEP_LAUNCH")
