@@ -34,6 +34,9 @@ def search_args(tmp_path: Path, sweep_dir: Path, *extra: str) -> list[str]:
 
 
 def finished_runs(sweep_dir: Path) -> dict[str, dict]:
+    """Every run folder's summary (none before the sweep folder exists)."""
+    if not sweep_dir.is_dir():
+        return {}
     return {p.name: json.loads((p / "summary.json").read_text()) for p in sweep_dir.iterdir()
             if (p / "summary.json").exists()}
 
@@ -73,11 +76,14 @@ def test_a_search_trains_part_of_the_grid_reports_what_it_spent_and_a_relaunch_t
 
 def test_a_stopped_search_resumes_and_never_trains_a_run_twice(text_tmp):
     sweep_dir = text_tmp / "stopped"
-    args = search_args(text_tmp, sweep_dir, "train.steps=300")
+    args = search_args(text_tmp, sweep_dir, "train.steps=120")
     process = start(args, text_tmp)
     deadline = time.time() + 120
-    while time.time() < deadline and sum(s.get("status") == "completed"
-                                         for s in finished_runs(sweep_dir).values()) < 2:
+    def training_the_third() -> bool:  # two runs finished, a third a few steps in
+        done = {name for name, s in finished_runs(sweep_dir).items() if s.get("status") == "completed"}
+        return len(done) >= 2 and any(len(m.read_text().splitlines()) >= 5 for m in sweep_dir.glob("*/metrics.jsonl")
+                                      if m.parent.name not in done)
+    while time.time() < deadline and not training_the_third():
         time.sleep(0.05)
     process.send_signal(signal.SIGTERM)
     code, out, err = finish(process)
@@ -150,3 +156,17 @@ def test_the_search_space_splits_the_axes_and_starts_in_the_grid_middle():
     assert found.settings.budget == 9 and found.settings.resolution == 0.75
     jobs = found.job_arguments(found.series[0], "16", [3, 4])
     assert len(jobs) == 6 and all("arch.width=16" in job for job in jobs)  # 2 LRs × 3 seeds, unpacked
+
+
+def test_two_searches_launched_into_one_folder_share_the_work_and_train_each_run_once(text_tmp):
+    sweep_dir = text_tmp / "shared"
+    args = search_args(text_tmp, sweep_dir, "train.steps=60")
+    first, second = start(args, text_tmp), start(args, text_tmp)
+    (code_1, out_1, err_1), (code_2, out_2, err_2) = finish(first), finish(second)
+    assert code_1 == 0 and code_2 == 0, (err_1[-2000:], err_2[-2000:])
+    trained = [int(re.search(r"sweep finished: (\d+) completed", out)[1]) for out in (out_1, out_2)]
+    runs = finished_runs(sweep_dir)
+    assert sum(trained) == len(runs) and all(s["status"] == "completed" for s in runs.values())
+    record = json.loads((sweep_dir / "search.json").read_text())
+    assert all(e["state"] == "stopped" for e in record["scales"].values())
+    assert sum(e["runs"] for e in record["scales"].values()) == len(runs)

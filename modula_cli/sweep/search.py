@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import numbers
 import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -213,7 +214,7 @@ class ScaleResults(Mapping[int, Sequence[float]]):
         return self.seen[k]
 
     def __contains__(self, k: object) -> bool:
-        return isinstance(k, int) and self._get(k) is not None
+        return isinstance(k, numbers.Integral) and self._get(int(k)) is not None
 
     def __getitem__(self, k: int) -> list[float]:
         values = self._get(k)
@@ -284,59 +285,84 @@ class SearchRecord:
         atomic.write_text(sweep_dir / SEARCH_FILE, json.dumps(body, indent=1))
 
 
+@dataclass
+class Batch:
+    """One round's jobs (each with its runs) and every run they train."""
+
+    jobs: list[tuple[list[str], list[str]]] = field(default_factory=list)
+    runs: dict[str, dict] = field(default_factory=dict)
+
+
+class Search:
+    """One launch's search: plans each round from the folder, records it, and never sends a run twice."""
+
+    def __init__(self, config: DictConfig):
+        self.space = search_space(config)
+        self.sweep_dir = Path(config.hydra.sweep.dir)
+        self.launch = os.environ.get("MODULA_SWEEP_LAUNCH") or ""
+        self.composer = JobComposer(config, devices_here=host_of(config.hydra.launcher).local)
+        self.book = RunBook(self.space, self.sweep_dir, self.composer, config.sweep.metric, self.launch,
+                            bool(config.sweep.rerun or config.train.rerun))
+        self.record = SearchRecord(self.space)
+        self.attempted: set[str] = set()  # the runs this launch has sent out
+
+    def plan(self) -> Batch:
+        """What every series trains next, from the runs finished now; each scale's state into the record. A
+        scale whose next runs were sent out once in this launch and did not finish is not sent again."""
+        batch = Batch()
+        for index, series in enumerate(self.space.series):
+            results = [ScaleResults(self.book, index, scale) for scale in series.scales]
+            plans = plan_series(results, self.space.positions(), self.space.start, self.space.settings)
+            for scale, plan in zip(series.scales, plans):
+                todo = [k for k in plan.step.run if (index, scale) not in self.record.blocked]
+                names = {name for k in todo for name in self.book.runs(index, scale, k)}
+                if names & self.attempted:
+                    self.record.blocked[(index, scale)] = ("runs did not finish in this launch (failed or "
+                                                           "interrupted): the same command retries them")
+                    todo = []
+                self.record.note(series, scale, plan, self.book, index)
+                for job in self.space.job_arguments(series, scale, todo) if todo else []:
+                    job_runs = planned_runs(job, self.composer.compose(job))
+                    batch.jobs.append((job, sorted(job_runs)))
+                    batch.runs.update(job_runs)
+        return batch
+
+    def rounds(self, launcher: Any) -> list[Any]:
+        """Plan, record, launch, until nothing is left to send or a stop signal came; the record is written
+        after every round and once more at the end (what the last round finished)."""
+        returns: list[Any] = []
+        next_job = 0
+        self.sweep_dir.mkdir(parents=True, exist_ok=True)
+        while not STOP.requested:
+            began = time.perf_counter()
+            batch = self.plan()
+            if not batch.jobs:
+                break
+            add_to_launch(self.sweep_dir, self.launch, batch.runs, batch.jobs)
+            self.attempted |= set(batch.runs)
+            self.record.rounds.append(Round(self.launch, len(batch.jobs), len(batch.runs),
+                                            round(time.perf_counter() - began, 3)))
+            self.record.write(self.sweep_dir)
+            log.info("LR search, round %d: %d run%s in %d job%s (%s)", len(self.record.rounds), len(batch.runs),
+                     "s" if len(batch.runs) != 1 else "", len(batch.jobs), "s" if len(batch.jobs) != 1 else "",
+                     _round_text(self.space, batch.jobs))
+            launched = time.perf_counter()
+            returns.append(launcher.launch([job for job, _ in batch.jobs], initial_job_idx=next_job))
+            self.record.rounds[-1].launched_s = round(time.perf_counter() - launched, 3)
+            next_job += len(batch.jobs)
+        if STOP.requested:
+            self.plan()  # the record only: nothing is launched after a stop
+        self.record.write(self.sweep_dir)
+        return returns
+
+
 def search_sweep(sweeper: Any, config: DictConfig) -> list[Any]:
     """The sweeper's ``sweep`` under ``sweep.search=true``: rounds of plan → launch until every scale of every
     series has stopped, a stop signal came, or nothing more can train in this launch."""
-    space = search_space(config)
-    sweep_dir = Path(config.hydra.sweep.dir)
-    launch = os.environ.get("MODULA_SWEEP_LAUNCH")
-    composer = JobComposer(config, devices_here=host_of(config.hydra.launcher).local)
-    book = RunBook(space, sweep_dir, composer, config.sweep.metric, launch,
-                   bool(config.sweep.rerun or config.train.rerun))
-    record = SearchRecord(space)
-    attempted: set[str] = set()
-    returns: list[Any] = []
-    next_job = 0
-    positions = space.positions()
-    sweep_dir.mkdir(parents=True, exist_ok=True)
-    atomic.write_text(sweep_dir / "multirun.yaml", OmegaConf.to_yaml(config))  # as Hydra's basic sweeper saves it
-    while not STOP.requested:
-        began = time.perf_counter()
-        batch: list[list[str]] = []
-        runs: dict[str, dict] = {}
-        jobs: list[tuple[list[str], list[str]]] = []
-        for index, series in enumerate(space.series):
-            results = [ScaleResults(book, index, scale) for scale in series.scales]
-            plans = plan_series(results, positions, space.start, space.settings)
-            for scale, plan in zip(series.scales, plans):
-                todo = [k for k in plan.step.run if (index, scale) not in record.blocked]
-                names = {name: knobs for k in todo for name, knobs in book.runs(index, scale, k).items()}
-                if todo and set(names) & attempted:  # launched once in this launch and not finished: no retry now
-                    record.blocked[(index, scale)] = ("runs did not finish in this launch (failed or interrupted): "
-                                                      "the same command retries them")
-                    todo = []
-                record.note(series, scale, plan, book, index)
-                for job in space.job_arguments(series, scale, todo) if todo else []:
-                    job_runs = planned_runs(job, composer.compose(job))
-                    batch.append(job)
-                    jobs.append((job, sorted(job_runs)))
-                    runs.update(job_runs)
-        planning = time.perf_counter() - began
-        if not batch:
-            record.write(sweep_dir)
-            break
-        add_to_launch(sweep_dir, launch or "", runs, jobs)
-        attempted |= set(runs)
-        record.rounds.append(Round(launch or "", len(batch), len(runs), round(planning, 3)))
-        record.write(sweep_dir)
-        log.info("LR search, round %d: %d run%s in %d job%s (%s)", len(record.rounds), len(runs),
-                 "s" if len(runs) != 1 else "", len(batch), "s" if len(batch) != 1 else "", _round_text(space, jobs))
-        launched = time.perf_counter()
-        results_of_batch = sweeper.launcher.launch(batch, initial_job_idx=next_job)
-        record.rounds[-1].launched_s = round(time.perf_counter() - launched, 3)
-        next_job += len(batch)
-        returns.append(results_of_batch)
-    return returns
+    search = Search(config)
+    search.sweep_dir.mkdir(parents=True, exist_ok=True)
+    atomic.write_text(search.sweep_dir / "multirun.yaml", OmegaConf.to_yaml(config))  # as Hydra's basic sweeper
+    return search.rounds(sweeper.launcher)
 
 
 def _round_text(space: SearchSpace, jobs: list[tuple[list[str], list[str]]]) -> str:
