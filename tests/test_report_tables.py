@@ -4,6 +4,8 @@ import dataclasses
 import json
 import math
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
@@ -94,3 +96,25 @@ def test_the_fitted_optimum_sits_in_a_strip_below_the_curves_one_named_row_per_s
     assert title == "★ below: the fitted optimal LR with its 95% interval"  # nothing diverged; a normed panel
 
 
+
+
+def test_the_search_spend_table_by_hand():
+    from modula_cli.analysis.search_spend import spend_table, spend_text
+
+    frame = pd.DataFrame({"run": ["a", "b", "c", "z"], "wall_time_s": [10.0, 30.0, float("nan"), 99.0],
+                          "packed_with": [1, 3, 1, 1]})
+    search = {"scales": {"s | 32": {"series": "arch=gpt", "scale_key": "arch.width", "scale": "32",
+                                    "lrs": [0.25, 0.5, 1.0], "runs": 3, "run_names": ["a", "b", "c"],
+                                    "grid_runs": 9, "state": "stopped", "reason": "resolution",
+                                    "stop": "resolution reached: 95 % interval 0.30 grid steps wide"}},
+              "rounds": [{"planning_s": 0.25}, {"planning_s": 0.5}], "planning_s": 0.75}
+    spend = spend_table(frame, search)
+    row = spend.iloc[0]
+    # a: 10 s; b: a packed run of 3 members, 30 / 3 = 10 s; c: not finished; z: not the search's
+    assert (row["cpu_s"], row["finished_runs"], row["grid_cpu_s"]) == (20.0, 2, 90.0)
+    assert (row["lrs_tried"], row["lowest_lr"], row["highest_lr"]) == (3, 0.25, 1.0)
+    lines = spend_text(spend, search, Path("search.json"))
+    assert lines[0] == ("LR search (search.json): 3 runs of the full grid's 9 (33%); CPU time 0m20s of the grid's "
+                        "estimated 1m30s (22%); planning 0.8 s over 2 rounds (the launcher's idle time between rounds)")
+    assert lines[1] == ("  width 32: 3 LRs (0.25 … 1), 3 of 9 runs; stopped: resolution reached: 95 % interval 0.30 "
+                        "grid steps wide")
