@@ -208,6 +208,9 @@ def check_command_line(overrides: Sequence[str], config_dirs: Sequence[Path], ex
         key, _, values_text = sweeps[0].input_line.partition("=")
         as_list = "" if "(" in values_text else f", or write a list as {key}=[{values_text}]"  # not range(…), glob(…)
         raise UsageError(f"{sweeps[0].input_line} gives several values: add -m to sweep over them{as_list}")
+    if OmegaConf.select(cfg, "sweep.search", default=False) is True and not sweeping:
+        raise UsageError("sweep.search=true searches the LRs of a sweep: add -m and an LR axis "
+                         "(e.g. -m optim.lr=0.125,0.25,0.5,1), or a preset such as sweep=width")
     key = "hydra.sweep.dir" if sweeping else "hydra.run.dir"
     where = OmegaConf.to_container(cfg.hydra.sweep if sweeping else cfg.hydra.run, resolve=False).get("dir")
     if where and (problem := folder_problem(str(where))):

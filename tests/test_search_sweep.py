@@ -188,3 +188,10 @@ def test_a_run_that_fails_is_not_sent_again_in_the_same_launch_and_its_scale_say
     assert scales["8"]["reason"] == "unfinished" and "the same command retries them" in scales["8"]["stop"]
     assert scales["16"]["state"] == "waiting" and len(record["rounds"]) == 1
     assert "stopped: runs did not finish in this launch" in out
+
+
+def test_a_search_asked_of_a_single_run_is_refused_in_one_line(text_tmp):
+    args = [a for a in search_args(text_tmp, text_tmp / "none") if a != "-m" and "," not in a]
+    code, out, err = finish(start(args, text_tmp))
+    assert code != 0 and "sweep.search=true searches the LRs of a sweep: add -m and an LR axis" in err
+    assert not (text_tmp / "outputs").exists() and not (text_tmp / "none").exists()
