@@ -36,7 +36,12 @@ def start(args, cwd, env_extra=None):
 
 
 def finish(process, timeout=300):
-    out, err = process.communicate(timeout=timeout)
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:  # a hung sweep must not outlive its test (and load the machine)
+        process.kill()
+        out, err = process.communicate()
+        raise AssertionError(f"no exit within {timeout} s:\n{out[-2000:]}\n{err[-2000:]}") from None
     return process.returncode, out, err
 
 

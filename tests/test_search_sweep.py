@@ -77,7 +77,7 @@ def test_a_search_trains_part_of_the_grid_reports_what_it_spent_and_a_relaunch_t
 
 def test_a_stopped_search_resumes_and_never_trains_a_run_twice(text_tmp):
     sweep_dir = text_tmp / "stopped"
-    args = search_args(text_tmp, sweep_dir, "train.steps=120")
+    args = search_args(text_tmp, sweep_dir, "train.steps=120", "train.seed=0")
     process = start(args, text_tmp)
     deadline = time.time() + 120
     def training_the_third() -> bool:  # two runs finished, a third a few steps in
@@ -161,7 +161,7 @@ def test_the_search_space_splits_the_axes_and_starts_in_the_grid_middle():
 
 def test_two_searches_launched_into_one_folder_share_the_work_and_train_each_run_once(text_tmp):
     sweep_dir = text_tmp / "shared"
-    args = search_args(text_tmp, sweep_dir, "train.steps=60")
+    args = search_args(text_tmp, sweep_dir, "train.steps=60", "train.seed=0")
     first, second = start(args, text_tmp), start(args, text_tmp)
     (code_1, out_1, err_1), (code_2, out_2, err_2) = finish(first), finish(second)
     assert code_1 == 0 and code_2 == 0, (err_1[-2000:], err_2[-2000:])

@@ -70,12 +70,20 @@ def spend_text(spend: pd.DataFrame, search: dict[str, Any], where: Path) -> list
     lines = [f"LR search ({where}): {runs} runs of the full grid's {grid}{share}; CPU time {_duration(cpu)} of the "
              f"grid's estimated {_duration(grid_cpu)}{cpu_share}; planning {search.get('planning_s', 0):.1f} s over "
              f"{len(rounds)} round{'s' if len(rounds) != 1 else ''} (the launcher's idle time between rounds)"]
-    several = spend["series"].nunique() > 1
-    for row in spend.itertuples(index=False):
+    labels = _distinct(list(spend["series"].astype(str)))
+    for row, label in zip(spend.itertuples(index=False), labels):
         where_ = f"{row.scale_key.split('.')[-1]} {row.scale}" if row.scale_key else "the scale"
-        series = f"{row.series}: " if several else ""
+        series = f"{label}: " if label else ""
         tried = (f"{row.lrs_tried} LR{'s' if row.lrs_tried != 1 else ''} ({row.lowest_lr:g} … {row.highest_lr:g})"
                  if row.lrs_tried else "no LR yet")
         state = f"stopped: {row.stop}" if row.state == "stopped" or row.reason == "unfinished" else row.state
         lines.append(f"  {series}{where_}: {tried}, {row.runs} of {row.grid_runs} runs; {state}")
     return lines
+
+
+def _distinct(labels: list[str]) -> list[str]:
+    """Each series' name (``context=64,mode=normed,…``) without the settings every series shares: ``mode=normed``
+    ("" when there is one series)."""
+    parts = [label.split(",") for label in labels]
+    shared = set.intersection(*(set(p) for p in parts)) if parts else set()
+    return [",".join(x for x in p if x not in shared) for p in parts]
