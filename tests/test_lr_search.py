@@ -145,6 +145,9 @@ def test_a_killed_launch_resumes_where_it_stopped_and_never_trains_an_lr_twice(s
         results.update({k: objective(k) for k in finished})
     assert sorted(trained) == sorted(set(trained)) == sorted(whole)
     assert step == whole_step
+    # a batch finished in part: the rest comes back, and the finished part counts as tried
+    partial = plan({4: objective(4), 8: objective(8)}, 3.0, settings)  # the first bracket is 4, 6, 8
+    assert partial.run == (6,) and partial.tried == (4, 8)
 
 
 def test_later_scales_start_where_the_earlier_ones_put_the_optimum_and_follow_a_drift():

@@ -132,7 +132,7 @@ class Step:
     stop: str | None = None
     reason: str | None = None
     anchor: float | None = None
-    tried: tuple[int, ...] = ()  # (``plan``) the finished LRs its replay read
+    tried: tuple[int, ...] = ()  # (``plan``) the finished LRs its replay read, the current batch's included
 
 
 def first_bracket(start: float, settings: SearchSettings) -> tuple[int, ...]:
@@ -235,8 +235,9 @@ def plan(results: Results, start: float, settings: SearchSettings) -> Step:
         if step.stop is not None:
             return Step(stop=step.stop, reason=step.reason, anchor=anchor, tried=tuple(sorted(finished)))
         missing = tuple(k for k in step.run if k not in results)
-        if missing:
-            return Step(run=missing, anchor=anchor, tried=tuple(sorted(finished)))
+        if missing:  # the batch's finished part counts as tried (the record and the report say so)
+            done = {k for k in step.run if k not in missing}
+            return Step(run=missing, anchor=anchor, tried=tuple(sorted({*finished, *done})))
         finished.update({k: results[k] for k in step.run})
 
 
