@@ -46,8 +46,10 @@ def test_the_lattice_keeps_the_grid_values_and_names_the_points_between():
     lattice = Lattice.of_grid([0.25, 0.0625, 0.125, 0.5], per_grid=2)
     assert lattice.grid == (0.0625, 0.125, 0.25, 0.5) and lattice.grid_step == pytest.approx(1.0)
     assert [lattice.lr(k) for k in (0, 2, 6, 8, -2)] == [0.0625, 0.125, 0.5, 1.0, 0.03125]
-    assert lattice.lr(1) == pytest.approx(0.0883883, abs=1e-7) and lattice.lr(1) == float("0.0883883")
+    assert lattice.lr(1) == float("0.0883883476483")  # 2^-3.5, to 12 significant digits
     assert lattice.index(0.0883883) == 1 and lattice.index(0.1) is None and lattice.index(1.0) == 8
+    # whole octaves beyond the grid are exact: the value a wider grid would write, so the same run folder
+    assert Lattice.of_grid([2.0 ** -6, 2.0 ** -5]).lr(-3) == 0.001953125 == 2.0 ** -9
     decimal = Lattice.of_grid([0.001, 0.01, 0.1])  # any constant ratio: a grid step of log2(10)
     assert decimal.lr(1) == 0.01 and decimal.lr(3) == pytest.approx(1.0) and decimal.lr(-1) == 0.0001
     with pytest.raises(SearchError, match="evenly spaced in log2"):
@@ -184,3 +186,34 @@ def test_a_scale_waits_until_the_one_before_it_is_bracketed():
         results[0][k] = objective(k)
     plans = plan_series(results, [5.0, 6.0, 7.0], 4.0, SearchSettings())
     assert plans[1].step.run == (7, 8, 9) and plans[2].waiting  # bracketed at 8: the next scale goes out
+
+
+def test_one_seed_stops_once_bracketed_and_a_refinement_never_exceeds_the_budget():
+    batches: list = []
+    _, step = search(valley(4.0, seeds=1), 4.0, SearchSettings(), batches)
+    assert batches == [(3, 4, 5)] and step.reason == "one seed"  # no interval to narrow: nothing more to buy
+    # the optimum halfway between two untried half steps: both are nearest, but only one fits the budget
+    tied = {4: [math.inf] * 3, 6: [2.0, 2.01, 1.99], 8: [math.inf] * 3}
+    step = plan(tied, 3.0, SearchSettings(per_grid=2, budget=4))
+    assert len(step.run) == 1 and step.run[0] in (5, 7)
+
+
+def test_the_next_scale_starts_from_the_first_bracket_of_the_one_before():
+    """The anchor is the fit when a scale was first bracketed, not its latest one: a later scale's start
+    must not move while the one before it refines (its first batch would change under a relaunch)."""
+    settings = SearchSettings(per_grid=2, resolution=0.05, budget=8)
+    objective = valley(2.4, per_grid=2, noise=0.03)
+    results: dict[int, list[float]] = {}
+    anchors, bracketed = [], None
+    for _ in range(10):
+        step = plan(results, 2.0, settings)
+        anchors.append(step.anchor)
+        if step.anchor is not None and bracketed is None:
+            bracketed = sorted(results)  # what had finished when the scale was first bracketed
+        if step.stop:
+            break
+        results.update({k: objective(k) for k in step.run})
+    first = next(a for a in anchors if a is not None)
+    assert all(a == first for a in anchors if a is not None) and len(results) > len(bracketed)
+    fit = optimum(np.array(bracketed) / 2, np.array([objective(k) for k in bracketed]).T)
+    assert first == pytest.approx(fit.log2_optimal_lr)

@@ -66,11 +66,16 @@ class Lattice:
         return math.log2(self.grid[0]) + k * self.grid_step / self.per_grid
 
     def lr(self, k: int) -> float:
-        """The LR at ``k``: a grid value exactly where there is one, else 6 significant digits."""
+        """The LR at ``k``: a grid value exactly where there is one; a whole number of octaves from the grid's
+        first LR exactly (2^-9 is 0.001953125, as a grid that reaches it will write it); else 12 significant
+        digits."""
         i, off_grid = divmod(k, self.per_grid)
         if not off_grid and 0 <= i < len(self.grid):
             return self.grid[i]
-        return float(f"{2.0 ** self.log2(k):.6g}")
+        octaves = k * self.grid_step / self.per_grid
+        if math.isclose(octaves, round(octaves), abs_tol=1e-9):
+            return math.ldexp(self.grid[0], round(octaves))
+        return float(f"{2.0 ** self.log2(k):.12g}")
 
     def lr_between(self, steps: float) -> float:
         """The LR ``steps`` grid steps above the grid's first (6 significant digits)."""
@@ -176,12 +181,12 @@ def next_step(results: Results, start: float, settings: SearchSettings) -> Step:
                     anchor=anchor)
     if spent:
         return Step(stop=f"budget spent: {len(tried)} LRs" + _width_text(width), reason="budget", anchor=anchor)
+    if fit.seeds < 2:  # no interval to narrow: more LRs would buy nothing
+        return Step(stop="bracketed (one seed: no interval)", reason="one seed", anchor=anchor)
     diverged = [int(k) for k, value in zip(tried, fit.mean) if np.isinf(value)]
     nearby = _refinements(tried, int(tried[best]), anchor * B, settings, diverged)
     if nearby:
-        return Step(run=nearby, anchor=anchor)
-    if fit.seeds < 2:
-        return Step(stop="bracketed (one seed: no interval)", reason="one seed", anchor=anchor)
+        return Step(run=nearby[: settings.budget - len(tried)], anchor=anchor)
     if fit.edge:  # a neighbour diverged: the optimum lies between the best LR and it
         return Step(stop=f"the next LR {'above' if fit.edge == 'high' else 'below'} diverged: the optimum lies "
                          f"within a lattice step of the best LR (sweep.search_substeps places it finer)",

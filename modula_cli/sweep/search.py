@@ -72,14 +72,16 @@ class SearchSpace:
             return [math.log2(v) for v in values]
         return [float(i) for i in range(len(scales))]
 
-    def job_arguments(self, series: Series, scale: str, ks: Sequence[int]) -> list[list[str]]:
-        """The jobs that train LRs ``ks`` (every seed each) at one scale of one series."""
+    def job_arguments(self, series: Series, scale: str, ks: Sequence[int],
+                      seeds: Sequence[str] | None = None) -> list[list[str]]:
+        """The jobs that train LRs ``ks`` at one scale of one series, with ``seeds`` (default: every seed)."""
         arguments = [*self.fixed, *series.overrides]
         if self.scale_key is not None:
             arguments.append(f"{self.scale_key}={scale}")
         arguments.append(f"{LR_KEY}={','.join(repr(self.lattice.lr(k)) for k in sorted(ks))}")
-        if self.seeds:
-            arguments.append(f"{SEED_KEY}={','.join(self.seeds)}")
+        seeds = self.seeds if seeds is None else seeds
+        if seeds:
+            arguments.append(f"{SEED_KEY}={','.join(seeds)}")
         if self.pack:
             arguments = pack_arguments(arguments)
         return split_sweep(OverridesParser.create().parse_overrides(arguments))
@@ -134,10 +136,12 @@ def search_space(config: DictConfig) -> SearchSpace:
         if value is not None and not (isinstance(value, (int, float)) and value > 0):
             problems.append(f"sweep.{name}={value!r}: must be a positive LR (or null: no bound)")
             value = None
-        # a bound between lattice points keeps the points inside it
-        bounds.append(None if value is None else
-                      (math.ceil if name == "search_low" else math.floor)(_position(lattice, value) - 1e-9 *
-                                                                          (1 if name == "search_high" else -1)))
+        # a bound on a lattice point keeps it; one between points keeps the points inside it
+        if value is not None:
+            position = _position(lattice, value)
+            bounds.append(math.ceil(position - 1e-4) if name == "search_low" else math.floor(position + 1e-4))
+        else:
+            bounds.append(None)
     budget = sweep.get("search_budget")
     settings = SearchSettings(per_grid=substeps, resolution=sweep.get("search_resolution", 0.75),
                               budget=len(lattice.grid) if budget is None else budget, low=bounds[0], high=bounds[1])
@@ -188,12 +192,25 @@ class RunBook:
             self.planned[key] = runs
         return self.planned[key]
 
+    def finished(self, name: str, knobs: dict) -> dict | None:
+        """A run's summary if it has finished (by this configuration; under rerun, in this launch)."""
+        summary = read_summary(self.sweep_dir / name, warn=False)
+        if not is_finished(summary, knobs["fingerprint"]) or (self.rerun and summary.get("launch") != self.launch):
+            return None
+        return summary
+
+    def unfinished_seeds(self, series: int, scale: str, k: int) -> tuple[str, ...]:
+        """The seeds of one LR still to train (all of the sweep's seeds, in its order, when none finished)."""
+        unfinished = {str(knobs["seed"]) for name, knobs in self.runs(series, scale, k).items()
+                      if self.finished(name, knobs) is None}
+        return tuple(seed for seed in self.space.seeds if seed in unfinished)
+
     def values(self, series: int, scale: str, k: int) -> list[float] | None:
         """The seeds' signed costs at one LR (+inf: diverged), or None until every seed has finished."""
         values = []
         for name, knobs in self.runs(series, scale, k).items():
-            summary = read_summary(self.sweep_dir / name, warn=False)
-            if not is_finished(summary, knobs["fingerprint"]) or (self.rerun and summary.get("launch") != self.launch):
+            summary = self.finished(name, knobs)
+            if summary is None:
                 return None
             value = summary.get(self.metric)
             finite = summary["status"] == COMPLETED and isinstance(value, (int, float)) and math.isfinite(value)
@@ -321,10 +338,16 @@ class Search:
                                                            "interrupted): the same command retries them")
                     todo = []
                 self.record.note(series, scale, plan, self.book, index)
-                for job in self.space.job_arguments(series, scale, todo) if todo else []:
-                    job_runs = planned_runs(job, self.composer.compose(job))
-                    batch.jobs.append((job, sorted(job_runs)))
-                    batch.runs.update(job_runs)
+                # only the runs still to train: a pack of finished seeds would train them again
+                groups: dict[tuple[str, ...], list[int]] = {}
+                for k in todo:
+                    groups.setdefault(self.book.unfinished_seeds(index, scale, k) if self.space.seeds else (),
+                                      []).append(k)
+                for seeds, ks in groups.items():
+                    for job in self.space.job_arguments(series, scale, ks, seeds or None):
+                        job_runs = planned_runs(job, self.composer.compose(job))
+                        batch.jobs.append((job, sorted(job_runs)))
+                        batch.runs.update(job_runs)
         return batch
 
     def rounds(self, launcher: Any) -> list[Any]:
