@@ -26,12 +26,20 @@ def test_an_interval_around_zero_transfers_within_its_farther_end_rounded_up_to_
     assert "within ±0.5 grid steps (-0.04 [-0.42, +0.32]" in call(-0.02, -0.21, 0.16, step=0.5).text
 
 
-def test_a_small_real_drift_is_told_apart_from_a_move():
-    said = call(0.30, 0.02, 0.61, doublings=2.0)
-    assert said.call == "drifts" and said.text.startswith("drifts up by under one grid step (+0.30 [+0.02, +0.61]")
-    assert "about +0.15 per doubling" in said.text
+def test_a_drift_is_told_apart_from_a_move_by_where_the_whole_interval_lies():
+    said = verdict(0.30, 0.02, 0.61, 3, 1.0, 2.0, (0.5, 0.5), SCALES, "", (0.5, 1.0))
+    assert said.call == "drifts"
+    assert said.text == ("drifts up (+0.30 [+0.02, +0.61] grid steps, width 32 → 256, about +0.15 per doubling): "
+                         "less than the grid can show for sure over this range; the best grid LR goes from 0.5 to 1")
+    assert call(0.30, 0.02, 0.61).text.endswith("over this range")  # without the best LRs, nothing said of them
+    assert verdict(0.3, 0.02, 0.61, 3, 1.0, 2.0, (0.5, 0.5), SCALES, "", (0.5, 0.5)).text.endswith(
+        "the best grid LR is the same at both ends")
+    # reaching past a grid step is not enough to call it a move: the whole interval must lie beyond one
+    assert call(0.30, 0.05, 1.05).call == "drifts" and call(0.95, 0.85, 1.00).call == "drifts"
+    assert call(-1.08, -1.41, -0.85).call == "drifts"
     moved = call(-2.59, -3.08, -1.89)
     assert moved.call == "moves" and moved.text.startswith("moves down by about 0.9 grid steps per doubling")
+    assert call(1.5, 1.02, 2.0).call == "moves"
     # a scale that is not a positive number (weight decay 0): no rate per doubling
     assert call(1.6, 1.2, 2.0, doublings=None).text.startswith("moves up by about 1.6 grid steps (")
 

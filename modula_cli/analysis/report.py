@@ -394,7 +394,9 @@ def transfer_table(optimal: pd.DataFrame, fits: dict[tuple, Optimum], metric: st
                        _doublings(row.smallest, row.largest),
                        tuple(float(p["log2_optimal_lr_high"] - p["log2_optimal_lr_low"]) for p in
                              (ready.iloc[0], ready.iloc[-1])) if len(ready) >= 2 else (math.nan, math.nan),
-                       f"{knob} {row.smallest:g} → {row.largest:g}" if len(ready) >= 2 else "", row.edges)
+                       f"{knob} {row.smallest:g} → {row.largest:g}" if len(ready) >= 2 else "", row.edges,
+                       (float(ready.iloc[0]["optimal_lr"]), float(ready.iloc[-1]["optimal_lr"]))
+                       if len(ready) >= 2 else None)
         rows.append(dataclasses.replace(row, grid_step=step, call=said.call, verdict=said.text))
     return table(Transfer, rows)
 
@@ -427,8 +429,10 @@ def write_report(sweep_dir: Path, metric: str = "train_loss", quiet: bool = Fals
     table = curves(frame, metric, knob, done)
     optimal, fits = optimal_lrs(frame, metric, knob, resamples, done)
     search = read_search(sweep_dir)
-    grid = (search or {}).get("settings", {}).get("grid") or []
-    step = float(np.median(np.diff(np.log2(sorted(grid))))) if len(grid) > 1 else None
+    # the verdict's unit: the grid step every searched series shares (a search may try half steps), else
+    # each series' own LRs tell it
+    steps = {entry.get("grid_step") for entry in (search or {}).get("scales", {}).values()}
+    step = float(steps.pop()) if len(steps) == 1 and None not in steps else None
     transfer = transfer_table(optimal, fits, metric, done, step)
     runs = frame.drop(columns="settings")  # every setting of a run: its config.yaml
     spend = spend_table(frame, search) if search else None

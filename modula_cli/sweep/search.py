@@ -273,7 +273,7 @@ class SearchRecord:
             "series": self.space.label(series), "scale_key": self.space.scale_key, "scale": scale,
             "lrs": [lattice.lr(k) for k in tried], "runs": len(tried) * max(1, len(self.space.seeds)),
             "run_names": sorted(name for k in tried for name in book.runs(series_index, scale, k)),
-            "grid_runs": self.space.grid_runs(),
+            "grid_runs": self.space.grid_runs(), "grid_step": lattice.grid_step,
             "start_lr": None if plan.start is None else lattice.lr_between(plan.start),
             "state": ("waiting" if plan.waiting else "stopped" if plan.step.stop else "searching"),
             "stop": self.blocked.get((series_index, scale)) or plan.step.stop,
