@@ -104,16 +104,25 @@ def test_a_stopped_search_resumes_and_never_trains_a_run_twice(text_tmp):
     assert len({r["launch"] for r in record["rounds"]}) == 2  # both launches' rounds are kept
 
 
-def test_each_batch_goes_through_the_configured_launcher(text_tmp):
+def test_each_batch_goes_through_the_configured_launcher_and_more_seeds_later_train_only_the_new_ones(text_tmp):
     sweep_dir = text_tmp / "parallel"
-    code, out, err = finish(start(search_args(text_tmp, sweep_dir, "train.steps=20", "sweep.pack=true",
-                                              "hydra/launcher=local_parallel", "hydra.launcher.n_jobs=2"), text_tmp))
+    first = search_args(text_tmp, sweep_dir, "train.steps=20", "sweep.pack=true", "hydra/launcher=local_parallel",
+                        "hydra.launcher.n_jobs=2", "train.seed=0")
+    code, out, err = finish(start(first, text_tmp))
     assert code == 0, err[-3000:]
     runs = finished_runs(sweep_dir)
-    assert runs and all(s["status"] == "completed" for s in runs.values())
-    assert {s["packed_with"] for s in runs.values()} <= {2, 4, 6, 8}  # a scale's LRs × seeds per packed job
+    assert runs and all(s["status"] == "completed" for s in runs.values()) and {s["seed"] for s in runs.values()} == {0}
+    assert {s["packed_with"] for s in runs.values()} <= {1, 2, 3}  # a scale's LRs of a round per packed job
+    # a second seed later, packed: seed 0's runs are read, not trained again; seed 1 trains at every LR tried
+    before = {name: s["written_at"] for name, s in runs.items()}
+    code, out, err = finish(start([*first[:-1], "train.seed=0,1"], text_tmp))
+    assert code == 0, err[-3000:]
+    after = finished_runs(sweep_dir)
+    assert {name: after[name]["written_at"] for name in before} == before
+    seeds = pd.DataFrame([{"lr": s["lr"], "width": s["width"], "seed": s["seed"]} for s in after.values()])
+    assert (seeds.groupby(["width", "lr"])["seed"].nunique() == 2).all()
     record = json.loads((sweep_dir / "search.json").read_text())
-    assert sum(e["runs"] for e in record["scales"].values()) == len(runs)
+    assert sum(e["runs"] for e in record["scales"].values()) == len(after)
 
 
 def test_a_search_without_an_lr_axis_is_refused_before_anything_runs(text_tmp):
@@ -161,7 +170,7 @@ def test_the_search_space_splits_the_axes_and_starts_in_the_grid_middle():
 
 def test_two_searches_launched_into_one_folder_share_the_work_and_train_each_run_once(text_tmp):
     sweep_dir = text_tmp / "shared"
-    args = search_args(text_tmp, sweep_dir, "train.steps=60", "train.seed=0")
+    args = search_args(text_tmp, sweep_dir, "train.steps=30", "train.seed=0")
     first, second = start(args, text_tmp), start(args, text_tmp)
     (code_1, out_1, err_1), (code_2, out_2, err_2) = finish(first), finish(second)
     assert code_1 == 0 and code_2 == 0, (err_1[-2000:], err_2[-2000:])
@@ -195,18 +204,3 @@ def test_a_search_asked_of_a_single_run_is_refused_in_one_line(text_tmp):
     code, out, err = finish(start(args, text_tmp))
     assert code != 0 and "sweep.search=true searches the LRs of a sweep: add -m and an LR axis" in err
     assert not (text_tmp / "outputs").exists() and not (text_tmp / "none").exists()
-
-
-def test_more_seeds_later_train_only_the_new_seeds_even_packed(text_tmp):
-    sweep_dir = text_tmp / "more_seeds"
-    first = search_args(text_tmp, sweep_dir, "train.steps=20", "train.seed=0", "sweep.pack=true")
-    code, out, err = finish(start(first, text_tmp))
-    assert code == 0, err[-3000:]
-    before = {name: s["written_at"] for name, s in finished_runs(sweep_dir).items()}
-    assert before and {s["seed"] for s in finished_runs(sweep_dir).values()} == {0}
-    code, out, err = finish(start([*first[:-2], "train.seed=0,1", "sweep.pack=true"], text_tmp))
-    assert code == 0, err[-3000:]
-    after = finished_runs(sweep_dir)
-    assert {name: after[name]["written_at"] for name in before} == before  # seed 0: read, not trained again
-    seeds_by_lr = pd.DataFrame([{"lr": s["lr"], "width": s["width"], "seed": s["seed"]} for s in after.values()])
-    assert (seeds_by_lr.groupby(["width", "lr"])["seed"].nunique() == 2).all()  # seed 1 at every LR it tried

@@ -89,7 +89,8 @@ class SearchSpace:
     def label(self, series: Series) -> str:
         """The series as its run folders name it, without the scale, LR and seed (``arch=gpt,mode=normed``):
         launches of different series into one folder keep their own entries in ``search.json``."""
-        return run_name([*self.fixed, *series.overrides])
+        return run_name([o for o in (*self.fixed, *series.overrides)
+                         if o.lstrip("+~").partition("=")[0] not in (LR_KEY, SEED_KEY)])  # one seed or several
 
     def describe(self, grid_runs: int) -> str:
         """What the search will do, in one line, against the grid it replaces."""
