@@ -285,11 +285,11 @@ class SearchRecord:
         """``search.json``, with the rounds of earlier launches into the folder kept."""
         settings = self.space.settings
         launches = {r.launch for r in self.rounds}
-        earlier = [r for r in (read_search(sweep_dir) or {}).get("rounds", [])
-                   if isinstance(r, dict) and r.get("launch") not in launches]
+        before = read_search(sweep_dir) or {}
+        earlier = [r for r in before.get("rounds", []) if isinstance(r, dict) and r.get("launch") not in launches]
         rounds = earlier + [vars(r) for r in self.rounds]
         # other series searched into this folder by other launches (another mode, say) keep their entries
-        scales = {**(read_search(sweep_dir) or {}).get("scales", {}), **self.scales}
+        scales = {**before.get("scales", {}), **self.scales}
         planning = sum(float(r.get("planning_s") or 0) for r in rounds)
         launched = sum(float(r.get("launched_s") or 0) for r in rounds)
         body = {"settings": {"grid": list(self.space.lattice.grid), "substeps": settings.per_grid,
