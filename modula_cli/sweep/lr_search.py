@@ -89,8 +89,6 @@ class Lattice:
         k = round(position)
         return k if abs(position - k) < 1e-4 else None
 
-    def nearest(self, lr: float) -> int:
-        return round((math.log2(lr) - math.log2(self.grid[0])) * self.per_grid / self.grid_step)
 
 
 @dataclass(frozen=True)
