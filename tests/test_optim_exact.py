@@ -269,7 +269,8 @@ def test_checkpoint_layout_is_shared_by_every_mode_and_round_trips():
 
 def test_lr_grids_and_single_run_defaults():
     paper = [2.0**e for e in range(-6, 3)]
-    assert lr_grid("adam", "unnormed") == [2.0**e for e in range(-13, -2)]
+    assert lr_grid("adam", "unnormed") == lr_grid("adam", "mup") == [2.0**e for e in range(-13, -2)]
+    assert lr_grid("sgd", "mup") == paper and single_lr(OptimConfig(mode="mup")) == 2.0**-8
     for optimizer, mode in (("sgd", "unnormed"), ("adam", "normed"), ("sgd", "dualized"), ("adam", "manifold")):
         assert lr_grid(optimizer, mode) == paper
     assert single_lr(OptimConfig(mode="unnormed")) == 2.0**-8
@@ -277,7 +278,7 @@ def test_lr_grids_and_single_run_defaults():
     assert single_lr(OptimConfig(mode="normed")) == single_lr(OptimConfig(name="sgd", mode="dualized")) == 0.25
     assert single_lr(OptimConfig(lr=[0.5, 0.125])) == 0.5 and single_lr(OptimConfig(lr=(3,))) == 3.0
     assert single_lr(OptimConfig(lr=2)) == 2.0 and isinstance(single_lr(OptimConfig(lr=2)), float)
-    assert list(MODES) == ["unnormed", "normed", "dualized", "manifold"]
+    assert list(MODES) == ["unnormed", "normed", "dualized", "manifold", "mup"]
 
 
 def test_the_base_mode_hooks_do_nothing():
@@ -292,6 +293,10 @@ def test_the_base_mode_hooks_do_nothing():
     assert bare.logged(_net(), weights, None, False) == {}
     assert bare.summary_fields(OptimConfig(), torch.device("cpu")) == {}
     assert bare.lr_grid("sgd") == [2.0**e for e in range(-6, 3)]
+    net = _net()
+    assert bare.network(net, lambda width: None, OptimConfig()) is net  # the network as built
+    decayed = bare.regularize(net, weights, torch.tensor(0.25))  # split over the network by its masses
+    assert all(torch.equal(a, b) for a, b in zip(decayed, net.regularize(weights, torch.tensor(0.25))))
 
 
 def test_normed_runs_eagerly_only_until_its_vectors_are_drawn():
@@ -328,7 +333,7 @@ def problems(**settings) -> list[str]:
     return validate_optim(dataclasses.replace(OptimConfig(), **settings))
 
 
-MODE_LIST = "unnormed, normed, dualized, manifold"
+MODE_LIST = "unnormed, normed, dualized, manifold, mup"
 
 
 @pytest.mark.parametrize("settings, expected", [

@@ -302,3 +302,28 @@ def test_search_replay_trains_the_bracket_of_a_grid_and_gives_the_grids_answer(t
     assert grid["verdict"] == search["verdict"] and search["verdict"].startswith("transfers")
     per_scale = pd.read_csv(tmp_path / "out" / "per_scale.csv")
     assert list(per_scale["lrs"]) == ["0.125 0.25 0.5"] * 2
+
+
+def test_mup_geometry_ratio_per_unit_lr_and_its_slope_by_hand(tmp_path):
+    # μP's update at width w: c · w^s_role · its LR; dualized's: exactly its LR (× a share), three seeds with
+    # a small per-seed factor. Per unit LR the ratio is c · w^s (slope s); at the tuned LRs it also carries
+    # the LRs' ratio.
+    lrs = {32: 2.0**-5, 64: 2.0**-4}
+    exponent = {"hidden": 0.0, "output": 0.5}
+    rows = [{"mode": mode, "width": width, "seed": seed, "step": step, "role": role,
+             "update": (3.0 * width**exponent[role] * lrs[width] * (1 + 0.01 * seed) if mode == "mup"
+                        else 0.5 * 0.25)}
+            for mode in ("mup", "dualized") for width in lrs for seed in range(3) for step in (0, 20)
+            for role in exponent]
+    pd.DataFrame(rows).to_csv(tmp_path / "updates.csv", index=False)
+    result = run(SCRIPTS / "mup_geometry.py", "--mup-lrs", "32=0.03125,64=0.0625", "--dualized-lr", "0.5",
+                 "--summarise", str(tmp_path / "updates.csv"), "--out", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    table = pd.read_csv(tmp_path / "out" / "geometry.csv").set_index(["role", "width"])
+    seeds = 1.01  # the mean of 1, 1.01, 1.02
+    for role, s in exponent.items():
+        for width, lr in lrs.items():
+            assert table.loc[(role, width), "ratio"] == pytest.approx(3 * width**s * lr * seeds / 0.125, rel=1e-6)
+            assert table.loc[(role, width), "ratio_per_lr"] == pytest.approx(3 * width**s * seeds / 0.25, rel=1e-6)
+        assert table.loc[(role, 32), "slope_per_lr"] == pytest.approx(s, abs=1e-9)
+    assert "| output |" in result.stdout and "+0.50 [+0.50, +0.50]" in result.stdout

@@ -130,7 +130,7 @@ def config_problems(cfg: Any, devices_here: bool = True) -> list[str]:
     except TypeError as error:
         return problems + [f"optim: {error}"]
     # a user's network's roles are not known yet: checked again once built
-    return problems + validate_optim(opt, builtin_roles().get(arch.name))
+    return problems + validate_optim(opt, builtin_roles().get(arch.name), arch)
 
 
 def unknown_key_problems(overrides: list[str], cfg: Any) -> list[str]:

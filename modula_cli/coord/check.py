@@ -36,11 +36,11 @@ from ..config.resolvers import register_config
 from ..config.schema import CoordConfig
 from ..config.validate import ConfigError, config_problems, unknown_key_problems
 from ..data import DataUnavailable, build_dataset
-from ..models import ModelError, build_model
+from ..models import ModelError
 from ..models.variant import variant_of
 from ..nn import Module, layer_names, layer_roles
 from ..nn.loss import grads_of, losses_and_hits
-from ..optim import MODES, OptimConfig, init_state, optimizer_step
+from ..optim import MODES, OptimConfig, build_network, init_state, optimizer_step
 from ..plumbing import atomic
 from ..plumbing.atomic import remove_if_empty
 from ..plumbing.device import resolve_device
@@ -305,7 +305,7 @@ def run_coord_check(cfg: DictConfig, out_dir: Path) -> tuple[pd.DataFrame, pd.Da
             if pid in done:
                 continue
             tick = time.perf_counter()
-            net = nets[scale]
+            net = nets[mode, scale]
             opt = OptimConfig.of(point.optim)
             weights = net.initialize(seed=cfg.train.seed, device=device)
             weights = MODES[opt.mode].initial_weights(net, weights)
@@ -331,15 +331,14 @@ def run_coord_check(cfg: DictConfig, out_dir: Path) -> tuple[pd.DataFrame, pd.Da
 
 
 def _batch_and_networks(cfg: DictConfig, settings: CoordConfig, plan: list, device: torch.device) \
-        -> tuple[torch.Tensor, torch.Tensor, dict[int, Module]]:
+        -> tuple[torch.Tensor, torch.Tensor, dict[tuple[str, int], Module]]:
     """The fixed batch and one network per scale. Raises DataUnavailable or ModelError before any file
     is written: every network is built (and a user's checked) before any point is measured."""
     data = build_dataset(cfg.data.name, **OmegaConf.to_container(cfg.data, resolve=True))
     x, y = data.train_batch(0, settings.batch_size, seed=cfg.train.seed, device=device)
-    nets: dict[int, Module] = {}
-    for _, scale, point in plan:
-        if scale not in nets:
-            nets[scale] = build_model(point.arch, data, variant_of(point))
+    nets: dict[tuple[str, int], Module] = {}  # per mode too: μP sets its own multipliers on its network
+    for mode, scale, point in plan:
+        nets[mode, scale] = build_network(point.arch, data, variant_of(point), OptimConfig.of(point.optim))
     return x, y, nets
 
 
@@ -379,11 +378,23 @@ def check(cfg: DictConfig, overrides: list[str]) -> None:
         raise ConfigError(problems)
 
 
+def modes_from_command_line(cfg: DictConfig, overrides: list[str]) -> None:
+    """``optim.mode=mup`` without ``coord.modes=…``: check that mode beside unnormed (the standard
+    parametrisation it is measured against), not the default three."""
+    keys = {override.lstrip("+~").partition("=")[0]: override.partition("=")[2] for override in overrides}
+    if "optim.mode" in keys and "coord.modes" not in keys:
+        mode = keys["optim.mode"]
+        cfg.coord.modes = [mode] if mode == "unnormed" else [mode, "unnormed"]
+        log.info("coord.modes=%s (from optim.mode=%s)", list(cfg.coord.modes), mode)
+
+
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="coord_check")
 def main(cfg: DictConfig) -> None:
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
-        check(cfg, list(HydraConfig.get().overrides.task))
+        overrides = list(HydraConfig.get().overrides.task)
+        modes_from_command_line(cfg, overrides)
+        check(cfg, overrides)
         configure_threads(cfg.train.threads)
         _, _, verdict = run_coord_check(cfg, out_dir)
     except (ConfigError, DataUnavailable, ModelError) as error:  # the user's to fix: the message, no traceback

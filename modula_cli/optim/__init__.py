@@ -8,7 +8,7 @@ _EXPORTS = exports_of({
     ".checks": ("validate_optim",),
     ".config": ("OptimConfig",),
     ".directions": ("OPTIMIZERS", "ema_weight"),
-    ".modes": ("MODES", "Mode", "lr_grid", "single_lr"),
+    ".modes": ("MODES", "Mode", "build_network", "lr_grid", "single_lr"),
     ".schedule": ("SCHEDULES", "schedule_factor"),
     ".state": ("OptimState", "init_state"),
     ".step": ("apply_update", "optimizer_step"),

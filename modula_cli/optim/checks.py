@@ -13,9 +13,9 @@ from .modes import MODES
 from .schedule import SCHEDULES
 
 
-def validate_optim(cfg: OptimConfig, roles: tuple[str, ...] | None = None) -> list[str]:
+def validate_optim(cfg: OptimConfig, roles: tuple[str, ...] | None = None, arch: Any = None) -> list[str]:
     """Every problem of the optim settings beyond their types (``plumbing.settings.checked``), one line each; ``roles``:
-    the network's layer roles, when known."""
+    the network's layer roles, and ``arch`` its config, when known."""
     problems = []
     if cfg.name not in OPTIMIZERS:
         problems.append(f"optim.name={cfg.name!r}; allowed: {', '.join(OPTIMIZERS)}")
@@ -40,7 +40,7 @@ def validate_optim(cfg: OptimConfig, roles: tuple[str, ...] | None = None) -> li
         problems.append(f"optim.manifold_step={cfg.manifold_step}, optim.manifold_tolerance="
                         f"{cfg.manifold_tolerance}; both must be > 0")
     if cfg.mode in MODES:
-        problems += MODES[cfg.mode].problems(cfg, roles)
+        problems += MODES[cfg.mode].problems(cfg, roles, arch)
     return problems
 
 

@@ -20,7 +20,8 @@ MANIFOLD_SCALED = ["embed.token", "embed.position", "attn.v", "attn.out", "mlp.i
 class OptimConfig:
     name: str = setting("adam", "the base optimiser: sgd (momentum) | adam")
     mode: str = setting("normed", "a mode registered in optim/modes/ (MODES); built in: unnormed | normed (update "
-                                  "of modular norm LR) | dualized (duality map) | manifold (weights on manifolds)")
+                                  "of modular norm LR) | dualized (duality map) | manifold (weights on manifolds) | "
+                                  "mup (μP: per-layer LRs and multipliers)")
     lr: Any = setting(None, "a number > 0; a list: one packed member per LR; null: the mode's default")
     beta1: float = setting(0.9, "momentum (SGD and Adam)")
     beta2: float = setting(0.99, "Adam's second-moment average")
@@ -40,6 +41,11 @@ class OptimConfig:
     manifold_step: float = setting(1.0, "manifold: first multiplier step, decaying linearly to 0")
     manifold_tolerance: float = setting(1e-3, "manifold: a matrix stops once RMS(WᵀA + AᵀW) is below this")
     manifold_warm_start: bool = setting(True, "manifold: start from the previous step's multiplier")
+    mup_base_width: int = setting(32, "mup: the width whose network μP trains exactly as unnormed (every multiplier "
+                                      "1); each layer's LR, initial scale and readout multiplier scale from it "
+                                      "(docs/mup.md)", minimum=1)
+    mup_readout_zero: bool = setting(False, "mup: the readout starts at zero")
+    mup_query_zero: bool = setting(False, "mup: the attention's query starts at zero")
     manifold_scaled: list[str] = setting(MANIFOLD_SCALED, "manifold: the roles whose radius is learned",
                                          items=ROLES)
     manifold_free: list[str] = setting(MANIFOLD_FREE, "manifold: the roles trained off the manifold (dualized)",

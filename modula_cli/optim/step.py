@@ -50,7 +50,7 @@ def apply_update(net: Module, weights: list[Tensor], grads: list[Tensor], state:
         delta = [torch.where(per_member(active, d).bool(), d, torch.zeros_like(d)) for d in delta]
     torch._foreach_sub_(weights, delta)
     if cfg.wd:
-        decayed = net.regularize(weights, lr * cfg.wd)
+        decayed = mode.regularize(net, weights, lr * cfg.wd)
         torch._foreach_copy_(weights, decayed)
     elif not mode.holds_norms:  # the paper variant's embeddings back on their sphere
         for index, piece in net.renormalized(weights).items():

@@ -28,12 +28,12 @@ from ..config.members import MemberDir, Members, member_overrides
 from ..config.schema import TrainConfig
 from ..config.validate import checked_optim
 from ..data import Dataset, DataUnavailable, build_dataset
-from ..models import ModelError, build_model, is_import_path
+from ..models import ModelError, is_import_path
 from ..models.config import ArchConfig
 from ..models.variant import Variant, explain_scope, variant_of
 from ..nn import Module, layer_roles
 from ..nn.loss import grads_of, losses_and_hits
-from ..optim import MODES, OptimConfig, init_state, optimizer_step
+from ..optim import MODES, OptimConfig, build_network, init_state, optimizer_step
 from ..plumbing import atomic
 from ..plumbing.atomic import remove_if_empty
 from ..plumbing.device import resolve_device
@@ -205,7 +205,7 @@ class RunContext:
         if rank == 0 and (scope := explain_scope(cfg.arch.name, variant)):
             _say_once(scope)
         ctx = cls(cfg, train, typed(ArchConfig, cfg.arch), opt, members, rank, world, device, data,
-                  build_model(cfg.arch, data, variant), compute=None,
+                  build_network(cfg.arch, data, variant, opt), compute=None,
                   eval_batches=data.eval_batches(train.eval_batches, train.batch_size, device),
                   variant=variant, seed_index=members.seed_index(device) if members.packed else None)
         if members.packed:

@@ -8,14 +8,38 @@ the train log and the summary. A new mode is a ``Mode`` subclass in a new file, 
 
 from __future__ import annotations
 
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from ...nn import Module
 from ..config import OptimConfig
 from .base import Mode
 from .dualized import Dualized
 from .manifold import Manifold
+from .mup import Mup
 from .normed import Normed
 from .unnormed import Unnormed
 
-MODES: dict[str, Mode] = {mode.name: mode for mode in (Unnormed(), Normed(), Dualized(), Manifold())}
+MODES: dict[str, Mode] = {mode.name: mode for mode in (Unnormed(), Normed(), Dualized(), Manifold(), Mup())}
+
+
+def build_network(arch: Any, data: Any, variant: Any, cfg: OptimConfig) -> Module:
+    """The network a run of mode ``cfg.mode`` trains: the architecture's, then the mode's changes to it (μP's
+    multipliers, from the same architecture built at its base width)."""
+    from ...models import ModelError, build_model  # here: the command line's checks import modes without torch
+
+    def at_width(width: int) -> Module:
+        if "width" not in arch:
+            raise ModelError(f"optim.mode={cfg.mode} needs arch.width; arch.name={arch.name} has none")
+        changed = OmegaConf.merge(arch, {"width": width})
+        return build_model(changed, data, variant)
+
+    net = build_model(arch, data, variant)
+    try:
+        return MODES[cfg.mode].network(net, at_width, cfg)
+    except ValueError as error:  # a network the mode's rules do not cover: one line, before any step
+        raise ModelError(str(error)) from None
 
 
 def lr_grid(optimizer: str, mode: str) -> list[float]:
@@ -31,4 +55,4 @@ def single_lr(cfg: OptimConfig) -> float:
     return float(cfg.lr[0]) if isinstance(cfg.lr, (list, tuple)) else float(cfg.lr)
 
 
-__all__ = ["MODES", "Mode", "lr_grid", "single_lr"]
+__all__ = ["MODES", "Mode", "build_network", "lr_grid", "single_lr"]

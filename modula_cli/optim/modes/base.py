@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
@@ -38,6 +39,15 @@ class Mode:
         packed); ``state`` is what ``init_state`` made."""
         raise NotImplementedError
 
+    def network(self, net: Module, at_width: Callable[[int], Module], cfg: OptimConfig) -> Module:
+        """The network this mode trains, from the one the architecture built (μP sets its multipliers);
+        ``at_width(n)`` builds the same architecture at width n."""
+        return net
+
+    def regularize(self, net: Module, weights: list[Tensor], strength: Tensor) -> list[Tensor]:
+        """Weight decay at ``strength`` (LR × optim.wd): split over the network as a step is."""
+        return net.regularize(weights, strength)
+
     def init_state(self, weights: list[Tensor], cfg: OptimConfig) -> Any:
         return None
 
@@ -49,9 +59,10 @@ class Mode:
         """The initial weights moved onto the mode's constraint set (unconstrained modes: unchanged)."""
         return weights
 
-    def problems(self, cfg: OptimConfig, roles: tuple[str, ...] | None) -> list[str]:
+    def problems(self, cfg: OptimConfig, roles: tuple[str, ...] | None, arch: Any = None) -> list[str]:
         """Problems of the mode's own settings, one line each. ``roles``: the network's layer roles, or None
-        while they are not known (a user's network is checked again once built)."""
+        while they are not known (a user's network is checked again once built); ``arch``: the arch config,
+        when known."""
         return []
 
     def logged(self, net: Module, weights: list[Tensor], state: Any, packed: bool) -> dict[str, list[float]]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -39,7 +40,7 @@ class Manifold(Mode):
         return net.manifold_update(weights, u, lr, settings, state, state.kinds,
                                    dualize_settings(cfg, weights[0].device))
 
-    def problems(self, cfg: OptimConfig, roles: tuple[str, ...] | None) -> list[str]:
+    def problems(self, cfg: OptimConfig, roles: tuple[str, ...] | None, arch: Any = None) -> list[str]:
         problems = []
         if cfg.wd:
             problems.append(f"optim.wd={cfg.wd} with optim.mode=manifold; each weight's size is held on its manifold "

@@ -1,0 +1,190 @@
+"""μP, the maximal update parametrisation (Yang & Hu 2021; Tensor Programs V, Yang et al. 2022): the base
+optimiser's step with a learning rate, an initial scale and an output multiplier per layer, each set by how the
+layer's shape has grown from a base network (``optim.mup_base_width``). docs/mup.md explains it beside the
+modular norm.
+
+The rules follow Tensor Programs V's Table 3 in the form that the ``mup`` package (microsoft/mup) implements,
+where the base network is trained exactly as in the standard parametrisation and every multiplier is 1 there.
+A layer's fan-in and fan-out each either grow with width (multiplier m = size / base size) or stay fixed:
+
+========================  ====================  ===================  ======================  ====================
+layer (which sizes grow)  initial scale (RMS)   output multiplier    Adam LR                 SGD LR
+========================  ====================  ===================  ======================  ====================
+hidden (fan-in, fan-out)  base · m_in^(-1/2)    1                    η / m_in                η · m_out / m_in
+input (fan-out: embed)    base                  1                    η                       η · m_out
+readout (fan-in only)     base · m_in^(-1)      1 / m_in             η                       η · m_in
+fixed (neither)           base                  1                    η                       η
+========================  ====================  ===================  ======================  ====================
+
+"base" is the same layer's initial RMS in the base network, so a network that already scales its
+initialisation as 1/√fan-in (the modular networks' orthogonal matrices) keeps it, and one that does not (the
+standard GPT's fixed 0.02) is brought to it. The readout's scale is that of its effective weight (stored
+weight × multiplier): the stored weight starts at base · m_in^(+1/2), as ``mup``'s ``MuReadout`` after
+``set_base_shapes``. Attention logits scale as 1/d_head: a network whose attention uses 1/√d_head (the
+standard GPT's) gets √d₀/d_head, equal to it at the base width; the modular GPT's 1/d_head is left as it is.
+Options: ``mup_readout_zero`` (readout starts at 0), ``mup_query_zero`` (the query starts at 0).
+
+μP sets every atom's constant factor itself (1, and the readout's multiplier): ``variant.scales`` does not
+apply; the variant's other choices (where the attention's 1/3 sits, unit embedding rows) do.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ...nn import Atom, Embed, FunctionalAttention, MatrixAtom, Module, layer_names, layer_roles
+from ...nn.module import per_member
+from ..config import OptimConfig
+from .unnormed import Unnormed
+
+READOUT_ROLE = "output"
+QUERY_ROLE = "attn.q"
+KINDS = ("hidden", "input", "readout", "fixed")
+
+
+class MupError(ValueError):
+    """A network that μP's rules do not cover; one line naming the layers."""
+
+
+@dataclass(frozen=True)
+class LayerRule:
+    """One atom's μP multipliers, relative to the same atom in the base network."""
+
+    kind: str            # hidden | input | readout | fixed
+    fan_in_mult: float   # fan-in / base fan-in (1 when it does not grow)
+    fan_out_mult: float
+    lr: float            # × the run's LR for this atom's stored weight
+    init: float          # × the atom's own initial effective weight
+    output: float        # the forward multiplier (the atom's constant factor)
+
+
+def fans(atom: Atom) -> tuple[int, int]:
+    """(fan-out, fan-in): a matrix's d_out, d_in (a convolution's channels); an embedding's width and table
+    size (its input is one of ``num_embed`` indices)."""
+    if isinstance(atom, MatrixAtom):
+        return atom.d_out, atom.d_in
+    if isinstance(atom, Embed):
+        return atom.d_embed, atom.num_embed
+    raise MupError(f"μP needs each layer's fan-in and fan-out; {atom.describe()} is neither a matrix nor an "
+                   f"embedding (modula_cli.nn.MatrixAtom or Embed)")
+
+
+def init_rms(atom: Atom) -> float:
+    """The RMS entry of the atom's initial effective weight: exact for a Gaussian (its std), an orthogonal
+    matrix (``polar_scale · sqrt(min(d_out, d_in) / (d_out · d_in))``, its Frobenius norm being fixed) and an
+    embedding of unit rows (1)."""
+    if getattr(atom, "init_std", None) is not None:
+        return float(atom.init_std)
+    if isinstance(atom, MatrixAtom):
+        return atom.polar_scale * math.sqrt(min(atom.d_out, atom.d_in) / (atom.d_out * atom.d_in))
+    if isinstance(atom, Embed):
+        return 1.0
+    raise MupError(f"μP cannot size the initialisation of {atom.describe()}")
+
+
+def layer_rule(atom: Atom, base: Atom, optimizer: str) -> LayerRule:
+    """The rule of one atom from its shape and the base atom's (Tensor Programs V, Table 3; ``mup``)."""
+    (fan_out, fan_in), (base_out, base_in) = fans(atom), fans(base)
+    m_out, m_in = fan_out / base_out, fan_in / base_in
+    grows_out, grows_in = fan_out != base_out, fan_in != base_in
+    kind = ("hidden" if grows_in and grows_out else "readout" if grows_in else "input" if grows_out else "fixed")
+    width_mult = {"hidden": m_in, "readout": m_in, "input": m_out, "fixed": 1.0}[kind]
+    if optimizer == "adam":  # entrywise-normalised steps: only a matrix both of whose sizes grow is slowed
+        lr = 1 / m_in if kind == "hidden" else 1.0
+    else:  # SGD: gradients already shrink with width, so vectors speed up
+        lr = m_out / m_in if kind == "hidden" else width_mult
+    init = {"hidden": m_in ** -0.5, "readout": 1 / m_in}.get(kind, 1.0) * init_rms(base) / init_rms(atom)
+    return LayerRule(kind, m_in, m_out, lr, init, 1 / m_in if kind == "readout" else 1.0)
+
+
+def modules(module: Module) -> Iterator[Module]:
+    """Every module of the tree, depth first (an atom used twice appears twice)."""
+    yield module
+    for child in module.children:
+        yield from modules(child)
+
+
+def parametrise(net: Module, base: Module, optimizer: str) -> list[LayerRule]:
+    """Set μP's multipliers on ``net`` (its atoms' constant factors, its attention's logit scale) from the base
+    network of the same architecture, and return each atom's rule (weight-list order).
+
+    Refuses a layer whose fan-in grows and fan-out does not but is not the network's readout (role "output"):
+    μP gives the readout alone a 1/width multiplier (``mup`` asserts the same of its ``MuReadout``)."""
+    atoms, base_atoms = net.atom_list(), base.atom_list()
+    names, roles = layer_names(net), layer_roles(net)
+    if len(atoms) != len(base_atoms) or any(type(a) is not type(b) for a, b in zip(atoms, base_atoms)):
+        raise MupError(f"the base network has {len(base_atoms)} layers and this one {len(atoms)}: μP needs the "
+                       f"same layers at every width (only their sizes may change)")
+    rules = [layer_rule(atom, base_atom, optimizer) for atom, base_atom in zip(atoms, base_atoms)]
+    if stray := [f"{name} {atom.describe()}" for name, atom, role, rule in zip(names, atoms, roles, rules)
+                 if rule.kind == "readout" and role != READOUT_ROLE]:
+        raise MupError(f"optim.mode=mup: {', '.join(stray)} {'maps' if len(stray) == 1 else 'map'} a width-sized input to a fixed-size output, which "
+                       f"μP allows only for the readout; give the readout with_role(…, {READOUT_ROLE!r}) (or make "
+                       f"the output grow with width)")
+    for atom, rule in zip(atoms, rules):
+        atom.forward_scale = rule.output
+    bonds = [m for m in modules(net) if isinstance(m, FunctionalAttention)]
+    base_bonds = [m for m in modules(base) if isinstance(m, FunctionalAttention)]
+    for bond, base_bond in zip(bonds, base_bonds, strict=True):
+        if bond.scale is not None and base_bond.scale is not None:  # c/√d → c²/d / (c/√d₀): √d₀/d for c = 1
+            bond.scale = bond.scale**2 / base_bond.scale
+    return rules
+
+
+class Mup(Unnormed):
+    """μP: the unnormed step with each layer's LR multiplier; the same LR grid and defaults as unnormed."""
+
+    name = "mup"
+    own_settings = ("mup_",)
+
+    def network(self, net: Module, at_width: Callable[[int], Module], cfg: OptimConfig) -> Module:
+        net._mup_rules = parametrise(net, at_width(cfg.mup_base_width), cfg.name)
+        net._mup_zero = {role for role, zero in ((READOUT_ROLE, cfg.mup_readout_zero),
+                                                 (QUERY_ROLE, cfg.mup_query_zero)) if zero}
+        return net
+
+    def initial_weights(self, net: Module, weights: list[Tensor]) -> list[Tensor]:
+        rules, roles, zero = rules_of(net), layer_roles(net), net.__dict__.get("_mup_zero", set())
+        return [torch.zeros_like(w) if role in zero else w * rule.init
+                for w, rule, role in zip(weights, rules, roles, strict=True)]
+
+    def update(self, net: Module, weights: list[Tensor], u: list[Tensor], lr: Tensor, state: Any,
+               cfg: OptimConfig) -> list[Tensor]:
+        return [piece * per_member(lr * rule.lr, piece) for piece, rule in zip(u, rules_of(net), strict=True)]
+
+    def regularize(self, net: Module, weights: list[Tensor], strength: Tensor) -> list[Tensor]:
+        # decoupled decay at the global LR, as mup's MuAdamW (lr/m · wd·m) and MuSGD (lr·m · wd/m) give
+        return [w * (1 - per_member(strength, w)) for w in weights]
+
+    def problems(self, cfg: OptimConfig, roles: tuple[str, ...] | None, arch: Any = None) -> list[str]:
+        problems = []
+        base = cfg.mup_base_width
+        if isinstance(base, bool) or not isinstance(base, int) or base < 1:
+            problems.append(f"optim.mup_base_width={base!r}; must be an integer >= 1 (the width μP scales from)")
+        elif arch is not None and "width" not in arch:
+            problems.append(f"optim.mode=mup needs arch.width (μP scales each layer from the base width); "
+                            f"arch.name={arch.name} has none")
+        elif arch is not None and isinstance(arch.width, int) and arch.width < base:
+            problems.append(f"optim.mup_base_width={base} is above arch.width={arch.width}: μP scales up from its "
+                            f"base; set optim.mup_base_width to the sweep's smallest width or below")
+        if roles is not None:
+            for key, role in (("mup_readout_zero", READOUT_ROLE), ("mup_query_zero", QUERY_ROLE)):
+                if getattr(cfg, key) and role not in roles:
+                    problems.append(f"optim.{key}=true: no layer has the role {role!r} (roles: {', '.join(roles)})")
+        return problems
+
+    def summary_fields(self, cfg: OptimConfig, device: torch.device) -> dict[str, Any]:
+        return {"mup_base_width": cfg.mup_base_width}
+
+
+def rules_of(net: Module) -> list[LayerRule]:
+    rules = net.__dict__.get("_mup_rules")
+    if rules is None:
+        raise RuntimeError("optim.mode=mup on a network that Mup.network did not prepare")
+    return rules

@@ -1,0 +1,231 @@
+"""μP (optim.mode=mup) against the reference implementation, microsoft/mup: the same layer shapes as torch
+layers, ``set_base_shapes`` + ``MuAdam`` / ``MuSGD``, and every layer's learning rate, initial scale, output
+multiplier and first step compared with ours; then the rules by hand, the refusals and the coordinate check."""
+
+import math
+
+import mup
+import pytest
+import torch
+from omegaconf import OmegaConf
+from torch import nn
+
+from modula_cli.config.identity import fingerprint
+from modula_cli.config.validate import config_problems
+from modula_cli.models import ModelError, build_model
+from modula_cli.models.variant import VARIANTS
+from modula_cli.nn import Conv2D, Embed, FunctionalAttention, Linear, Flatten, ReLU, layer_roles, with_role
+from modula_cli.optim import MODES, OptimConfig, build_network, init_state, optimizer_step
+from modula_cli.optim.modes.mup import fans, init_rms, modules, rules_of
+
+from conftest import compose_config
+
+LANGUAGE = OmegaConf.create({"name": "shakespeare", "kind": "language", "vocab_size": 65, "context": 8})
+IMAGE = OmegaConf.create({"name": "cifar10", "kind": "image", "input_shape": [3, 8, 8], "num_classes": 10})
+ARCHS = {"standard_gpt": ({"heads": 2}, LANGUAGE), "gpt": ({"heads": 2, "blocks_mass": 5.0}, LANGUAGE),
+         "resnet": ({"block_depth": 1, "blocks_mass": 20.0, "kernel_size": 3}, IMAGE)}
+LR = 0.01
+
+
+def arch_at(name: str, width: int):
+    extra, _ = ARCHS[name]
+    return OmegaConf.create({"name": name, "width": width, "depth": 1, **extra})
+
+
+def torch_mirror(net) -> nn.ModuleList:
+    """One torch layer per atom, of the same shape; the readout (role "output") as mup's MuReadout."""
+    layers = []
+    for atom, role in zip(net.atom_list(), layer_roles(net)):
+        if isinstance(atom, Embed):
+            layers.append(nn.Embedding(atom.num_embed, atom.d_embed))
+        elif isinstance(atom, Conv2D):
+            layers.append(nn.Conv2d(atom.d_in, atom.d_out, atom.kernel_size, bias=False))
+        elif role == "output":
+            layers.append(mup.MuReadout(atom.d_in, atom.d_out, bias=False))
+        else:
+            layers.append(nn.Linear(atom.d_in, atom.d_out, bias=False))
+    return nn.ModuleList(layers)
+
+
+def reference(name: str, width: int, base_width: int, optimizer: str):
+    """microsoft/mup's parametrisation of our network's shapes, and each layer's initial RMS under it (exact): the
+    readout drawn at its standard 1/√fan-in scale from the base network's own, then rescaled by
+    ``set_base_shapes``; every other layer at the base network's scale times the factor by which ``mup.init``
+    scales any constant-std initialisation with width."""
+    _, data = ARCHS[name]
+    ours, base = build_model(arch_at(name, width), data), build_model(arch_at(name, base_width), data)
+    model, base_model = torch_mirror(ours), torch_mirror(base)
+    standard = {}
+    for layer, atom, base_atom in zip(model, ours.atom_list(), base.atom_list()):
+        if isinstance(layer, mup.MuReadout):  # standard parametrisation at this width: ∝ 1/√fan-in
+            standard[layer] = init_rms(base_atom) * math.sqrt(base_atom.d_in / atom.d_in)
+            nn.init.constant_(layer.weight, standard[layer])
+    mup.set_base_shapes(model, base_model)
+    scales = []
+    for layer, base_atom in zip(model, base.atom_list()):
+        if isinstance(layer, mup.MuReadout):
+            scales.append(float(layer.weight.detach()[0, 0]) * multiplier(layer))
+        else:
+            with torch.no_grad():  # the rule every mup.init sampler shares, with a sampler that writes its scale
+                mup.init.constant_std_init_(layer.weight, lambda tensor, scale=1.0: tensor.fill_(scale))
+            scales.append(init_rms(base_atom) * float(layer.weight.detach().flatten()[0]))
+    make = mup.MuAdam if optimizer == "adam" else mup.MuSGD
+    extra = {"eps": 1e-30} if optimizer == "adam" else {"momentum": 0.9}
+    return model, make(model.parameters(), lr=LR, **extra), scales
+
+
+def ours(name: str, width: int, base_width: int, optimizer: str):
+    _, data = ARCHS[name]
+    cfg = OptimConfig(name=optimizer, mode="mup", lr=LR, mup_base_width=base_width, schedule="constant")
+    net = build_network(arch_at(name, width), data, VARIANTS["modular"], cfg)
+    return net, cfg, MODES["mup"].initial_weights(net, net.initialize(seed=1))
+
+
+def multiplier(layer: nn.Module) -> float:
+    return layer.output_mult / layer.width_mult() if isinstance(layer, mup.MuReadout) else 1.0
+
+
+@pytest.mark.parametrize("name", list(ARCHS))
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_every_layer_matches_microsoft_mup(name, optimizer):
+    """At two widths and two base widths: each layer's LR, output multiplier and initial scale, and the first
+    step's change of every weight from the same weights and gradients."""
+    for width, base_width in ((32, 8), (32, 16), (64, 8), (64, 16)):
+        if name == "resnet":
+            width, base_width = width // 4, base_width // 4  # convolutions: 8 … 16 channels over 2 … 4
+        model, reference_optimizer, initial_scales = reference(name, width, base_width, optimizer)
+        net, cfg, weights = ours(name, width, base_width, optimizer)
+        lr_of = {id(p): group["lr"] for group in reference_optimizer.param_groups for p in group["params"]}
+        for layer, atom, rule, w, theirs in zip(model, net.atom_list(), rules_of(net), weights, initial_scales,
+                                                strict=True):
+            where = f"{name} width {width} base {base_width} {atom.describe()}"
+            assert LR * rule.lr == pytest.approx(lr_of[id(layer.weight)], rel=1e-12), where
+            assert atom.forward_scale == pytest.approx(multiplier(layer), rel=1e-12), where
+            assert init_rms(atom) * rule.init == pytest.approx(theirs, rel=1e-6), where  # theirs: float32
+            # and the weights drawn have it (orthogonal: exactly; Gaussian: within sampling error)
+            rms = float(atom.effective(w).pow(2).mean().sqrt())
+            assert rms == pytest.approx(theirs, rel=1e-5 if atom.init_std is None else 4 / math.sqrt(w.numel())), where
+        # One step from the same stored weights and gradients: the same change of every weight.
+        torch.manual_seed(2)
+        grads = [torch.randn_like(w) for w in weights]
+        for layer, w, g in zip(model, weights, grads):
+            layer.weight.data.copy_(w)
+            layer.weight.grad = g.clone()
+        before = [w.clone() for w in weights]
+        reference_optimizer.step()
+        optimizer_step(net, weights, grads, init_state(weights, cfg), cfg, t=0, total_steps=10)
+        for layer, w, w0, atom in zip(model, weights, before, net.atom_list()):
+            torch.testing.assert_close(w0 - w, w0 - layer.weight.detach(), rtol=1e-4, atol=1e-8, msg=atom.describe())
+
+
+def test_rules_by_hand():
+    """Standard GPT at width 128 (4 heads: d_head 32) over base 32 (d_head 8): m = 4 for every growing size."""
+    arch = OmegaConf.create({"name": "standard_gpt", "width": 128, "depth": 2, "heads": 4})
+    adam = build_network(arch, LANGUAGE, VARIANTS["paper"], OptimConfig(mode="mup", mup_base_width=32))
+    sgd = build_network(arch, LANGUAGE, VARIANTS["paper"], OptimConfig(name="sgd", mode="mup", mup_base_width=32))
+    expected = {  # role: (kind, Adam LR, SGD LR, init factor, output multiplier)
+        "embed.token": ("input", 1, 4, 1, 1), "embed.position": ("input", 1, 4, 1, 1),
+        "attn.q": ("hidden", 1 / 4, 1, 1 / 2, 1), "mlp.in": ("hidden", 1 / 4, 1, 1 / 2, 1),
+        "mlp.out": ("hidden", 1 / 4, 1, 1 / 2, 1),
+        # its fixed 0.02 brought to μP's 1/width: the base's 0.02 / 4 (Tensor Programs V: variance 1/width²)
+        "output": ("readout", 1, 4, 1 / 4, 1 / 4)}
+    for role, a, s in zip(layer_roles(adam), rules_of(adam), rules_of(sgd)):
+        if role in expected:
+            kind, adam_lr, sgd_lr, init, output = expected[role]
+            assert (a.kind, a.lr, s.lr, a.init, a.output) == pytest.approx((kind, adam_lr, sgd_lr, init, output)), role
+    # the standard GPT's 1/√d_head logits become √d₀/d_head = √8/32; the modular GPT's 1/d_head stays
+    assert [m.scale for m in modules(adam) if isinstance(m, FunctionalAttention)] == pytest.approx([math.sqrt(8) / 32] * 2)
+    modular = build_network(OmegaConf.create({"name": "gpt", "width": 128, "depth": 1, "heads": 4, "blocks_mass": 5.0}),
+                            LANGUAGE, VARIANTS["paper"], OptimConfig(mode="mup"))
+    assert [m.scale for m in modules(modular) if isinstance(m, FunctionalAttention)] == [None]
+    # the modular readout (65 × 128, orthogonal √(65/128)): RMS √65/128 here, 1/√32 at the base (65 > 32)
+    readout = rules_of(modular)[-1]
+    assert readout.init == pytest.approx((1 / math.sqrt(32)) / (math.sqrt(65) / 128) / 4)
+    assert init_rms(modular.atom_list()[-1]) == pytest.approx(math.sqrt(65) / 128)
+
+
+def test_at_the_base_width_mup_is_unnormed():
+    """Every multiplier is 1 at the base width: three steps of μP and of unnormed Adam give the same weights."""
+    arch = OmegaConf.create({"name": "standard_gpt", "width": 32, "depth": 1, "heads": 2})
+    x = torch.randint(0, 65, (4, 8))
+    results = []
+    for mode in ("mup", "unnormed"):
+        cfg = OptimConfig(mode=mode, lr=0.01, mup_base_width=32)
+        net = build_network(arch, LANGUAGE, VARIANTS["modular"], cfg)
+        weights = [w.requires_grad_() for w in MODES[mode].initial_weights(net, net.initialize(seed=0))]
+        state = init_state(weights, cfg)
+        for t in range(3):
+            loss = nn.functional.cross_entropy(net(x, weights).flatten(0, 1), x.roll(-1, 1).flatten())
+            grads = torch.autograd.grad(loss, weights)
+            optimizer_step(net, weights, list(grads), state, cfg, t=t, total_steps=3)
+        results.append([w.detach() for w in weights])
+    for mup_weight, unnormed_weight in zip(*results):
+        assert torch.equal(mup_weight, unnormed_weight)
+    # one width up, the same network is no longer the same run: its hidden steps are halved
+    wider = build_network(OmegaConf.merge(arch, {"width": 64}), LANGUAGE, VARIANTS["modular"],
+                          OptimConfig(mode="mup", mup_base_width=32))
+    assert {rule.lr for rule in rules_of(wider)} == {1.0, 0.5}
+
+
+def test_zero_options_and_weight_decay():
+    arch = OmegaConf.create({"name": "gpt", "width": 64, "depth": 1, "heads": 2, "blocks_mass": 5.0})
+    cfg = OptimConfig(mode="mup", mup_readout_zero=True, mup_query_zero=True, wd=0.5, lr=0.1)
+    net = build_network(arch, LANGUAGE, VARIANTS["modular"], cfg)
+    weights = MODES["mup"].initial_weights(net, net.initialize(seed=0))
+    zeroed = {role for role, w in zip(layer_roles(net), weights) if not w.any()}
+    assert zeroed == {"output", "attn.q"}
+    # decoupled decay at the global LR for every layer (mup's MuAdamW: LR/m × wd·m), whatever its LR multiplier
+    decayed = MODES["mup"].regularize(net, weights, torch.tensor(0.1 * 0.5))
+    assert all(torch.allclose(d, w * 0.95) for d, w in zip(decayed, weights))
+
+
+def test_refusals_name_the_value_and_the_layers(tmp_path):
+    def problems(*overrides):
+        return config_problems(compose_config(*overrides))
+
+    assert problems("optim.mode=mup", "arch.width=16") == [
+        "optim.mup_base_width=32 is above arch.width=16: μP scales up from its base; set optim.mup_base_width to "
+        "the sweep's smallest width or below"]
+    assert problems("optim.mode=mup", "optim.mup_base_width=0")[0].startswith("optim.mup_base_width=0")
+    assert problems("optim.mode=mup", "arch=resmlp", "data=cifar10", "optim.mup_query_zero=true")[0].startswith(
+        "optim.mup_query_zero=true: no layer has the role 'attn.q'")
+    assert problems("optim.mode=mup") == [] and problems("optim.mode=normed", "arch.width=16") == []
+    # a user's network whose width-to-class layer has no role: named, with what to do
+    module = tmp_path / "plain_net.py"
+    module.write_text("from modula_cli.nn import Flatten, Linear, ReLU\n"
+                      "def build(arch, data):\n"
+                      "    return Linear(10, arch.width) @ ReLU() @ Linear(arch.width, 192) @ Flatten()\n"
+                      "def fixed(arch, data):\n"
+                      "    return Linear(10, 192) @ Flatten()\n")
+    import sys
+    sys.path.insert(0, str(tmp_path))
+    try:
+        arch = OmegaConf.create({"name": "plain_net:build", "width": 64})
+        with pytest.raises(ModelError, match=r"optim.mode=mup: linear2 Linear\(10, 64\) maps a width-sized input to a "
+                                             r"fixed-size output, which μP allows only for the readout; give "
+                                             r"the readout with_role"):
+            build_network(arch, IMAGE, VARIANTS["modular"], OptimConfig(mode="mup"))
+        no_width = OmegaConf.create({"name": "plain_net:fixed"})
+        with pytest.raises(ModelError, match="optim.mode=mup needs arch.width; arch.name=plain_net:fixed has none"):
+            build_network(no_width, IMAGE, VARIANTS["modular"], OptimConfig(mode="mup"))
+    finally:
+        sys.path.remove(str(tmp_path))
+
+
+def test_mup_settings_change_no_other_modes_run():
+    normed = compose_config("optim.mode=normed")
+    assert fingerprint(normed) == fingerprint(compose_config("optim.mode=normed", "optim.mup_base_width=64"))
+    assert fingerprint(compose_config("optim.mode=mup")) != fingerprint(
+        compose_config("optim.mode=mup", "optim.mup_base_width=64"))
+
+
+def test_coordinate_check_mup_is_width_stable(tiny_text_root, tmp_path):
+    from test_coord import tiny_gpt_coord
+
+    from modula_cli.coord.check import run_coord_check
+
+    cfg = tiny_gpt_coord(tiny_text_root, "arch=standard_gpt", "coord.widths=[32,64,128,256]", "coord.modes=[mup]")
+    _, slope_table, verdict = run_coord_check(cfg, tmp_path)
+    assert verdict["mup"].startswith("width-stable"), verdict["mup"]  # unnormed: not (test_coord.py, docs)
+    hidden = slope_table[(slope_table["mode"] == "mup") & (slope_table["quantity"] == "own_delta_rms")]
+    assert hidden["slope"].abs().max() <= 0.3
