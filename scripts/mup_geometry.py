@@ -131,7 +131,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--every", type=int, default=20, help="measure every N-th step")
     parser.add_argument("--out", type=Path, help="write updates.csv and geometry.csv and geometry.md here")
-    parser.add_argument("--summarise", type=Path, help="summarise this updates.csv (of the same LRs) instead of training")
+    parser.add_argument("--summarise", type=Path,
+                        help="summarise this updates.csv (of the same LRs) instead of training")
     parser.add_argument("overrides", nargs="*", help="further config overrides for every run")
     args = parser.parse_args(argv)
     lrs = {int(w): float(lr) for w, lr in (item.split("=") for item in args.mup_lrs.split(","))}

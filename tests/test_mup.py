@@ -14,9 +14,9 @@ from modula_cli.config.identity import fingerprint
 from modula_cli.config.validate import config_problems
 from modula_cli.models import ModelError, build_model
 from modula_cli.models.variant import VARIANTS
-from modula_cli.nn import Conv2D, Embed, FunctionalAttention, Linear, Flatten, ReLU, layer_roles, with_role
+from modula_cli.nn import Conv2D, Embed, FunctionalAttention, layer_roles
 from modula_cli.optim import MODES, OptimConfig, build_network, init_state, optimizer_step
-from modula_cli.optim.modes.mup import fans, init_rms, modules, rules_of
+from modula_cli.optim.modes.mup import init_rms, modules, rules_of
 
 from conftest import compose_config
 
@@ -134,9 +134,10 @@ def test_rules_by_hand():
             kind, adam_lr, sgd_lr, init, output = expected[role]
             assert (a.kind, a.lr, s.lr, a.init, a.output) == pytest.approx((kind, adam_lr, sgd_lr, init, output)), role
     # the standard GPT's 1/√d_head logits become √d₀/d_head = √8/32; the modular GPT's 1/d_head stays
-    assert [m.scale for m in modules(adam) if isinstance(m, FunctionalAttention)] == pytest.approx([math.sqrt(8) / 32] * 2)
-    modular = build_network(OmegaConf.create({"name": "gpt", "width": 128, "depth": 1, "heads": 4, "blocks_mass": 5.0}),
-                            LANGUAGE, VARIANTS["paper"], OptimConfig(mode="mup"))
+    scales = [m.scale for m in modules(adam) if isinstance(m, FunctionalAttention)]
+    assert scales == pytest.approx([math.sqrt(8) / 32] * 2)
+    gpt = OmegaConf.create({"name": "gpt", "width": 128, "depth": 1, "heads": 4, "blocks_mass": 5.0})
+    modular = build_network(gpt, LANGUAGE, VARIANTS["paper"], OptimConfig(mode="mup"))
     assert [m.scale for m in modules(modular) if isinstance(m, FunctionalAttention)] == [None]
     # the modular readout (65 × 128, orthogonal √(65/128)): RMS √65/128 here, 1/√32 at the base (65 > 32)
     readout = rules_of(modular)[-1]

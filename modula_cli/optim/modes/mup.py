@@ -124,9 +124,10 @@ def parametrise(net: Module, base: Module, optimizer: str) -> list[LayerRule]:
     rules = [layer_rule(atom, base_atom, optimizer) for atom, base_atom in zip(atoms, base_atoms)]
     if stray := [f"{name} {atom.describe()}" for name, atom, role, rule in zip(names, atoms, roles, rules)
                  if rule.kind == "readout" and role != READOUT_ROLE]:
-        raise MupError(f"optim.mode=mup: {', '.join(stray)} {'maps' if len(stray) == 1 else 'map'} a width-sized input to a fixed-size output, which "
-                       f"μP allows only for the readout; give the readout with_role(…, {READOUT_ROLE!r}) (or make "
-                       f"the output grow with width)")
+        verb = "maps" if len(stray) == 1 else "map"
+        raise MupError(f"optim.mode=mup: {', '.join(stray)} {verb} a width-sized input to a fixed-size output, "
+                       f"which μP allows only for the readout; give the readout with_role(…, {READOUT_ROLE!r}) "
+                       f"(or make the output grow with width)")
     for atom, rule in zip(atoms, rules):
         atom.forward_scale = rule.output
     bonds = [m for m in modules(net) if isinstance(m, FunctionalAttention)]
