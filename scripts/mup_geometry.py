@@ -13,7 +13,7 @@ Trains one network per (mode, width, seed) through the library's own step (``bui
 ``optimizer_step``) on the sweep's settings (``experiment=small/gpt_width``: 200 steps, batch 16, context
 64), the configs composed as the sweep composes them. About 10 minutes on a 2-core CPU.
 
-    python scripts/mup_geometry.py --mup-lrs 32=0.0625,64=0.0625,128=0.03125,256=0.03125 \\
+    python scripts/mup_geometry.py --mup-lrs 32=0.03125,64=0.0625,128=0.0625,256=0.0625 \\
         --dualized-lr 0.5 --out docs/results/mup_geometry
 """
 

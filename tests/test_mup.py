@@ -14,7 +14,7 @@ from modula_cli.config.identity import fingerprint
 from modula_cli.config.validate import config_problems
 from modula_cli.models import ModelError, build_model
 from modula_cli.models.variant import VARIANTS
-from modula_cli.nn import Conv2D, Embed, FunctionalAttention, layer_roles
+from modula_cli.nn import Conv2D, Embed, Flatten, FunctionalAttention, Linear, ReLU, layer_roles, with_role
 from modula_cli.optim import MODES, OptimConfig, build_network, init_state, optimizer_step
 from modula_cli.optim.modes.mup import init_rms, modules, rules_of
 
@@ -23,7 +23,15 @@ from conftest import compose_config
 LANGUAGE = OmegaConf.create({"name": "shakespeare", "kind": "language", "vocab_size": 65, "context": 8})
 IMAGE = OmegaConf.create({"name": "cifar10", "kind": "image", "input_shape": [3, 8, 8], "num_classes": 10})
 ARCHS = {"standard_gpt": ({"heads": 2}, LANGUAGE), "gpt": ({"heads": 2, "blocks_mass": 5.0}, LANGUAGE),
-         "resnet": ({"block_depth": 1, "blocks_mass": 20.0, "kernel_size": 3}, IMAGE)}
+         "resnet": ({"block_depth": 1, "blocks_mass": 20.0, "kernel_size": 3}, IMAGE),
+         "test_mup:uneven_mlp": ({}, IMAGE)}
+
+
+def uneven_mlp(arch, data):
+    """A user's network whose hidden layer grows unevenly (fan-in w + 16, fan-out w: m_in ≠ m_out)."""
+    return (with_role(Linear(data.num_classes, arch.width), "output") @ ReLU()
+            @ with_role(Linear(arch.width, arch.width + 16), "hidden") @ ReLU()
+            @ with_role(Linear(arch.width + 16, 192), "input") @ Flatten())
 LR = 0.01
 
 
@@ -178,6 +186,15 @@ def test_zero_options_and_weight_decay():
     # decoupled decay at the global LR for every layer (mup's MuAdamW: LR/m × wd·m), whatever its LR multiplier
     decayed = MODES["mup"].regularize(net, weights, torch.tensor(0.1 * 0.5))
     assert all(torch.allclose(d, w * 0.95) for d, w in zip(decayed, weights))
+    # the paper variant's embedding rows go back to RMS 1 after the decay, as in every other mode
+    paper = build_network(arch, LANGUAGE, VARIANTS["paper"], cfg)
+    weights = [w * 1.5 for w in MODES["mup"].initial_weights(paper, paper.initialize(seed=0))]
+    decayed = MODES["mup"].regularize(paper, weights, torch.tensor(0.05))
+    for role, d, w in zip(layer_roles(paper), decayed, weights):
+        if role.startswith("embed"):
+            assert d.pow(2).mean(dim=-1).sqrt() == pytest.approx(torch.ones(d.shape[0]), abs=1e-6), role
+        else:
+            assert torch.allclose(d, w * 0.95), role
 
 
 def test_refusals_name_the_value_and_the_layers(tmp_path):
@@ -206,11 +223,22 @@ def test_refusals_name_the_value_and_the_layers(tmp_path):
                                              r"fixed-size output, which μP allows only for the readout; give "
                                              r"the readout with_role"):
             build_network(arch, IMAGE, VARIANTS["modular"], OptimConfig(mode="mup"))
+        # at the base width every size is the base's: the layer is still found, beside twice the base
+        with pytest.raises(ModelError, match=r"linear2 Linear\(10, 32\) maps a width-sized input"):
+            build_network(OmegaConf.merge(arch, {"width": 32}), IMAGE, VARIANTS["modular"], OptimConfig(mode="mup"))
         no_width = OmegaConf.create({"name": "plain_net:fixed"})
         with pytest.raises(ModelError, match="optim.mode=mup needs arch.width; arch.name=plain_net:fixed has none"):
             build_network(no_width, IMAGE, VARIANTS["modular"], OptimConfig(mode="mup"))
     finally:
         sys.path.remove(str(tmp_path))
+
+
+def test_a_base_network_that_cannot_be_built_says_which_width():
+    arch = OmegaConf.create({"name": "gpt", "width": 48, "depth": 1, "heads": 3, "blocks_mass": 5.0})
+    with pytest.raises(ModelError, match=r"^optim.mode=mup builds the network again at width 32 \(optim.mup_base_width"
+                                         r"=32\) to see which sizes grow, and it cannot be built there: GPT: width 32 "
+                                         r"is not divisible by num_heads 3"):
+        build_network(arch, LANGUAGE, VARIANTS["modular"], OptimConfig(mode="mup"))
 
 
 def test_mup_settings_change_no_other_modes_run():

@@ -379,11 +379,13 @@ def check(cfg: DictConfig, overrides: list[str]) -> None:
 
 
 def modes_from_command_line(cfg: DictConfig, overrides: list[str]) -> None:
-    """``optim.mode=mup`` without ``coord.modes=…``: check that mode beside unnormed (the standard
-    parametrisation it is measured against), not the default three."""
+    """``optim.mode=X`` without ``coord.modes=…`` (e.g. ``optim.mode=mup``): check X beside unnormed (the
+    standard parametrisation it is measured against) instead of the default three."""
     keys = {override.lstrip("+~").partition("=")[0]: override.partition("=")[2] for override in overrides}
     if "optim.mode" in keys and "coord.modes" not in keys:
         mode = keys["optim.mode"]
+        if mode not in MODES:
+            raise ConfigError([f"optim.mode={mode!r}; allowed: {', '.join(MODES)}"])
         cfg.coord.modes = [mode] if mode == "unnormed" else [mode, "unnormed"]
         log.info("coord.modes=%s (from optim.mode=%s)", list(cfg.coord.modes), mode)
 

@@ -32,8 +32,12 @@ def build_network(arch: Any, data: Any, variant: Any, cfg: OptimConfig) -> Modul
     def at_width(width: int) -> Module:
         if "width" not in arch:
             raise ModelError(f"optim.mode={cfg.mode} needs arch.width; arch.name={arch.name} has none")
-        changed = OmegaConf.merge(arch, {"width": width})
-        return build_model(changed, data, variant)
+        try:
+            return build_model(OmegaConf.merge(arch, {"width": width}), data, variant)
+        except ValueError as error:  # the user typed another width: say which one failed and why
+            raise ModelError(f"optim.mode={cfg.mode} builds the network again at width {width} "
+                             f"(optim.mup_base_width={cfg.mup_base_width}) to see which sizes grow, and it "
+                             f"cannot be built there: {error}") from None
 
     net = build_model(arch, data, variant)
     try:

@@ -19,10 +19,11 @@ fixed (neither)           base                  1                    η         
 "base" is the same layer's initial RMS in the base network, so a network that already scales its
 initialisation as 1/√fan-in (the modular networks' orthogonal matrices) keeps it, and one that does not (the
 standard GPT's fixed 0.02) is brought to it. The readout's scale is that of its effective weight (stored
-weight × multiplier): the stored weight starts at base · m_in^(+1/2), as ``mup``'s ``MuReadout`` after
-``set_base_shapes``. Attention logits scale as 1/d_head: a network whose attention uses 1/√d_head (the
-standard GPT's) gets √d₀/d_head, equal to it at the base width; the modular GPT's 1/d_head is left as it is.
-Options: ``mup_readout_zero`` (readout starts at 0), ``mup_query_zero`` (the query starts at 0).
+weight × multiplier): the stored weight starts at the base's scale, as ``mup``'s ``MuReadout`` after
+``set_base_shapes`` (its 1/√fan-in start × √m_in). Attention logits scale as 1/d_head: a network whose
+attention uses an explicit c/√d_head (the standard GPT's) gets c·√d₀/d_head, equal to it at the base width;
+the default 1/d_head (the modular GPT's) is left as it is. Options: ``mup_readout_zero`` (the readout starts
+at 0), ``mup_query_zero`` (the query starts at 0).
 
 μP sets every atom's constant factor itself (1, and the readout's multiplier): ``variant.scales`` does not
 apply; the variant's other choices (where the attention's 1/3 sits, unit embedding rows) do.
@@ -110,24 +111,34 @@ def modules(module: Module) -> Iterator[Module]:
         yield from modules(child)
 
 
-def parametrise(net: Module, base: Module, optimizer: str) -> list[LayerRule]:
-    """Set μP's multipliers on ``net`` (its atoms' constant factors, its attention's logit scale) from the base
-    network of the same architecture, and return each atom's rule (weight-list order).
-
-    Refuses a layer whose fan-in grows and fan-out does not but is not the network's readout (role "output"):
-    μP gives the readout alone a 1/width multiplier (``mup`` asserts the same of its ``MuReadout``)."""
+def refuse_stray_readouts(net: Module, base: Module, optimizer: str = "adam", named: Module | None = None
+                          ) -> list[LayerRule]:
+    """Each atom's rule, after refusing a layer whose fan-in grows and fan-out does not but is not the network's
+    readout (role "output"): μP gives the readout alone a 1/width multiplier (``mup`` asserts the same of
+    its ``MuReadout``). ``named``: the network whose layers the refusal names (default ``net``)."""
     atoms, base_atoms = net.atom_list(), base.atom_list()
-    names, roles = layer_names(net), layer_roles(net)
     if len(atoms) != len(base_atoms) or any(type(a) is not type(b) for a, b in zip(atoms, base_atoms)):
         raise MupError(f"the base network has {len(base_atoms)} layers and this one {len(atoms)}: μP needs the "
                        f"same layers at every width (only their sizes may change)")
     rules = [layer_rule(atom, base_atom, optimizer) for atom, base_atom in zip(atoms, base_atoms)]
-    if stray := [f"{name} {atom.describe()}" for name, atom, role, rule in zip(names, atoms, roles, rules)
+    named = named or net
+    names, roles = layer_names(named), layer_roles(named)
+    if stray := [f"{name} {atom.describe()}" for name, atom, role, rule in zip(names, named.atom_list(), roles, rules)
                  if rule.kind == "readout" and role != READOUT_ROLE]:
         verb = "maps" if len(stray) == 1 else "map"
         raise MupError(f"optim.mode=mup: {', '.join(stray)} {verb} a width-sized input to a fixed-size output, "
                        f"which μP allows only for the readout; give the readout with_role(…, {READOUT_ROLE!r}) "
                        f"(or make the output grow with width)")
+    return rules
+
+
+def parametrise(net: Module, base: Module, optimizer: str) -> list[LayerRule]:
+    """Set μP's multipliers on ``net`` (its atoms' constant factors, its attention's logit scale) from the base
+    network of the same architecture, and return each atom's rule (weight-list order; ``refuse_stray_readouts``
+    first). An attention with an explicit logit scale is taken to write it as c/√d_head (nanoGPT's form, the
+    standard GPT's); the default scale (None) is already 1/d_head."""
+    rules = refuse_stray_readouts(net, base, optimizer)
+    atoms = net.atom_list()
     for atom, rule in zip(atoms, rules):
         atom.forward_scale = rule.output
     bonds = [m for m in modules(net) if isinstance(m, FunctionalAttention)]
@@ -145,7 +156,10 @@ class Mup(Unnormed):
     own_settings = ("mup_",)
 
     def network(self, net: Module, at_width: Callable[[int], Module], cfg: OptimConfig) -> Module:
-        net._mup_rules = parametrise(net, at_width(cfg.mup_base_width), cfg.name)
+        base = at_width(cfg.mup_base_width)
+        # which layers grow is seen only beside another width: at the base width itself, compare 2× base
+        refuse_stray_readouts(at_width(2 * cfg.mup_base_width), base, named=net)
+        net._mup_rules = parametrise(net, base, cfg.name)
         net._mup_zero = {role for role, zero in ((READOUT_ROLE, cfg.mup_readout_zero),
                                                  (QUERY_ROLE, cfg.mup_query_zero)) if zero}
         return net
@@ -160,8 +174,11 @@ class Mup(Unnormed):
         return [piece * per_member(lr * rule.lr, piece) for piece, rule in zip(u, rules_of(net), strict=True)]
 
     def regularize(self, net: Module, weights: list[Tensor], strength: Tensor) -> list[Tensor]:
-        # decoupled decay at the global LR, as mup's MuAdamW (lr/m · wd·m) and MuSGD (lr·m · wd/m) give
-        return [w * (1 - per_member(strength, w)) for w in weights]
+        # decoupled decay at the global LR for every layer, not split by the modular norm's shares: what mup's
+        # MuAdamW (lr/m · wd·m) amounts to; each atom's own rule still applies (the paper variant's unit
+        # embedding rows go back on their sphere)
+        return [atom.stored(atom.regularize_piece(atom.effective(w), per_member(strength, w)))
+                for atom, w in zip(net.atom_list(), weights, strict=True)]
 
     def problems(self, cfg: OptimConfig, roles: tuple[str, ...] | None, arch: Any = None) -> list[str]:
         problems = []
