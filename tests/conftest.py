@@ -1,10 +1,26 @@
+import json
 import os
 import pickle
+import re
 from pathlib import Path
 
-import numpy as np
-import pytest
-import torch
+# The caller's shell must not change a test's outcome. Switches that the code under test or its libraries read
+# from the environment are cleared for the whole suite and every process it starts, before any library reads
+# them (the Hugging Face libraries read theirs once, at import): as on a clean machine. SLURM's job variables go
+# too (a suite run inside `srun` or `salloc`); SLURM_CONF, which says where the cluster is, stays. Kept on
+# purpose: MODULA_DATA (where README puts the real data), MODULA_CLUSTER_TESTS and MODULA_DATA_TESTS (CI's word
+# that the engines are up and the real data is there) and CUDA_VISIBLE_DEVICES (which GPU the GPU checks use; no
+# other test reads it).
+CALLER_SWITCHES = re.compile(
+    r"^(HF_DATASETS_OFFLINE|HF_HUB_OFFLINE|TRANSFORMERS_OFFLINE|HF_ENDPOINT|WANDB_.*|RAY_ADDRESS|RAY_NAMESPACE"
+    r"|(SLURM|SBATCH|SALLOC|SRUN)_(?!CONF$).*|OMP_NUM_THREADS|MKL_NUM_THREADS|HYDRA_FULL_ERROR"
+    r"|MODULA_(JOB_CPUS|JOB_ID|SWEEP_LAUNCH|SWEEP_CWD))$")
+for _name in [name for name in os.environ if CALLER_SWITCHES.match(name)]:
+    del os.environ[_name]
+
+import numpy as np  # noqa: E402 - after the environment is cleared
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -28,10 +44,12 @@ def find_shakespeare() -> Path | None:
 
 
 def require_shakespeare() -> Path:
-    """The real Shakespeare input.txt, or a skip whose one line names every place looked at."""
+    """The real Shakespeare input.txt, or a skip whose one line names every place looked at; a failure instead
+    where the text must be there (CI sets ``MODULA_DATA_TESTS=required``: the shared data is on its machine)."""
     found = find_shakespeare()
     if found is None:
-        pytest.skip("needs Shakespeare's input.txt; looked in " + ", ".join(map(str, shakespeare_candidates())))
+        missing = pytest.fail if os.environ.get("MODULA_DATA_TESTS") == "required" else pytest.skip
+        missing("needs Shakespeare's input.txt; looked in " + ", ".join(map(str, shakespeare_candidates())))
     return found
 
 
@@ -115,3 +133,42 @@ def tiny_image(arch: str, root, *overrides: str) -> list[str]:
                                                                         "arch.block_depth=1"]
     return [f"arch={arch}", *sizes, "arch.loss_window=5", "data=cifar10", f"data.root={root}", "data.augment=none",
             *TINY_TRAIN, *overrides]
+
+
+def record_first_update(monkeypatch) -> dict:
+    """Spies on the trainer's optimiser step: ``initial`` (the weights before the first step), and of the first
+    step with a nonzero LR its ``net``, ``grads``, update ``delta`` (stored weights) and ``lr``."""
+    import modula_cli.run.trainer as run_module
+
+    original, seen = run_module.optimizer_step, {}
+
+    def spy(net, weights, grads, state, cfg_, t, total, **kwargs):
+        before = None if "delta" in seen else [w.detach().clone() for w in weights]
+        lr = original(net, weights, grads, state, cfg_, t, total, **kwargs)
+        if before is not None:
+            seen.setdefault("initial", before)
+            if float(lr) > 0:
+                seen.update(net=net, grads=[g.detach().clone() for g in grads], lr=float(lr),
+                            delta=[b - w.detach() for b, w in zip(before, weights)])
+        return lr
+
+    monkeypatch.setattr(run_module, "optimizer_step", spy)
+    return seen
+
+
+def paired_drop(cfg, initial: list[torch.Tensor], net, run_dir) -> float:
+    """The last 5 logged train losses against the same steps' batches under the initial weights (no batch
+    noise in the difference): how much the run has learnt."""
+    from omegaconf import OmegaConf
+
+    from modula_cli.data import build_dataset
+
+    data = build_dataset(cfg.data.name, **OmegaConf.to_container(cfg.data, resolve=True))
+    records = [r for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if "train_loss" in r]
+    before = []
+    with torch.no_grad():
+        for record in records[-5:]:
+            x, y = data.train_batch(record["step"], cfg.train.batch_size, cfg.train.seed, device=initial[0].device)
+            logits = net(x, initial).float()
+            before.append(float(torch.nn.functional.cross_entropy(logits.flatten(0, -2), y.flatten())))
+    return sum(before) / 5 - sum(r["train_loss"] for r in records[-5:]) / 5

@@ -2,6 +2,7 @@
 instead of Hydra's, and the --help text of both programs."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -100,6 +101,10 @@ def test_m_in_the_middle_of_the_command_sweeps(tmp_path, tiny_text_root):
     assert status == 0 and "unrecognized arguments" not in out, out
     assert "sweep finished: 2 completed" in out, out[-2000:]
     assert len(list((tmp_path / "sweep").rglob("summary.json"))) == 2
+    # the launching process's own lines (the first says where the sweep goes) in the jobs' format
+    logged = [line for line in out.splitlines() if line.startswith("[")]
+    assert logged[0].endswith(f"sweep of 2 runs into {tmp_path / 'sweep'}"), logged
+    assert all(re.match(r"\[\d\d:\d\d:\d\d\]\[(INFO|WARNING)\] ", line) for line in logged), logged
 
 
 @pytest.mark.parametrize(("arg", "hint"), [
@@ -314,6 +319,16 @@ def test_an_output_folder_that_cannot_be_made_is_one_line_before_any_run(tmp_pat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]
 
 
+@pytest.mark.parametrize("args", [["hydra.run.dir=/proc/modula-run"], ["sweep=quick", "hydra.sweep.dir=/proc/x/sweep"]])
+def test_a_system_folder_that_takes_no_new_folders_is_one_line(tmp_path, args):
+    """/proc's permission bits let root write, but no folder can be made in it: said in one line, before Hydra
+    starts, as for any other folder that cannot be written."""
+    status, out = cli(tmp_path, *args)
+    key = "hydra.sweep.dir" if "sweep=quick" in args else "hydra.run.dir"
+    assert status == 2 and len(out.strip().splitlines()) == 1 and "Traceback" not in out, out
+    assert f"({key}): /proc does not accept new folders" in out and f"choose another with {key}=FOLDER" in out
+
+
 def test_a_read_only_folder_is_named(tmp_path, monkeypatch):
     from modula_cli.plumbing import atomic
 
@@ -323,3 +338,36 @@ def test_a_read_only_folder_is_named(tmp_path, monkeypatch):
         f"{tmp_path / 'locked'} is not writable"
     assert atomic.folder_problem(tmp_path / "free" / "x") is None
     assert atomic.folder_problem(f"{tmp_path}/locked_${{now:%H}}") is None  # the folder made is in tmp_path
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["optim.mode=muP"], "invalid configuration: optim.mode='muP'; did you mean mup? allowed: unnormed, normed, "
+                         "dualized, manifold, mup"),
+    (["optim.mode=dualised"], "optim.mode='dualised'; did you mean dualized?"),
+    (["train.steps=abc"], "invalid configuration: train.steps='abc'; must be an integer >= 1 (all 27 grid points)"),
+    (["train.seed=0-2"], "train.seed=0-2; must be an integer >= 0 (or a packed list of them, e.g. [0,1,2]) "
+                         "(all 27 grid points)"),
+    (["data.context=100000"], "data.context=100000 exceeds data.max_context=8192"),
+])
+def test_a_mistake_in_a_sweep_is_said_once_as_for_a_single_run(tmp_path, args, message):
+    """A preset's grid is computed from optim.mode (${lr_grid:…}): a mistyped mode gets the single run's line, not
+    OmegaConf's interpolation error; a bad value that every grid point shares is said once, with their count."""
+    status, out = cli(tmp_path, "sweep=quick", *args)
+    lines = out.strip().splitlines()
+    assert status == 1 and len(lines) == 1 and lines[0].startswith("modula-sweep: sweep not launched, "), out
+    assert message in lines[0] and "Interpolation" not in out and not (tmp_path / "outputs").exists(), out
+
+
+def test_a_problem_of_some_grid_points_says_how_many_and_one_of_them():
+    from modula_cli.sweep.launch import grid_problems
+
+    per_job = [("arch.width=32 optim.lr=0.5", "arch.width=32 is not divisible by arch.heads=3"),
+               ("arch.width=32 optim.lr=1.0", "arch.width=32 is not divisible by arch.heads=3"),
+               ("arch.width=100 optim.lr=1.0", "train.steps=0; must be an integer >= 1"),
+               ("arch.width=100 optim.lr=1.0", "arch.width=100 is not divisible by arch.heads=3")]
+    assert grid_problems(per_job, 6) == [
+        "arch.width=32 is not divisible by arch.heads=3 (2 of 6 grid points, e.g. [arch.width=32 optim.lr=0.5])",
+        "[arch.width=100 optim.lr=1.0] train.steps=0; must be an integer >= 1",
+        "[arch.width=100 optim.lr=1.0] arch.width=100 is not divisible by arch.heads=3"]
+    assert grid_problems([("a=1", "x"), ("a=2", "x")], 2) == ["x (all 2 grid points)"]
+    assert grid_problems([("a=1", "x")], 1) == ["x"]

@@ -29,7 +29,7 @@ def test_real_shakespeare_facts(tmp_path, real_shakespeare):
 
 def test_the_real_text_is_looked_for_where_readme_puts_it(tmp_path, monkeypatch):
     """$MODULA_DATA first, then the repository's data/ (data.root's default, README "Data"), then the shared
-    copy beside the repository; the skip names all three."""
+    copy beside the repository; the skip names all three, and is a failure where the data is required (CI)."""
     import conftest
 
     monkeypatch.setenv("MODULA_DATA", str(tmp_path))
@@ -41,11 +41,16 @@ def test_the_real_text_is_looked_for_where_readme_puts_it(tmp_path, monkeypatch)
     assert conftest.find_shakespeare() == places[0]
     monkeypatch.setattr(conftest, "REPO", tmp_path / "nowhere" / "repo")
     (tmp_path / "shakespeare" / "input.txt").unlink()
+    monkeypatch.delenv("MODULA_DATA_TESTS", raising=False)
     with pytest.raises(pytest.skip.Exception) as skipped:
         conftest.require_shakespeare()
     assert str(skipped.value.msg) == "needs Shakespeare's input.txt; looked in " + ", ".join(
         str(p) for p in conftest.shakespeare_candidates())
     assert "\n" not in skipped.value.msg and str(tmp_path / "shakespeare" / "input.txt") in skipped.value.msg
+    monkeypatch.setenv("MODULA_DATA_TESTS", "required")  # CI: the same line fails the test instead
+    with pytest.raises(pytest.fail.Exception) as failed:
+        conftest.require_shakespeare()
+    assert str(failed.value.msg) == str(skipped.value.msg)
 
 
 def test_language_batches_are_windows_and_reproducible(tiny_text_root):

@@ -69,24 +69,30 @@ def test_auto_follows_the_partition_one_gpu_per_task_only_where_there_are_gpus(c
     assert cpu.notes == [] and gpu.describe() == "partition gpu, 8 CPU per task, 32 GB and 1 GPU per node"
 
 
+def sbatch_script(params: dict) -> str:
+    """The sbatch script submitit writes for a task with these fitted settings, as the launcher builds its
+    executor. Writing it needs no SLURM: submitit's executor only refuses to be made where `srun` is not on
+    PATH, which says nothing of the script's text, so that one check is answered here."""
+    from submitit.slurm.slurm import SlurmExecutor
+
+    from hydra_plugins.modula_sweep.slurm_launcher import slurm_executor
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(SlurmExecutor, "affinity", classmethod(lambda cls: 1))
+        executor = slurm_executor(params)
+    return executor._executor._make_submission_file_text("python -c 1", "uid")
+
+
 def test_a_gpu_partition_gets_an_sbatch_script_that_asks_for_its_gpu(cluster, tmp_path):
-    import submitit
-
-    from hydra_plugins.modula_sweep.slurm_launcher import executor_parameters
-
     fitted = slurm.fit({**BASE, "partition": "gpu", "submitit_folder": str(tmp_path), "max_num_timeout": 20,
                         "signal_delay_s": 120, "array_parallelism": 64, "setup": [], "additional_parameters": {},
                         "name": "train", "stderr_to_stdout": False}, cluster)
-    executor = submitit.AutoExecutor(folder=tmp_path, cluster="slurm")
-    executor.update_parameters(**executor_parameters(fitted.params))
-    script = executor._executor._make_submission_file_text("python -c 1", "uid")
+    script = sbatch_script(fitted.params)
     for line in ("--partition=gpu", "--gpus-per-node=1", "--cpus-per-task=8", "--mem=32GB", "--time=240",
                  "--signal=USR2@120"):
         assert f"#SBATCH {line}\n" in script, script
     on_cpu = slurm.fit({**BASE, "submitit_folder": str(tmp_path)}, cluster)
-    executor = submitit.AutoExecutor(folder=tmp_path, cluster="slurm")
-    executor.update_parameters(**executor_parameters(on_cpu.params))
-    assert "gpus" not in executor._executor._make_submission_file_text("python -c 1", "uid")
+    assert "gpus" not in sbatch_script(on_cpu.params)
 
 
 @pytest.mark.parametrize("change, message", [

@@ -15,7 +15,7 @@ import requests
 import tiktoken
 from omegaconf import OmegaConf
 
-from conftest import TINY_TRAIN, compose_config, tiny_gpt
+from conftest import REPO, TINY_TRAIN, compose_config, tiny_gpt
 from modula_cli.data import DataUnavailable, build_dataset, prepare_dataset
 from modula_cli.models import ModelError, build_model
 from modula_cli.run.trainer import train
@@ -196,6 +196,37 @@ def test_unreachable_hub_is_one_line_and_restores_the_offline_switches(tmp_path,
     assert not list((tmp_path / "openwebtext").glob("byte-*/"))  # no half-built cache
 
 
+@pytest.mark.parametrize("switch", ["HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"])
+def test_an_offline_switch_the_user_set_is_named_and_the_hub_is_not_tried(tmp_path, monkeypatch, switch):
+    """As an air-gapped cluster user sets it: the libraries read the switch at import, so it is set where they
+    keep it; the line names the switch that was set, and no connection is tried."""
+    import datasets
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", switch == "HF_HUB_OFFLINE")
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", switch == "HF_HUB_OFFLINE")
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", switch == "HF_DATASETS_OFFLINE")
+    monkeypatch.setattr("modula_cli.data.text.reachable", lambda url: pytest.fail("tried the hub"))
+    with pytest.raises(DataUnavailable) as error:
+        build_dataset("openwebtext", source="nobody-here/no-such-dataset", tokenizer="byte", root=str(tmp_path))
+    assert f"could not be loaded ({switch} is set and it is not in the Hugging Face cache)" in str(error.value)
+
+
+def test_the_callers_environment_does_not_reach_the_tests(tmp_path):
+    """What a user's shell leaves set (an air-gapped cluster's offline switches, a W&B mode, a SLURM job's or a
+    Ray driver's variables, a thread count) changes no test's outcome: tests that read each of them pass with
+    all of them set (conftest.py clears them for the suite)."""
+    caller = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline", "RAY_ADDRESS": "127.0.0.1:1",
+              "SLURM_JOB_ID": "77", "SLURM_ARRAY_JOB_ID": "77", "SLURM_ARRAY_TASK_ID": "3", "SLURM_CPUS_PER_TASK": "5",
+              "OMP_NUM_THREADS": "3", "HYDRA_FULL_ERROR": "1"}
+    selected = ["tests/test_missing_data.py::test_unreachable_hub_is_one_line_and_restores_the_offline_switches",
+                "tests/test_train.py::test_wandb_offline_and_wandb_failure_never_stop_training",
+                "tests/test_threads.py"]
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", *selected],
+                          cwd=REPO, capture_output=True, text=True, env={**os.environ, **caller}, timeout=300)
+    assert done.returncode == 0 and " passed" in done.stdout and "skipped" not in done.stdout, done.stdout[-3000:]
+
+
 def test_missing_tokenizer_files_are_one_line(tmp_path, monkeypatch):
     def offline(name):
         try:
@@ -234,14 +265,16 @@ def test_a_sweep_run_without_data_is_recorded_as_failed_and_a_single_run_writes_
 
 
 def test_skip_message_names_the_rerun_knob_of_its_context(tmp_path, tiny_text_root, caplog):
+    """A single run says it skipped; in a sweep, which counts its finished runs at its start and at its end, the
+    line is only there for debugging (docs/usage.md: finished runs are skipped quietly)."""
     cfg = compose_config(*tiny_gpt(tiny_text_root, "train.steps=2"))
     train(cfg, tmp_path / "run")
-    with caplog.at_level(logging.INFO, logger="modula_cli.run.trainer"):
+    with caplog.at_level(logging.DEBUG, logger="modula_cli.run.trainer"):
         assert train(cfg, tmp_path / "run").skipped
         assert train(cfg, tmp_path / "run", sweep_dir=tmp_path).skipped
-    skips = [r.getMessage() for r in caplog.records if "already finished" in r.getMessage()]
-    assert skips == ["run already finished; skipping (train.rerun=true retrains)",
-                     "run already finished; skipping (sweep.rerun=true retrains)"]
+    skips = [(r.levelno, r.getMessage()) for r in caplog.records if "already finished" in r.getMessage()]
+    assert skips == [(logging.INFO, "run already finished; skipping (train.rerun=true retrains)"),
+                     (logging.DEBUG, "run already finished; skipping (sweep.rerun=true retrains)")]
 
 
 # --- a user's architecture and the kind of data it reads -----------------------------------------------------

@@ -238,3 +238,32 @@ def test_the_table_of_a_sweep_folder(tmp_path):
     assert (frame.loc["done", "status"], frame.loc["done", "train_loss"]) == ("completed", 1.25)
     assert frame.loc["queued", "status"] == "pending" and frame.loc["queued", "width"] == 32
     assert set(frame["axes"]) == {"width"} and set(frame["variant"]) == {"modular"}  # runs from before variants
+
+
+def test_a_launch_into_a_folder_of_another_experiment_is_told_how_to_keep_them_apart(tmp_path, monkeypatch):
+    """The quick preset run again with train.steps changed lands in the same folder: one line says how the runs
+    there differ, and which hydra.sweep.dir keeps this launch apart. Other modes are a comparison, not
+    another experiment; runs planned but never started do not count."""
+    from modula_cli.results.records import record_launch
+    from modula_cli.sweep.launch import another_experiment_line
+
+    def runs(steps: int, mode: str = "normed", widths=(32, 64)) -> dict:
+        return {f"lr=0.5,steps={steps},width={w},mode={mode}": {
+            "settings": {"arch.width": w, "train.steps": steps, "optim.mode": mode, "data.context": 64}}
+            for w in widths}
+
+    monkeypatch.chdir(tmp_path)
+    sweep = tmp_path / "outputs" / "sweeps" / "quick" / "gpt"
+    record_launch(sweep, "first", {**runs(400), **runs(200)})
+    for name in runs(400):  # the steps=200 runs never started
+        (sweep / name).mkdir(parents=True)
+        (sweep / name / "summary.json").write_text("{}")
+    assert another_experiment_line(sweep, runs(400)) is None  # the same experiment again
+    assert another_experiment_line(sweep, runs(400, mode="mup")) is None  # another mode: a comparison
+    record_launch(sweep, "second", runs(300, widths=(32,)))
+    (sweep / next(iter(runs(300)))).mkdir()
+    (sweep / next(iter(runs(300))) / "summary.json").write_text("{}")
+    line = another_experiment_line(sweep, runs(150))
+    assert line == (f"{sweep} already holds another experiment (3 runs: steps=300, 400 there, 150 here); the report "
+                    "shows each as a series of its own and its plots gain panels; to keep this one apart, add "
+                    "hydra.sweep.dir=outputs/sweeps/quick/gpt-steps150")

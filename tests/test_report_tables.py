@@ -114,7 +114,28 @@ def test_the_search_spend_table_by_hand():
     assert (row["cpu_s"], row["finished_runs"], row["grid_cpu_s"]) == (20.0, 2, 90.0)
     assert (row["lrs_tried"], row["lowest_lr"], row["highest_lr"]) == (3, 0.25, 1.0)
     lines = spend_text(spend, search, Path("search.json"))
-    assert lines[0] == ("LR search (search.json): 3 runs of the full grid's 9 (33%); CPU time 0m20s of the grid's "
-                        "estimated 1m30s (22%); planning 0.8 s over 2 rounds (the launcher's idle time between rounds)")
+    assert lines[0] == ("LR search of arch=gpt (search.json): 3 runs of the full grid's 9 (33%); CPU time 0m20s of "
+                        "the grid's estimated 1m30s (22%)")
     assert lines[1] == ("  width 32: 3 LRs (0.25 … 1), 3 of 9 runs; stopped: resolution reached: 95 % interval 0.30 "
                         "grid steps wide")
+    assert lines[2] == "  planning 0.8 s over 2 rounds (the launcher's idle time between rounds)"
+
+
+def test_a_search_is_reported_under_the_series_it_searched():
+    """A folder that later held a grid sweep of another experiment: the search's lines name the series whose
+    runs it trained, as the report names it, and its totals are that series' alone."""
+    from modula_cli.analysis.search_spend import spend_table, spend_text
+
+    series = {"arch": "gpt", "data": "shakespeare", "optimizer": "adam", "mode": "normed", "variant": "paper"}
+    frame = pd.DataFrame([{**series, "setting": "steps=400", "run": "a", "wall_time_s": 10.0, "packed_with": 1},
+                          {**series, "setting": "steps=150", "run": "g", "wall_time_s": 5.0, "packed_with": 1}])
+    entry = {"series": "arch=gpt,steps=400", "scale_key": "arch.width", "lrs": [0.5], "runs": 1, "grid_runs": 3,
+             "state": "stopped", "stop": "bracketed"}
+    search = {"scales": {"a | 32": {**entry, "scale": "32", "run_names": ["a"]},
+                         "a | 64": {**entry, "scale": "64", "run_names": ["gone"]}}}
+    lines = spend_text(spend_table(frame, search), search, Path("search.json"))
+    assert lines[0].startswith("LR search of normed adam (gpt, shakespeare, paper) · steps=400 (search.json): 1 run "
+                               "of the full grid's 3"), lines
+    # a scale none of whose runs is in the report keeps the search's own label: a series of its own
+    assert lines[2].startswith("LR search of arch=gpt,steps=400 (search.json)"), lines
+    assert not any("steps=150" in line for line in lines)

@@ -110,5 +110,6 @@ def test_each_table_declares_its_columns_once():
                                                           "log2_optimal_lr", "mean", "std", "fit"]
     assert list(table(Transfer, []).columns) == [*group, "scale_knob", "smallest", "largest", "shift_log2",
                                                  "shift_log2_low", "shift_log2_high", "regret", "regret_low",
-                                                 "regret_high", "tuned_lr", "seeds", "metric", "incomplete", "edges",
-                                                 "grid_step", "call", "verdict"]
+                                                 "regret_high", "tuned_lr", "tied_lr", "tied_gap", "tied_regret",
+                                                 "seeds", "metric", "incomplete", "edges", "grid_step", "call",
+                                                 "verdict"]

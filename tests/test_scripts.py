@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -327,3 +328,26 @@ def test_mup_geometry_ratio_per_unit_lr_and_its_slope_by_hand(tmp_path):
             assert table.loc[(role, width), "ratio_per_lr"] == pytest.approx(3 * width**s * seeds / 0.25, rel=1e-6)
         assert table.loc[(role, 32), "slope_per_lr"] == pytest.approx(s, abs=1e-9)
     assert "| output |" in result.stdout and "+0.50 [+0.50, +0.50]" in result.stdout
+
+
+@pytest.mark.slow
+def test_default_lrs_trains_each_default_and_its_neighbours_on_photo_patches(tmp_path):
+    """At toy size: the photo-patch data in CIFAR-10's layout, one packed run per combination, a row per LR with
+    its seeds, divergences and loss, the default marked; the LR is the mode's own default for the ResMLP under
+    variant=modular (2^-7 for plain SGD) times 2^k."""
+    from PIL import Image
+
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(2):
+        Image.fromarray(rng.integers(0, 256, (80, 96, 3), dtype=np.uint8)).save(photos / f"p{i}.png")
+    result = run(SCRIPTS / "default_lrs.py", "--archs", "resmlp", "--optimizers", "sgd", "--modes", "unnormed",
+                 "--variants", "modular", "--offsets", "-1", "0", "--seeds", "2", "--steps", "3", "--threads", "1",
+                 "--photos", str(photos), "--out", str(tmp_path / "out"), timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "image networks on photo patches (2 photographs of" in result.stdout
+    rows = pd.read_json(tmp_path / "out" / "default_lrs.jsonl", lines=True)
+    assert list(rows["lr"]) == [2.0**-8, 2.0**-7] and list(rows["default"]) == [False, True]
+    assert (rows["seeds"] == 2).all() and (rows["steps"] == 3).all() and rows["loss_mean"].notna().all()
+    assert "resmlp        sgd  unnormed  modular 2^-7* diverged 0/2" in result.stdout

@@ -315,3 +315,31 @@ def test_regret_at_the_first_lr_of_the_large_grid():
     point, low, high = regret(small, large)
     assert point == pytest.approx(4.0)  # (0 − 2)² + 0.05 at the tuned LR, minus the best mean 0.05
     assert 0.0 <= low <= point <= high
+
+
+def test_a_best_lr_that_ties_with_its_neighbour_within_noise_is_named_with_the_other_regret():
+    """The quick sweep's case: at the smallest scale 2^-1 and 2^0 are within noise of each other; which one
+    'won' decides the regret. The tie is found (seeds: their paired interval holds 0; one seed: within the
+    seeds' typical spread), and the regret of keeping the other is computed exactly."""
+    from modula_cli.analysis.stats import ONE_SEED_NOISE, regret_at, tied_lr
+
+    grid = np.array([-2.0, -1.0, 0.0, 1.0])
+    small_curve = np.array([2.30, 2.0520, 2.0551, 2.40])  # the quick sweep's width 32: 0.5 at 2.0520, 1 at 2.0551
+    large_curve = np.array([2.20, 1.9174, 1.8643, 2.10])  # width 128: best at 1
+    small, large = optimum(grid, small_curve[None]), optimum(grid, large_curve[None])
+    assert tied_lr(small) == 2  # one seed: 0.0031 apart is far inside 2.5 % of 2.05
+    assert regret(small, large)[0] == pytest.approx(1.9174 - 1.8643)
+    assert regret_at(small, large, 2) == 0.0
+    far = small_curve.copy()
+    far[2] = 2.0520 * (1 + ONE_SEED_NOISE) + 0.001  # just beyond the one-seed noise
+    assert tied_lr(optimum(grid, far[None])) is None
+    # three seeds: each seed prefers 2^-1 by a steady 0.05: a real difference, no tie
+    offsets = np.array([[0.0], [0.3], [-0.2]])
+    steady = np.stack([small_curve] * 3) + offsets
+    steady[:, 2] = steady[:, 1] + np.array([0.05, 0.052, 0.048])
+    assert tied_lr(optimum(grid, steady)) is None
+    # the same means, but the seeds disagree on the sign: their interval holds 0, a tie
+    noisy = steady.copy()
+    noisy[:, 2] = noisy[:, 1] + np.array([0.15, -0.10, 0.10])
+    assert tied_lr(optimum(grid, noisy)) == 2
+    assert regret_at(small, optimum(grid, np.stack([large_curve] * 3)), 0) == pytest.approx(2.20 - 1.8643)

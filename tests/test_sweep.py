@@ -87,7 +87,8 @@ def test_packed_sweep_over_lrs_and_seeds_is_one_job_per_scale_and_counts_as_the_
     # each member's folder and fingerprint are its separate run's: the unpacked sweep finds all 8 finished
     # (that the numbers agree too is tested on single runs in test_train.py)
     separate = sweep_cli(text_tmp, *grid, sweep_dir=text_tmp / "sweep")
-    assert separate.stdout.count("already finished; skipping") == 8  # one job per run
+    assert "already finished; skipping" not in separate.stdout  # counted at the start and the end, quietly
+    assert "8 finished before (skipped; sweep.rerun=true retrains), 0 to train" in separate.stdout
     assert "sweep finished: 0 completed, 8 skipped, 0 diverged, 0 failed" in separate.stdout
 
 
@@ -117,8 +118,10 @@ def test_bad_grid_values_reported_together_before_any_job(text_tmp):
     assert result.returncode != 0
     err = result.stderr
     assert "arch.width=30 is not divisible by arch.heads=4" in err and "optim.lr=-1" in err
-    # every bad job, each problem on its own line: (30, -1) twice, (30, 0.1) and (8, -1) once
-    assert err.count("is not divisible by arch.heads=4") == 2 and err.count("must be a number > 0") == 2
+    # each problem once, with the grid points it hits: width 30 in 2 of the 4, LR -1 in 2 of the 4
+    assert err.count("is not divisible by arch.heads=4") == 1 and err.count("must be a number > 0") == 1
+    assert "arch.width=30 is not divisible by arch.heads=4 (2 of 4 grid points, e.g. [" in err
+    assert "every learning rate must be a number > 0 (2 of 4 grid points, e.g. [" in err
     assert not any(p.is_dir() for p in sweep_dir.glob("*")) if sweep_dir.exists() else True
 
 
@@ -272,6 +275,34 @@ def test_report_puts_several_modes_on_one_figure(tmp_path):
     assert list(scale["tuned_lr"]) == [0.25, 0.25, 0.002, 0.002]
     assert list(scale["mean"]) == [2.0, 1.9, 2.4, 2.6]
     assert transfer.loc["unnormed", "regret"] == pytest.approx(2.6 - 2.1)
+    # beside it, each scale's best: the gap is the regret (unnormed at width 64: 2.6 at 0.002, 2.1 at 0.001)
+    assert list(scale["best_mean"]) == [2.0, 1.9, 2.4, 2.1] and list(scale["best_lr"]) == [0.25, 0.25, 0.002, 0.001]
+    assert list(scale["regret"]) == pytest.approx([0.0, 0.0, 0.0, 0.5])
+
+
+def test_scale_png_draws_what_its_labels_say_and_the_regret_as_a_gap(tmp_path, monkeypatch):
+    """One seed: no interval is drawn, so no label speaks of one, nor of marks that are not drawn; the right
+    panel shows the tuned loss and each scale's best loss, the regret as the gap between them."""
+    import modula_cli.analysis.plots as plots
+
+    figures = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: figures.append(fig))
+    sweep_dir = tmp_path / "sweep"
+    for width, row in {32: {0.001: 2.5, 0.002: 2.4, 0.004: 2.6}, 64: {0.001: 2.1, 0.002: 2.6, 0.004: 2.9}}.items():
+        for lr, loss in row.items():
+            make_run(sweep_dir, f"w{width}_lr{lr}", width, lr, "completed", loss, mode="unnormed")
+    write_report(sweep_dir, quiet=True)
+    left, right = figures[-1].axes[:2]
+    assert left.get_ylabel() == "fitted log2 optimal LR (1 seed: no interval)"
+    assert left.get_title() == "optimal LR against scale"  # no ○, ▲▼ or × drawn: none named
+    assert not left.collections and not [line for line in left.lines if line.get_marker() in ("^", "v", "x")]
+    tuned = right.containers[0]  # the error bars of the loss at the LR tuned on width 32
+    best = next(line for line in right.lines if line.get_label().endswith("best LR at each scale"))
+    assert tuned.get_label().endswith("lr 0.002") and list(tuned.lines[0].get_ydata()) == [2.4, 2.6]
+    assert list(best.get_ydata()) == [2.4, 2.1]
+    gaps = [line for line in right.lines if line.get_linewidth() == 4]
+    assert [sorted(gap.get_ydata()) for gap in gaps] == [[2.4, 2.4], [2.1, 2.6]]
+    assert "the gap between them is the regret" in right.get_title()
 
 
 def test_pack_arguments_folds_only_swept_lrs_and_seeds():

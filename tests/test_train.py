@@ -14,8 +14,7 @@ import pytest
 import torch
 from hydra.errors import ConfigCompositionException
 
-from conftest import compose_config, iterations, tiny_gpt, tiny_image
-from modula_cli.data import build_dataset
+from conftest import compose_config, iterations, paired_drop, record_first_update, tiny_gpt, tiny_image
 from modula_cli.nn import Conv2D, Embed, Linear, ResMLP
 from modula_cli.optim import OptimConfig, ema_weight, init_state, optimizer_step
 from modula_cli.run.trainer import train
@@ -48,27 +47,6 @@ MEASURED_DROP = {
     "resnet": {"unnormed": {"adam": 0.069, "sgd": 0.055}, "normed": {"adam": 0.074, "sgd": 0.074},
                "dualized": {"adam": 0.093, "sgd": 0.074}},
 }
-
-
-def record_first_update(monkeypatch) -> dict:
-    """Spies on the trainer's optimiser step: ``initial`` (the weights before the first step), and of the first
-    step with a nonzero LR its ``net``, ``grads``, update ``delta`` (stored weights) and ``lr``."""
-    import modula_cli.run.trainer as run_module
-
-    original, seen = run_module.optimizer_step, {}
-
-    def spy(net, weights, grads, state, cfg_, t, total, **kwargs):
-        before = None if "delta" in seen else [w.detach().clone() for w in weights]
-        lr = original(net, weights, grads, state, cfg_, t, total, **kwargs)
-        if before is not None:
-            seen.setdefault("initial", before)
-            if float(lr) > 0:
-                seen.update(net=net, grads=[g.detach().clone() for g in grads], lr=float(lr),
-                            delta=[b - w.detach() for b, w in zip(before, weights)])
-        return lr
-
-    monkeypatch.setattr(run_module, "optimizer_step", spy)
-    return seen
 
 
 def matrix_slices(atom, weight: torch.Tensor) -> torch.Tensor:
@@ -119,22 +97,6 @@ def assert_first_update_size(seen: dict, mode: str, optimizer: str, dualized_tol
             cosines = torch.nn.functional.cosine_similarity(matrix_slices(atom, d).flatten(1),
                                                             matrix_slices(atom, u).flatten(1), dim=1)
             assert cosines.min() > 1 - 1e-4, cosines
-
-
-def paired_drop(cfg, initial: list[torch.Tensor], net, run_dir) -> float:
-    """The last 5 logged train losses against the same steps' batches under the initial weights (no batch
-    noise in the difference): how much the run has learnt."""
-    from omegaconf import OmegaConf
-
-    data = build_dataset(cfg.data.name, **OmegaConf.to_container(cfg.data, resolve=True))
-    records = [r for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if "train_loss" in r]
-    before = []
-    with torch.no_grad():
-        for record in records[-5:]:
-            x, y = data.train_batch(record["step"], cfg.train.batch_size, cfg.train.seed, device=initial[0].device)
-            logits = net(x, initial).float()
-            before.append(float(torch.nn.functional.cross_entropy(logits.flatten(0, -2), y.flatten())))
-    return sum(before) / 5 - sum(r["train_loss"] for r in records[-5:]) / 5
 
 
 @pytest.mark.parametrize("mode", ["unnormed", "normed", "dualized"])
@@ -519,9 +481,20 @@ def test_a_run_without_a_progress_bar_says_where_it_stands(tmp_path, tiny_text_r
                                    "optim.lr=[0.01,0.02]"))
     train(cfg, tmp_path / "pack")
     total = iterations(cfg)  # the paper variant's extra step included
-    beats = [r.message for r in caplog.records if f" of {total}, train loss " in r.message]
+    beats = [r.message for r in caplog.records if f" of {total}, best train loss " in r.message]
     assert [b.split(": step ")[1].split(",")[0] for b in beats] == [f"{s} of {total}" for s in (1, 3, total)]
-    assert all(b.startswith("lr=0.01 (+1 packed): ") for b in beats), beats
+    # a packed run is named by what its members share and span; the loss shown is its best member's, with its LR
+    assert all(b.startswith("2 packed runs, lr 0.01…0.02: step ") for b in beats), beats
+    for beat in beats:
+        loss, lr = re.search(r"best train loss (\d+\.\d+) \(lr (0\.0[12])\)", beat).groups()
+        step = int(beat.split(": step ")[1].split(" ")[0])
+        logged = [json.loads(line) for line in (tmp_path / "pack" / f"lr={lr}").joinpath("metrics.jsonl")
+                  .read_text().splitlines()]
+        others = [json.loads(line) for line in (tmp_path / "pack" / f"lr={0.03 - float(lr):.2f}")
+                  .joinpath("metrics.jsonl").read_text().splitlines()]
+        mine = next(r["train_loss"] for r in logged if r["step"] == step - 1 and "train_loss" in r)
+        theirs = next(r["train_loss"] for r in others if r["step"] == step - 1 and "train_loss" in r)
+        assert float(loss) == pytest.approx(mine, abs=1e-4) and mine <= theirs
     # the remaining steps at the run's pace so far: none left at the last step
     assert all(re.search(r", about \d+m\d\ds left in this run$", b) for b in beats), beats
     assert beats[-1].endswith("about 0m00s left in this run")

@@ -270,3 +270,14 @@ def test_standard_gpt_and_user_networks_are_told_what_applies():
     assert "only the training loop" in explain_scope("standard_gpt", VARIANTS["paper"])
     assert "third='qkv'" in explain_scope("my_models:net", VARIANTS["paper"])
     assert explain_scope("gpt", VARIANTS["paper"]) is None and explain_scope("my_models:net", Variant()) is None
+    # a user's network is told only of the parts it has: an MLP hears nothing of attention, embeddings or convs
+    mlp = build_model(OmegaConf.create({"name": "resmlp", "width": 8, "depth": 1, "block_depth": 1, "blocks_mass": 1}),
+                      IMAGES,
+                      VARIANTS["paper"])
+    said = explain_scope("my_models:mlp", VARIANTS["paper"], mlp)
+    assert "constant factors in the forward pass" in said and "a final LR-0 step" in said
+    assert not any(word in said for word in ("attention", "embedding", "Conv2D")), said
+    gpt = build_model(OmegaConf.create({"name": "gpt", "width": 8, "depth": 1, "heads": 2, "blocks_mass": 5}), TEXT,
+                      VARIANTS["paper"])
+    said = explain_scope("my_models:gpt", VARIANTS["paper"], gpt)
+    assert "third='qkv'" in said and "embedding rows reset to RMS 1" in said and "Conv2D" not in said

@@ -109,9 +109,7 @@ class SlurmLauncher(BaseSubmititLauncher):
             raise SystemExit(f"modula-sweep: sweep not launched, {error}") from None
         self.params = {key: value for key, value in fitted.params.items() if value is not None}
         self.job_env = job_environment()
-        executor = submitit.AutoExecutor(cluster="slurm", folder=self.params["submitit_folder"],
-                                         slurm_max_num_timeout=self.params.get("max_num_timeout", 0))
-        executor.update_parameters(**executor_parameters(self.params))
+        executor = slurm_executor(self.params)
         folder = Path(str(self.params["submitit_folder"]).split("%")[0])
 
         def submit(todo: list[int]) -> Any:
@@ -142,6 +140,16 @@ class SlurmLauncher(BaseSubmititLauncher):
                                     [_result_reader(job) for job in jobs], [str(job.paths.stderr) for job in jobs])
 
         return run_unfinished(job_overrides, sweep_dir, submit, self.poll_s, self.stop_grace_s)
+
+
+def slurm_executor(params: dict[str, Any]) -> Any:
+    """submitit's SLURM executor for the fitted settings: it writes each task's sbatch script and submits it."""
+    import submitit
+
+    executor = submitit.AutoExecutor(cluster="slurm", folder=params["submitit_folder"],
+                                     slurm_max_num_timeout=params.get("max_num_timeout", 0))
+    executor.update_parameters(**executor_parameters(params))
+    return executor
 
 
 def executor_parameters(params: dict[str, Any]) -> dict[str, Any]:

@@ -168,14 +168,16 @@ def _draw_optimum(ax, row: pd.Series, color, row_index: int, hollow: bool = Fals
 
 
 def plot_scale(table: pd.DataFrame, optimal: pd.DataFrame, metric: str, knob: str | None, path: Path) -> pd.DataFrame:
-    """Both panels of scale.png; returns the right panel's points (scale.csv)."""
+    """Both panels of scale.png; returns the right panel's points (scale.csv). Every mark and interval a label
+    speaks of is drawn, and only those."""
     plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    rows = []
+    rows, marks = [], set()
     keys = [key for key, _ in table.groupby(list(GROUP), dropna=False)] if knob else []
     for key in keys:
         style = "--" if key[3] == "unnormed" else "-"
-        line = _plot_optima(left, _of(table, key), _of(optimal, key), style, series_label(key))
+        line, drawn = _plot_optima(left, _of(table, key), _of(optimal, key), style, series_label(key))
+        marks |= drawn
         rows += _plot_tuned(right, _of(table, key), _of(optimal, key), key, metric, style, line.get_color())
     # At least two grid steps either side of the optima (within the grid): a 0.3-step move neither fills
     # the panel nor vanishes in it.
@@ -183,11 +185,15 @@ def plot_scale(table: pd.DataFrame, optimal: pd.DataFrame, metric: str, knob: st
     if not table.empty and len(fits):
         low, high = max(fits.min() - 2, table["log2_lr"].min()), min(fits.max() + 2, table["log2_lr"].max())
         left.set_ylim(low - 0.5, high + 0.5)
-    left.set_ylabel("fitted log2 optimal LR (95% interval)")
-    left.set_title("optimal LR against scale  (○ incomplete, ▲▼ open side, × no completed run)", fontsize=9)
+    left.set_ylabel("fitted log2 optimal LR" + (" (95% interval)" if "interval" in marks else " (1 seed: no interval)"))
+    legend = [text for mark, text in (("incomplete", "○ incomplete"), ("open", "▲▼ open side"),
+                                      ("missing", "× no completed run")) if mark in marks]
+    left.set_title("optimal LR against scale" + (f"  ({', '.join(legend)})" if legend else ""), fontsize=9)
     seeds = int(table["seeds"].max()) if not table.empty and table["seeds"].notna().any() else 0
     right.set_ylabel(f"{metric.replace('_', ' ')} " + ("(mean ± sd over seeds)" if seeds > 1 else "(1 seed)"))
-    right.set_title("at the LR tuned on the smallest scale", fontsize=9)
+    right.set_title("at the smallest scale's tuned LR (solid), each scale's best LR (dotted):\n"
+                    "the gap between them is the regret" + ("; × diverged" if any(r["diverged"] for r in rows) else ""),
+                    fontsize=9)
     for ax in (left, right):
         if knob and ax.has_data():
             ax.set_xscale("log", base=2)
@@ -201,28 +207,38 @@ def plot_scale(table: pd.DataFrame, optimal: pd.DataFrame, metric: str, knob: st
 
 
 def _plot_optima(ax, curves: pd.DataFrame, best: pd.DataFrame, style: str, label: str):
+    """One series' fitted optima against scale; returns its line and which marks it drew (interval, incomplete,
+    open, missing)."""
     best = best.sort_values("scale")
     fit, low, high = best["log2_optimal_lr_fit"], best["log2_optimal_lr_low"], best["log2_optimal_lr_high"]
     (line,) = ax.plot(best["scale"], fit, style, marker="o", markersize=4, label=label)
-    color = line.get_color()
-    ax.errorbar(best["scale"], fit, yerr=[(fit - low).fillna(0), (high - fit).fillna(0)], fmt="none", ecolor=color,
-                capsize=3)
+    color, drawn = line.get_color(), set()
+    if (low.notna() | high.notna()).any():
+        ax.errorbar(best["scale"], fit, yerr=[(fit - low).fillna(0), (high - fit).fillna(0)], fmt="none",
+                    ecolor=color, capsize=3)
+        drawn.add("interval")
     partial = best[best["scale"].map(lambda scale: _incomplete(curves, scale)).astype(bool)]
-    ax.plot(partial["scale"], partial["log2_optimal_lr_fit"], "o", color="white", markeredgecolor=color,
-            markersize=7, linestyle="none")
+    if not partial.empty:
+        ax.plot(partial["scale"], partial["log2_optimal_lr_fit"], "o", color="white", markeredgecolor=color,
+                markersize=7, linestyle="none")
+        drawn.add("incomplete")
     for marker, open_side in (("^", high.isna()), ("v", low.isna())):
         edges = best[open_side & (best["seeds"] > 1)]
-        ax.plot(edges["scale"], edges["log2_optimal_lr_fit"], marker, color=color, markersize=7, linestyle="none")
+        if not edges.empty:
+            ax.plot(edges["scale"], edges["log2_optimal_lr_fit"], marker, color=color, markersize=7, linestyle="none")
+            drawn.add("open")
     missing = [s for s in curves["scale"].dropna().unique() if s not in set(best["scale"])]
     if missing:
         bottom = curves["log2_lr"].min()
         ax.plot(missing, [bottom] * len(missing), "x", color=color, markersize=9, linestyle="none")
-    return line
+        drawn.add("missing")
+    return line, drawn
 
 
 def _plot_tuned(ax, curves: pd.DataFrame, best: pd.DataFrame, key: tuple, metric: str, style: str,
                 color) -> list[dict]:
-    """The mean metric against scale at the smallest scale's best grid LR; × where it diverged there."""
+    """The mean metric against scale at the smallest scale's best grid LR (× where it diverged there), and
+    beside it the best grid LR's mean at each scale (dotted): the vertical gap at a scale is the regret."""
     if best.empty:
         return []
     ready = best[best["complete"]] if best["complete"].any() else best  # as the transfer table: finished points
@@ -231,9 +247,20 @@ def _plot_tuned(ax, curves: pd.DataFrame, best: pd.DataFrame, key: tuple, metric
     clean = points[(points["diverged"] == 0) & points["mean"].notna()]
     ax.errorbar(clean["scale"], clean["mean"], yerr=clean["std"].fillna(0), fmt=style, marker="o", markersize=4,
                 color=color, capsize=3, label=f"{series_label(key)}, lr {tuned:g}")
+    tuned_best = best.sort_values("scale")[["scale", "optimal_lr", "mean"]].dropna()
+    ax.plot(tuned_best["scale"], tuned_best["mean"], ":", marker="s", markersize=3, color=color, alpha=0.8,
+            label=f"{series_label(key)}, best LR at each scale")
+    at_best = dict(zip(tuned_best["scale"], tuned_best["mean"]))
+    for row in clean.itertuples():  # the regret, drawn as the gap it is
+        if row.scale in at_best:
+            ax.plot([row.scale, row.scale], [at_best[row.scale], row.mean], "-", color=color, alpha=0.35,
+                    linewidth=4, solid_capstyle="butt")
     diverged = points[points["diverged"] > 0]
     if not diverged.empty and not clean.empty:
         ax.plot(diverged["scale"], [clean["mean"].max()] * len(diverged), "x", color=color, markersize=9)
+    best_lr = dict(zip(tuned_best["scale"], tuned_best["optimal_lr"]))
     return [{**dict(zip(GROUP, key)), "tuned_lr": tuned, "scale": row.scale, "mean": row.mean, "std": row.std,
-             "seeds": row.seeds, "diverged": row.diverged, "failed": row.failed, "missing": row.missing}
+             "seeds": row.seeds, "diverged": row.diverged, "failed": row.failed, "missing": row.missing,
+             "best_lr": best_lr.get(row.scale, math.nan), "best_mean": at_best.get(row.scale, math.nan),
+             "regret": abs(row.mean - at_best[row.scale]) if row.scale in at_best and row.diverged == 0 else math.nan}
             for row in points.itertuples()]

@@ -40,11 +40,13 @@ import pandas as pd
 
 from ..config.identity import short_keys
 from ..plumbing import atomic
+from ..plumbing.wording import counted
 from ..results.records import (COMPLETED, DIVERGED, FAILED, FINISHED, GROUP, KNOB_KEYS, KNOBS, SCALE_KNOBS, SERIES,
                                collect, status_counts)
 from .plots import plot_scale, plot_transfer, series_label
 from .search_spend import SEARCH_FILE, read_search, spend_table, spend_text
-from .stats import DEFAULT_RESAMPLES, METRICS, Optimum, optimum, regret, shift, signed
+from .stats import (DEFAULT_RESAMPLES, METRICS, ONE_SEED_NOISE, Optimum, optimum, regret, regret_at, shift, signed,
+                    tied_lr)
 from .verdict import verdict
 
 log = logging.getLogger(__name__)
@@ -121,6 +123,11 @@ class Transfer(_Series):
     regret_low: float = np.nan
     regret_high: float = np.nan
     tuned_lr: float = np.nan
+    # the grid LR beside tuned_lr that ties with it at the smallest scale within the seeds' noise (stats.tied_lr),
+    # how far apart they are there (signed cost), and the regret of keeping that one instead
+    tied_lr: float = np.nan
+    tied_gap: float = np.nan
+    tied_regret: float = np.nan
     seeds: int = 0
     metric: str = ""
     incomplete: str = ""  # the scale points not finished yet
@@ -219,8 +226,9 @@ def one_row_per_run(frame: pd.DataFrame, knob: str | None) -> pd.DataFrame:
     keys = [*GROUP, *([knob] if knob else []), "lr", "seed"]
     kept = frame.assign(_rank=rank).sort_values(["_rank", "run"]).drop_duplicates(keys).drop(columns="_rank")
     if len(kept) < len(frame):
-        log.warning("%d runs repeat another run's settings and seed (e.g. folders with and without an explicit "
-                    "train.seed=0); each is counted once", len(frame) - len(kept))
+        log.warning("%s another run's settings and seed (e.g. folders with and without an explicit "
+                    "train.seed=0); each is counted once",
+                    "1 run repeats" if len(frame) - len(kept) == 1 else f"{len(frame) - len(kept)} runs repeat")
     return sorted_runs(kept)
 
 
@@ -274,7 +282,7 @@ class Progress:
         """``"8 of 9 runs finished (1 failed: a relaunch retries it)"``; "" when complete."""
         if self.complete:
             return ""
-        parts = [f"{self.finished} of {self.known} runs finished"]
+        parts = [f"{self.finished} of {counted(self.known, 'run')} finished"]
         if self.failed:
             parts.append(f"({self.failed} failed: a relaunch retries {'it' if self.failed == 1 else 'them'})")
         return " ".join(parts)
@@ -383,6 +391,10 @@ def transfer_table(optimal: pd.DataFrame, fits: dict[tuple, Optimum], metric: st
             small, large = fits[(*key, first["scale"])], fits[(*key, last["scale"])]
             moved, moved_low, moved_high = shift(small, large)
             lost, lost_low, lost_high = regret(small, large)
+            if (tie := tied_lr(small)) is not None:
+                row = dataclasses.replace(row, tied_lr=float(2.0 ** small.log2_lrs[tie]),
+                                          tied_gap=float(small.mean[tie] - small.mean[small.best]),
+                                          tied_regret=regret_at(small, large, tie))
             row = dataclasses.replace(
                 row, smallest=first["scale"], largest=last["scale"], shift_log2=moved, shift_log2_low=moved_low,
                 shift_log2_high=moved_high, regret=lost, regret_low=lost_low, regret_high=lost_high,
@@ -480,7 +492,7 @@ def _scale_lines(key: tuple, series: pd.DataFrame, optimal: pd.DataFrame, metric
         notes = [] if point.complete else [f"INCOMPLETE: {point.text()}"]
         notes += [f"optimum at the {row['edge']} edge of the LRs that trained"] if row["edge"] else []
         if row["diverged_runs"]:
-            notes.append(f"{row['diverged_runs']} runs diverged")
+            notes.append(f"{counted(int(row['diverged_runs']), 'run')} diverged")
         lines.append(f"    {label:>10} {row['optimal_lr']:>10.4g} {row['log2_optimal_lr_fit']:>+7.2f} {interval:>23} "
                      f"{row['mean']:>12.4f}{spread:<11} {row['seeds']:>5}  {'; '.join(notes)}")
     return lines
@@ -504,6 +516,13 @@ def _transfer_line(row: Any, width: int) -> str:
         regret_text = "no mean at that LR at the largest"
     scales = f"{row.scale_knob} {row.smallest:g} → {row.largest:g}"
     line = f"  {label:<{width}} {scales:>18} {shift_text:>24}   {regret_text:>30}  {row.seeds:>5}"
+    if not math.isnan(row.tied_lr):  # the regret hangs on which of two equal LRs won at the smallest scale
+        noise = f"under the {ONE_SEED_NOISE * 100:.1f} % by which seeds differ: one seed cannot tell them apart" \
+            if row.seeds < 2 else "the seeds' 95 % interval of the difference holds 0"
+        other = "diverges at the largest scale" if math.isinf(row.tied_regret) else f"{row.tied_regret:.4f}"
+        line += (f"\n  {'':<{width}} {row.scale_knob} {row.smallest:g}: its best LR {row.tuned_lr:g} ties with "
+                 f"{row.tied_lr:g} ({abs(row.tied_gap):.4f} apart, {noise}); keeping {row.tied_lr:g}, the regret "
+                 f"would be {other}")
     if isinstance(row.edges, str) and row.edges:  # the optimum may lie beyond the LRs: the shift is not measured
         line += (f"\n  {'':<{width}} optimum at a grid edge ({row.edges}): the shift is a bound; widen the LR grid "
                  f"there")

@@ -12,6 +12,10 @@ from typing import Any
 
 import pandas as pd
 
+from ..plumbing.wording import counted
+from ..results.records import GROUP
+from .plots import series_label
+
 SEARCH_FILE = "search.json"
 COLUMNS = ("series", "scale_key", "scale", "lrs_tried", "lowest_lr", "highest_lr", "runs", "finished_runs",
            "grid_runs", "cpu_s", "grid_cpu_s", "state", "reason", "stop")
@@ -34,6 +38,15 @@ def _seconds(frame: pd.DataFrame, names: list[str]) -> tuple[float, int]:
     return float(shared.sum()), int(len(rows))
 
 
+def _searched_series(frame: pd.DataFrame, names: list[str], recorded: Any) -> str:
+    """The series a search entry searched, named as the report names it (``normed adam (gpt, shakespeare, paper)
+    · steps=150``) from the runs it trained; the search's own label while none of them is in the report."""
+    rows = frame[frame["run"].isin(names)] if "run" in frame else frame.iloc[:0]
+    if not rows.empty and set(GROUP) <= set(rows.columns):
+        return series_label(tuple(rows.iloc[0][list(GROUP)]))
+    return " ".join(recorded) if isinstance(recorded, list) else str(recorded or "")
+
+
 def spend_table(frame: pd.DataFrame, search: dict[str, Any]) -> pd.DataFrame:
     """One row per searched scale (``frame``: the report's runs, with ``run`` and ``wall_time_s``)."""
     rows = []
@@ -42,8 +55,7 @@ def spend_table(frame: pd.DataFrame, search: dict[str, Any]) -> pd.DataFrame:
         seconds, timed = _seconds(frame, names)
         lrs = [float(lr) for lr in entry.get("lrs") or []]
         grid_runs = int(entry.get("grid_runs") or 0)
-        series = entry.get("series")
-        rows.append({"series": " ".join(series) if isinstance(series, list) else str(series or ""),
+        rows.append({"series": _searched_series(frame, names, entry.get("series")),
                      "scale_key": entry.get("scale_key"),
                      "scale": entry.get("scale"), "lrs_tried": len(lrs),
                      "lowest_lr": min(lrs) if lrs else math.nan, "highest_lr": max(lrs) if lrs else math.nan,
@@ -61,29 +73,25 @@ def _duration(seconds: float) -> str:
 
 
 def spend_text(spend: pd.DataFrame, search: dict[str, Any], where: Path) -> list[str]:
-    """The search's lines of the printed report: totals against the grid, then one line per scale."""
-    runs, grid = int(spend["runs"].sum()), int(spend["grid_runs"].sum())
-    cpu, grid_cpu = float(spend["cpu_s"].sum()), float(spend["grid_cpu_s"].sum(min_count=1))
+    """The search's lines of the printed report, per series it searched (a folder may hold other experiments,
+    and later launches of other kinds): totals against the grid, then one line per scale."""
+    lines = []
+    for series, rows in spend.groupby("series", sort=False):
+        runs, grid = int(rows["runs"].sum()), int(rows["grid_runs"].sum())
+        cpu, grid_cpu = float(rows["cpu_s"].sum()), float(rows["grid_cpu_s"].sum(min_count=1))
+        share = f" ({runs / grid:.0%})" if grid else ""
+        cpu_share = f" ({cpu / grid_cpu:.0%})" if grid_cpu and math.isfinite(grid_cpu) else ""
+        of = f" of {series}" if series else ""
+        lines.append(f"LR search{of} ({where}): {counted(runs, 'run')} of the full grid's {grid}{share}; CPU time "
+                     f"{_duration(cpu)} of the grid's estimated {_duration(grid_cpu)}{cpu_share}")
+        for row in rows.itertuples(index=False):
+            where_ = f"{row.scale_key.split('.')[-1]} {row.scale}" if row.scale_key else "the scale"
+            tried = (f"{row.lrs_tried} LR{'s' if row.lrs_tried != 1 else ''} ({row.lowest_lr:g} … {row.highest_lr:g})"
+                     if row.lrs_tried else "no LR yet")
+            state = f"stopped: {row.stop}" if row.state == "stopped" or row.reason == "unfinished" else row.state
+            lines.append(f"  {where_}: {tried}, {row.runs} of {row.grid_runs} runs; {state}")
     rounds = search.get("rounds") or []
-    share = f" ({runs / grid:.0%})" if grid else ""
-    cpu_share = f" ({cpu / grid_cpu:.0%})" if grid_cpu and math.isfinite(grid_cpu) else ""
-    lines = [f"LR search ({where}): {runs} runs of the full grid's {grid}{share}; CPU time {_duration(cpu)} of the "
-             f"grid's estimated {_duration(grid_cpu)}{cpu_share}; planning {search.get('planning_s', 0):.1f} s over "
-             f"{len(rounds)} round{'s' if len(rounds) != 1 else ''} (the launcher's idle time between rounds)"]
-    labels = _distinct(list(spend["series"].astype(str)))
-    for row, label in zip(spend.itertuples(index=False), labels):
-        where_ = f"{row.scale_key.split('.')[-1]} {row.scale}" if row.scale_key else "the scale"
-        series = f"{label}: " if label else ""
-        tried = (f"{row.lrs_tried} LR{'s' if row.lrs_tried != 1 else ''} ({row.lowest_lr:g} … {row.highest_lr:g})"
-                 if row.lrs_tried else "no LR yet")
-        state = f"stopped: {row.stop}" if row.state == "stopped" or row.reason == "unfinished" else row.state
-        lines.append(f"  {series}{where_}: {tried}, {row.runs} of {row.grid_runs} runs; {state}")
+    if lines:
+        lines.append(f"  planning {search.get('planning_s', 0):.1f} s over {len(rounds)} round"
+                     f"{'s' if len(rounds) != 1 else ''} (the launcher's idle time between rounds)")
     return lines
-
-
-def _distinct(labels: list[str]) -> list[str]:
-    """Each series' name (``context=64,mode=normed,…``) without the settings every series shares: ``mode=normed``
-    ("" when there is one series)."""
-    parts = [label.split(",") for label in labels]
-    shared = set.intersection(*(set(p) for p in parts)) if parts else set()
-    return [",".join(x for x in p if x not in shared) for p in parts]

@@ -87,7 +87,8 @@ class Members:
         else ``default_member_dir``."""
         packs = packed_settings(cfg)
         lrs_packed, seeds_packed = "optim.lr" in packs, "train.seed" in packs
-        lrs = [float(lr) for lr in opt.lr] if lrs_packed else [single_lr(opt)]
+        lrs = [float(lr) for lr in opt.lr] if lrs_packed else \
+            [single_lr(opt, OmegaConf.select(cfg, "arch.name"), OmegaConf.select(cfg, "variant.scales"))]
         seeds = [int(s) for s in cfg.train.seed] if seeds_packed else [int(cfg.train.seed)]
         if not (lrs_packed or seeds_packed):
             return cls((Member(lrs[0], seeds[0], cfg, run_dir, fingerprint(cfg)),), packed=False)

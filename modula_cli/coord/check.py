@@ -40,7 +40,7 @@ from ..models import ModelError
 from ..models.variant import variant_of
 from ..nn import Module, layer_names, layer_roles
 from ..nn.loss import grads_of, losses_and_hits
-from ..optim import MODES, OptimConfig, build_network, init_state, optimizer_step
+from ..optim import MODES, OptimConfig, build_network, init_state, optimizer_step, single_lr
 from ..plumbing import atomic
 from ..plumbing.atomic import remove_if_empty
 from ..plumbing.device import resolve_device
@@ -307,6 +307,9 @@ def run_coord_check(cfg: DictConfig, out_dir: Path) -> tuple[pd.DataFrame, pd.Da
             tick = time.perf_counter()
             net = nets[mode, scale]
             opt = OptimConfig.of(point.optim)
+            if opt.lr is None:  # each mode's default, as a run of this architecture would take it
+                opt = dataclasses.replace(opt, lr=single_lr(opt, point.arch.name,
+                                                            OmegaConf.select(point, "variant.scales")))
             weights = net.initialize(seed=cfg.train.seed, device=device)
             weights = MODES[opt.mode].initial_weights(net, weights)
             rows = measure(net, weights, x, y, opt, settings.steps)

@@ -95,16 +95,19 @@ def _load_hub(source: str):
     import datasets
     from huggingface_hub import constants
 
-    told = bool(constants.HF_HUB_OFFLINE or getattr(datasets.config, "HF_DATASETS_OFFLINE", False))
-    offline = told or not reachable(constants.ENDPOINT)
+    # which offline switch the user set, by its own name (the libraries read them from the environment)
+    told = next((name for name, on in (("HF_HUB_OFFLINE", constants.HF_HUB_OFFLINE),
+                                       ("HF_DATASETS_OFFLINE", getattr(datasets.config, "HF_DATASETS_OFFLINE", False)))
+                 if on), None)
+    offline = told is not None or not reachable(constants.ENDPOINT)
     try:
         with _hub_offline(offline):
             return datasets.load_dataset(source)
     except Exception as error:  # noqa: BLE001 - the hub client's errors vary by version and cause
         reason = cause_text(error)
         if offline:
-            why = "HF_HUB_OFFLINE is set" if told else f"{urllib.parse.urlsplit(constants.ENDPOINT).hostname} " \
-                                                       f"cannot be reached"
+            host = urllib.parse.urlsplit(constants.ENDPOINT).hostname
+            why = f"{told} is set" if told else f"{host} cannot be reached"
             reason = f"{why} and it is not in the Hugging Face cache"
         raise DataUnavailable(f"the hub dataset {source!r} could not be loaded ({reason})") from error
 

@@ -115,9 +115,10 @@ def apply_variant(net: Module, variant: Variant) -> Module:
     return net
 
 
-def explain_scope(arch_name: str, variant: Variant) -> str | None:
+def explain_scope(arch_name: str, variant: Variant, net: Any = None) -> str | None:
     """What a non-modular variant changes in an architecture that is not one of the paper's networks (None for
-    those and for the modular variant): logged once per run, so a user knows what ``paper`` meant."""
+    those and for the modular variant): logged once per run, so a user knows what ``paper`` meant. ``net``, the
+    built network: only the parts it has are named (no word on attention for a network without any)."""
     if variant == VARIANTS[HISTORICAL] or arch_name in BUILT_IN_NETWORKS:
         return None
     name = variant_name(variant)
@@ -125,10 +126,20 @@ def explain_scope(arch_name: str, variant: Variant) -> str | None:
         return (f"variant={name} with arch=standard_gpt: its Gaussian-initialised layers have no constant factors "
                 f"and no embedding sphere, so only the training loop's differences apply (final LR-0 step, power "
                 f"iterations); the reference code has no standard GPT")
+    from ..nn import Conv2D, Embed, FunctionalAttention  # here: the config checks import this module without torch
+
+    kinds = {type(module) for module in net.walk()} if net is not None else None
+
+    def has(kind: type) -> bool:
+        return kinds is None or any(issubclass(k, kind) for k in kinds)
+
+    parts = [f"constant factors {'in the forward pass' if variant.scales == 'forward' else 'in the weights'}"]
+    if has(Embed):
+        parts.append(f"embedding rows {'reset to RMS 1 every step' if variant.embed_rows == 'unit' else 'decayed'}")
+    if has(Conv2D):
+        parts.append(f"Conv2D normalised {'per slice' if variant.conv_normalize == 'slice' else 'per kernel'}")
     attention = (" Where attention puts its 1/3 is your builder's choice: modula_cli.nn.Attention(..., "
-                 "third='qkv') is the reference's." if variant.attention_third == "qkv" else "")
-    return (f"variant={name} with arch.name={arch_name}: applied to its atoms (constant factors "
-            f"{'in the forward pass' if variant.scales == 'forward' else 'in the weights'}, embedding rows "
-            f"{'reset to RMS 1 every step' if variant.embed_rows == 'unit' else 'decayed'}, Conv2D normalised "
-            f"{'per slice' if variant.conv_normalize == 'slice' else 'per kernel'}) and to the loop "
+                 "third='qkv') is the reference's." if variant.attention_third == "qkv" and has(FunctionalAttention)
+                 else "")
+    return (f"variant={name} with arch.name={arch_name}: applied to its atoms ({', '.join(parts)}) and to the loop "
             f"({'a final LR-0 step' if variant.extra_step else 'no extra step'}).{attention}")

@@ -89,6 +89,12 @@ class Module:
         for child in self.children:
             yield from child.atoms()
 
+    def walk(self) -> Iterator[Module]:
+        """This module and every module inside it, atoms and bonds included, depth first."""
+        yield self
+        for child in self.children:
+            yield from child.walk()
+
     def atom_list(self) -> tuple[Atom, ...]:
         """``atoms()`` as a tuple, cached: the tree never changes, and the optimiser asks after every step
         (a deep network's recursive walk costs more than its flat list)."""

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import difflib
 from typing import Any
 
 from ..nn.orthogonalize import ITER_DTYPES as ORTHO_DTYPES
 from ..nn.orthogonalize import METHODS as ORTHO_METHODS
 from .config import OptimConfig
 from .directions import OPTIMIZERS
-from .modes import MODES
+from .modes import MODES, unknown_mode
 from .schedule import SCHEDULES
 
 
@@ -19,10 +18,8 @@ def validate_optim(cfg: OptimConfig, roles: tuple[str, ...] | None = None, arch:
     problems = []
     if cfg.name not in OPTIMIZERS:
         problems.append(f"optim.name={cfg.name!r}; allowed: {', '.join(OPTIMIZERS)}")
-    if cfg.mode not in MODES:
-        guess = difflib.get_close_matches(str(cfg.mode), list(MODES), n=1)
-        problems.append(f"optim.mode={cfg.mode!r}; {f'did you mean {guess[0]}? ' if guess else ''}"
-                        f"allowed: {', '.join(MODES)}")
+    if (problem := unknown_mode(cfg.mode)) is not None:
+        problems.append(problem)
     problems += _lr_problems(cfg.lr)
     for key in ("beta1", "beta2"):
         if not 0 <= getattr(cfg, key) < 1:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import socket
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -72,9 +73,19 @@ def folder_problem(folder: str | Path) -> str | None:
         if place.is_dir():
             if not os.access(place, os.W_OK | os.X_OK):
                 return f"{place} is not writable"
-            return None
+            return _refuses_folders(place)
         if place.exists():
             return f"{place} is a file, not a folder"
+    return None
+
+
+def _refuses_folders(place: Path) -> str | None:
+    """Whether a folder can really be made in ``place``: permission bits do not say it of a system folder such as
+    /proc, where even root cannot (a folder made and removed at once)."""
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".write-check-", dir=place))
+    except OSError as error:
+        return f"{place} does not accept new folders ({error.strerror or error})"
     return None
 
 

@@ -314,6 +314,44 @@ def swept_axes(runs: dict[str, dict]) -> list[str]:
             if len({json.dumps(knobs.get(knob), default=str) for knobs in runs.values()}) > 1]
 
 
+SERIES_KEYS = ("arch.name", "data.name", "optim.name", "optim.mode")  # settings that name a series, not an experiment
+
+
+def other_experiment(sweep_dir: Path, planned: dict[str, dict]) -> tuple[int, dict[str, tuple[list, Any]]]:
+    """Whether the sweep folder already holds runs of another experiment than a launch's planned runs: settings
+    that differ beyond what the launch sweeps (a preset run again with ``train.steps=150``). Returns how many
+    such runs are on disk and, per differing setting, (its values there, its value here); (0, {}) when none.
+    Other modes and optimisers are other series of one comparison, not other experiments."""
+    def fixed(settings: dict[str, Any], ignored: set[str]) -> dict[str, str]:
+        return {k: json.dumps(v, sort_keys=True, default=str) for k, v in settings.items() if k not in ignored}
+
+    ours = [knobs["settings"] for knobs in planned.values() if isinstance(knobs.get("settings"), dict)]
+    if not ours:
+        return 0, {}
+    keys = {key for settings in ours for key in settings}
+    swept = {key for key in keys if len({json.dumps(s.get(key), default=str) for s in ours}) > 1}
+    ignored = swept | set(SERIES_KEYS)
+    here = [fixed(settings, ignored) for settings in ours]
+    apart: dict[str, tuple[list, Any]] = {}
+    count = 0
+    for name, knobs in read_manifest(sweep_dir)["runs"].items():
+        settings = knobs.get("settings")
+        if name in planned or not isinstance(settings, dict) or not (sweep_dir / name / SUMMARY_FILE).is_file():
+            continue
+        there = fixed(settings, ignored)
+        if there in here:
+            continue
+        count += 1
+        for key in sorted(set(there) | set(here[0])):
+            if there.get(key) != here[0].get(key):
+                values = apart.setdefault(key, ([], ours[0].get(key)))[0]
+                if settings.get(key) not in values:
+                    values.append(settings.get(key))
+                    values.sort(key=lambda v: (not isinstance(v, (int, float)), v if isinstance(v, (int, float))
+                                               else str(v)))
+    return count, apart
+
+
 def launch_record(sweep_dir: Path, launch_id: str, manifest: dict[str, Any] | None = None) -> dict[str, Any]:
     """What a launch planned: ``{"started": time, "runs": [folder names], "finished_before": [folder names]}``
     (empty if unknown)."""

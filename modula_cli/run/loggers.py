@@ -204,6 +204,21 @@ class WandbLogger:
                 log.warning("wandb finish failed: %s", error)
 
 
+def pack_label(members: Members) -> str:
+    """What a run's progress names: its folder; for a packed run, what its members share and the LRs and seeds
+    they span (``width=64: 11 packed runs, lr 0.000122…0.125``)."""
+    first = members.items[0].run_dir.name
+    if len(members) == 1:
+        return first
+    shared = ",".join(part for part in first.split(",") if part.partition("=")[0] not in ("lr", "seed"))
+    lrs = sorted({member.lr for member in members})
+    seeds = sorted({member.seed for member in members})
+    spans = [f"lr {lrs[0]:.3g}…{lrs[-1]:.3g}" if len(lrs) > 1 else f"lr {lrs[0]:.3g}"]
+    if len(seeds) > 1:
+        spans.append(f"seeds {seeds[0]}…{seeds[-1]}")
+    return f"{shared + ': ' if shared else ''}{len(members)} packed runs, {', '.join(spans)}"
+
+
 class RunLoggers:
     """A run's outputs while it trains: one metrics.jsonl (and wandb run) per member, and the progress bar.
     A context manager: everything is closed on every way out, errors and signals included."""
@@ -214,7 +229,9 @@ class RunLoggers:
         self.metrics: list[JsonlLogger | None] = [None] * len(members)
         self.wandbs: list[WandbLogger | None] = [None] * len(members)
         self.layers: list[JsonlLogger | None] = [None] * len(members)  # layer_stats.jsonl, when measured
-        self.name = members.items[0].run_dir.name + (f" (+{len(members) - 1} packed)" if len(members) > 1 else "")
+        self.name = pack_label(members)
+        self.member_lrs = [member.lr for member in members]
+        self.member_seeds = [member.seed for member in members]
         self.total = total or cfg.train.steps
         self._last_beat = time.monotonic()
         self.bar = self._stack.enter_context(
@@ -252,15 +269,23 @@ class RunLoggers:
             if sink is not None:
                 sink.log(record)
 
-    def heartbeat(self, step: int, loss: float, rate: str, seconds_per_step: float) -> None:
+    def loss_text(self, loss: float, member: int) -> str:
+        """A run's train loss; a packed run's best member's, with its LR (and seed) saying whose it is."""
+        if len(self.member_lrs) == 1:
+            return f"train loss {loss:.4f}"
+        seed = f", seed {self.member_seeds[member]}" if len(set(self.member_seeds)) > 1 else ""
+        return f"best train loss {loss:.4f} (lr {self.member_lrs[member]:.4g}{seed})"
+
+    def heartbeat(self, step: int, loss: float, member: int, rate: str, seconds_per_step: float) -> None:
         """Without a progress bar (not a terminal, or train.progress=false), a line at most every ``HEARTBEAT_S``
-        seconds says the run is alive, where it stands and how long its remaining steps take at its pace."""
+        seconds says the run is alive, where it stands and how long its remaining steps take at its pace.
+        ``loss``: member ``member``'s (a packed run's best)."""
         if not self.bar.disable or time.monotonic() - self._last_beat < HEARTBEAT_S:
             return
         self._last_beat = time.monotonic()
         left = duration_text(seconds_per_step * max(0, self.total - step))
-        log.info("%s: step %d of %d, train loss %.4f, %s, about %s left in this run", self.name, step, self.total,
-                 loss, rate, left)
+        log.info("%s: step %d of %d, %s, %s, about %s left in this run", self.name, step, self.total,
+                 self.loss_text(loss, member), rate, left)
 
     def emit_layers(self, member: int, step: int, records: list[dict[str, Any]]) -> None:
         """One line per layer into layer_stats.jsonl; W&B gets ``layers/<layer>/<quantity>`` columns."""

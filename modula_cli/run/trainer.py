@@ -66,6 +66,8 @@ def train(cfg: DictConfig, run_dir: Path, *, member_dir: MemberDir | None = None
     """
     opt = checked_optim(cfg)
     members = Members.of(cfg, opt, run_dir, member_dir)
+    if opt.lr is None:  # the mode's default for this architecture, as the members took it
+        opt = dataclasses.replace(opt, lr=members.items[0].lr)
     rerun = bool(cfg.train.rerun or cfg.sweep.rerun)
     rank, world = _distributed()
     record, locks = _Record(overrides or [], sweep_dir, launch), RunLocks(members.run_dirs)
@@ -116,7 +118,9 @@ def _skipped(members: Members, name: str, rerun: bool, knob: str) -> Outcome | N
     """What ``train`` returns for a run already finished (its data is then not needed), else None."""
     if rerun or not (done := _finished(members)):
         return None
-    log.info("%s already finished; skipping (%s=true retrains)", name, knob)
+    # a sweep counts its finished runs once, at its start and in its closing line: skipped quietly there
+    log.log(logging.DEBUG if knob == "sweep.rerun" else logging.INFO, "%s already finished; skipping (%s=true "
+            "retrains)", name, knob)
     return Outcome.of([{**s, "skipped": True} for s in done], members.packed)
 
 
@@ -202,12 +206,12 @@ class RunContext:
             raise ValueError(f"train.batch_size={train.batch_size} must divide evenly over {world} processes")
         data = build_dataset(cfg.data.name, **OmegaConf.to_container(cfg.data, resolve=True))
         variant = variant_of(cfg)
-        if rank == 0 and (scope := explain_scope(cfg.arch.name, variant)):
-            _say_once(scope)
         ctx = cls(cfg, train, typed(ArchConfig, cfg.arch), opt, members, rank, world, device, data,
                   build_network(cfg.arch, data, variant, opt), compute=None,
                   eval_batches=data.eval_batches(train.eval_batches, train.batch_size, device),
                   variant=variant, seed_index=members.seed_index(device) if members.packed else None)
+        if rank == 0 and (scope := explain_scope(cfg.arch.name, variant, ctx.net)):
+            _say_once(scope)
         if members.packed:
             ctx.eval_batches = [members.shared(x, y) for x, y in ctx.eval_batches]
         if is_import_path(cfg.arch.name):  # a user's layer roles are known once it is built
@@ -450,12 +454,13 @@ def _log_train(ctx: RunContext, state: RunState, out: RunLoggers, t: int, loss: 
         out.emit(k, record)
         if _diverges(ctx, state, k, losses[k]):
             state.diverge(k, t + 1)  # packed: frozen, the other members go on
-    running = [v for v, s in zip(losses, state.statuses) if s == RUNNING]
+    running = [k for k, s in enumerate(state.statuses) if s == RUNNING] or [0]
+    best = min(running, key=lambda k: losses[k])  # a packed run shows its best member's loss, and says whose
     rate = state.step * ctx.units_per_step * len(losses) / max(state.elapsed, 1e-9)
-    out.bar.set_postfix(loss=f"{min(running, default=losses[0]):.4f}", lr=f"{max(lrs):.3g}",
-                        **{f"{ctx.units}/s": f"{rate:,.0f}"})
-    out.heartbeat(t + 1, min(running, default=losses[0]), f"{rate:,.0f} {ctx.units}/s",
-                  state.elapsed / max(state.step, 1))
+    shown = {"loss": f"{losses[0]:.4f}", "lr": f"{lrs[0]:.3g}"} if len(losses) == 1 else \
+        {"best loss": f"{losses[best]:.4f}", "at lr": f"{ctx.members.items[best].lr:.3g}"}
+    out.bar.set_postfix(**shown, **{f"{ctx.units}/s": f"{rate:,.0f}"})
+    out.heartbeat(t + 1, losses[best], best, f"{rate:,.0f} {ctx.units}/s", state.elapsed / max(state.step, 1))
 
 
 def _learned_scales(ctx: RunContext, state: RunState) -> dict[str, list[float]]:

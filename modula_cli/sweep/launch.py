@@ -9,12 +9,16 @@ machines or in other working directories (Ray workers) write where the launching
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import re
 import sys
 import time
 import uuid
+from collections import Counter
+from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +27,9 @@ from typing import Any
 from filelock import FileLock
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+from omegaconf.errors import InterpolationResolutionError
 
+from ..config.identity import short_keys
 from ..config.members import sweep_member_dir
 from ..config.overrides import OverrideError
 from ..config.validate import ConfigError
@@ -31,13 +37,14 @@ from ..data import DataUnavailable, prepare_dataset
 from ..models.variant import folder_suffix, variant_name, variant_of
 from ..plumbing.signals import STOP, StopRequested
 from ..plumbing.threads import configure_threads
+from ..plumbing.wording import counted
 from ..results.records import (BUSY, COMPLETED, COUNTED, DIVERGED, FAILED, FINISHED, INTERRUPTED, PENDING, RUNNING,
                                SKIPPED, Outcome, is_finished, launch_counts, launch_record,
-                               launch_status, launch_summaries, mark_abandoned, read_manifest, read_summary,
-                               record_launch)
+                               launch_status, launch_summaries, mark_abandoned, other_experiment, read_manifest,
+                               read_summary, record_launch)
 from ..run.loggers import duration_text
 from ..run.trainer import train
-from .eta import time_left
+from .eta import time_left_range
 from .grid import JobComposer, grid_overrides, host_of, planned_runs
 from .lr_search import SearchError
 from .search import search_space
@@ -73,11 +80,13 @@ def validate_grid(config: DictConfig, prepare_data: bool = False, devices_here: 
     """
     composer = JobComposer(config, devices_here)
     problems: list[str] = []
+    per_job: list[tuple[str, str]] = []  # (job, problem): one bad value repeats in every job it reaches
     planned: dict[str, dict] = {}
     jobs: list[tuple[list[str], list[str]]] = []
     needs: list[tuple[dict, set[str]]] = []  # each job's data group and the runs it trains
     folders: dict[str, str] = {}  # each variant's sweep-folder suffix: one launch, one variant
-    for job in grid_overrides(config):
+    grid = grid_overrides(config)
+    for job in grid:
         try:
             job_cfg = composer.compose(job)
             variant = variant_of(job_cfg)
@@ -87,11 +96,12 @@ def validate_grid(config: DictConfig, prepare_data: bool = False, devices_here: 
             jobs.append((list(job), sorted(runs)))
             needs.append((OmegaConf.to_container(job_cfg.data, resolve=True), set(runs)))
         except ConfigError as error:
-            problems += [f"[{' '.join(job)}] {issue}" for issue in error.problems]
+            per_job += [(" ".join(job), issue) for issue in error.problems]
         except OverrideError as error:
-            problems.append(f"[{' '.join(job)}] {error}")
+            per_job.append((" ".join(job), str(error)))
         except Exception as error:  # noqa: BLE001 - composition errors are problems to report too
-            problems.append(f"[{' '.join(job)}] {str(error).splitlines()[0]}")
+            per_job.append((" ".join(job), str(error).splitlines()[0]))
+    problems += grid_problems(per_job, len(grid))
     if len(folders) > 1:  # run folders do not name the variant: its sweep folder does
         problems.append(f"this launch sweeps {len(folders)} variants ({', '.join(sorted(folders.values()))}); each "
                         f"variant sweeps into a folder of its own: launch them one at a time")
@@ -102,6 +112,45 @@ def validate_grid(config: DictConfig, prepare_data: bool = False, devices_here: 
     if problems:
         raise ConfigError(problems)
     return Plan(planned, jobs)
+
+
+def grid_problems(per_job: list[tuple[str, str]], jobs: int) -> list[str]:
+    """Each problem once, with the grid points it hits: ``train.steps='abc'; … (all 27 grid points)``; a problem
+    of one grid point names it, ``[arch.width=128 optim.lr=4.0] …``; of several, how many and the first."""
+    hit: dict[str, list[str]] = {}
+    for job, problem in per_job:
+        hit.setdefault(problem, []).append(job)
+    lines = []
+    for problem, where in hit.items():
+        if len(where) == 1 and jobs > 1:
+            lines.append(f"[{where[0]}] {problem}")
+        elif len(where) == jobs:
+            lines.append(problem + (f" (all {jobs} grid points)" if jobs > 1 else ""))
+        else:
+            lines.append(f"{problem} ({len(where)} of {jobs} grid points, e.g. [{where[0]}])")
+    return lines
+
+
+def another_experiment_line(sweep_dir: Path, planned: dict[str, dict]) -> str | None:
+    """One line when the sweep folder already holds another experiment: how it differs, what that does to the
+    report, and the folder that keeps this launch apart."""
+    count, apart = other_experiment(sweep_dir, planned)
+    if not count:
+        return None
+    short = short_keys(list(apart))
+    there = "; ".join(f"{short[key]}={', '.join(map(_setting_text, olds))} there, {_setting_text(new)} here"
+                      for key, (olds, new) in apart.items())
+    suffix = re.sub(r"[^\w.+-]", "", "-".join(f"{short[key]}{_setting_text(new)}" for key, (_, new) in apart.items()))
+    suggested = sweep_dir.with_name(f"{sweep_dir.name}-{suffix}")
+    with contextlib.suppress(ValueError):
+        suggested = suggested.relative_to(Path.cwd())
+    return (f"{sweep_dir} already holds another experiment ({counted(count, 'run')}: {there}); the "
+            f"report shows each as a series of its own and its plots gain panels; to keep this one apart, add "
+            f"hydra.sweep.dir={suggested}")
+
+
+def _setting_text(value: Any) -> str:
+    return "unset" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def finished_runs(config: DictConfig, planned: dict[str, dict]) -> set[str]:
@@ -212,9 +261,13 @@ def report_progress(sweep_dir: Path, name: str, result: Outcome, ended: int | No
     ended = sum(counts[s] for s in COUNTED) - before if ended is None else ended
     left = _time_left(manifest["runs"], summaries, launch, record)
     round_only = " in this round" if record["search"] else ""  # a search's later rounds are not planned yet
-    eta = "" if left is None else f" · about {duration_text(left)} left{round_only}"
+    eta = "" if left is None else f" · about {duration_text(left[0])} left{round_only}"
+    if left is not None and left[2] > left[1]:  # one size timed so far: how unsure the estimate is
+        eta += f" ({duration_text(left[1])}–{duration_text(left[2])}: one size timed so far)"
     loss = result.train_loss
     outcome = result.status + (f", train loss {loss:.4f}" if isinstance(loss, float) else "")
+    if result.packed:  # what its members came to, and the best one's loss with whose it is
+        outcome = f"{counted(len(result.members), 'packed run')}: " + packed_outcome(result.members)
     if len(result.members) == 1 and result.members[0].get("ended"):  # a killed run: how its process ended
         outcome += f" ({result.members[0]['ended']})"
     resumed = {member.get("resumed_from") for member in result.members} - {None}
@@ -224,19 +277,38 @@ def report_progress(sweep_dir: Path, name: str, result: Outcome, ended: int | No
              name, outcome, counts[COMPLETED], counts[DIVERGED], counts[FAILED], eta)
 
 
+def packed_outcome(members: Sequence[dict]) -> str:
+    """``4 completed, 1 diverged; best train loss 2.0510 (lr 0.5, seed 1)``: a packed job's members."""
+    statuses = Counter(member.get("status", "?") for member in members)
+    text = ", ".join(f"{count} {status}" for status, count in statuses.items())
+    finished = [m for m in members if isinstance(m.get("train_loss"), float) and m.get("status") == COMPLETED]
+    if finished:
+        best = min(finished, key=lambda m: m["train_loss"])
+        seeds = {m.get("seed") for m in members}
+        whose = f"lr {best.get('lr'):.4g}" + (f", seed {best.get('seed')}" if len(seeds) > 1 else "")
+        text += f"; best train loss {best['train_loss']:.4f} ({whose})"
+    return text
+
+
 def _time_left(planned: dict[str, dict], summaries: dict[str, dict | None], launch: str,
-               record: dict[str, Any]) -> float | None:
-    """From the runs this launch trained (their sizes and times) to the runs it has not ended yet."""
-    trained, remaining = [], []
+               record: dict[str, Any]) -> tuple[float, float, float] | None:
+    """From the runs this launch trained (their sizes and times) to the runs it has not ended yet: the
+    estimate and its range (``eta.time_left_range``)."""
+    trained, remaining, starts = [], [], []
     for name, summary in summaries.items():
         status = launch_status(name, summary, launch, record)
         if status in FINISHED and summary.get("launch") == launch and summary.get("wall_time_s"):
             # a packed run's time is shared by its members; a diverged run stopped early
             seconds = float(summary["wall_time_s"]) / max(1, int(summary.get("packed_with") or 1))
             trained.append(({**summary, "steps": summary.get("steps_done") or summary.get("steps")}, seconds))
+            if isinstance(summary.get("written_at"), (int, float)):
+                starts.append(summary["written_at"] - float(summary["wall_time_s"]))
         elif status in (PENDING, RUNNING, INTERRUPTED):
             remaining.append(planned.get(name, summary or {}))
-    return time_left(trained, remaining, time.time() - record["started"])
+    # the launch's pace since its first run began: its own start-up (the grid's check, the data, the first
+    # job's set-up) is paid once; counted in the pace it made the first estimates 34-48 % too long
+    elapsed = time.time() - max([record["started"], min(starts)] if starts else [record["started"]])
+    return time_left_range(trained, remaining, elapsed)
 
 
 # --- the whole multirun -------------------------------------------------------------------------------------
@@ -296,6 +368,9 @@ class SweepHooks:
             _preflight(config.hydra.launcher)
         except (ConfigError, LaunchRefused, SearchError) as error:  # Hydra makes callback exceptions warnings: exit
             raise SystemExit(f"modula-sweep: sweep not launched, {error}") from None
+        except InterpolationResolutionError as error:  # a value the grid is computed from (a preset's ${lr_grid:…})
+            cause = re.sub(r"^\w+ raised while resolving interpolation: ", "", str(error).splitlines()[0])
+            raise SystemExit(f"modula-sweep: sweep not launched, {ConfigError([cause])}") from None
         except StopRequested as stop:  # while preparing the data: nothing launched, nothing trained
             print(f"modula-sweep: sweep not launched, {stop} while preparing the data; nothing was trained",
                   file=sys.stderr)
@@ -326,6 +401,8 @@ class SweepHooks:
         log.info("sweep of %d run%s into %s%s", len(plan.runs), "s" if len(plan.runs) != 1 else "", sweep_dir,
                  f": {len(before)} finished before (skipped; sweep.rerun=true retrains), "
                  f"{len(plan.runs) - len(before)} to train" if before else "")
+        if line := another_experiment_line(sweep_dir, plan.runs):
+            log.warning(line)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir, launch = Path(config.hydra.sweep.dir), os.environ.get(LAUNCH_ENV, "")

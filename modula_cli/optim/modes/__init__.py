@@ -8,6 +8,7 @@ the train log and the summary. A new mode is a ``Mode`` subclass in a new file, 
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 from omegaconf import OmegaConf
@@ -46,17 +47,29 @@ def build_network(arch: Any, data: Any, variant: Any, cfg: OptimConfig) -> Modul
         raise ModelError(str(error)) from None
 
 
+def unknown_mode(mode: Any) -> str | None:
+    """The one line for an ``optim.mode`` that is not a registered mode (None for one that is)."""
+    if mode in MODES:
+        return None
+    guess = difflib.get_close_matches(str(mode), list(MODES), n=1) or \
+        [name for name in MODES if name.lower() == str(mode).lower()]
+    return f"optim.mode={mode!r}; {f'did you mean {guess[0]}? ' if guess else ''}allowed: {', '.join(MODES)}"
+
+
 def lr_grid(optimizer: str, mode: str) -> list[float]:
-    """The paper's LR grid for an optimiser in a mode (powers of two)."""
+    """The paper's LR grid for an optimiser in a mode (powers of two); ValueError naming a mode that is not one
+    (a sweep preset's ``${lr_grid:…}`` reaches here before any config check)."""
+    if (problem := unknown_mode(mode)) is not None:
+        raise ValueError(problem)
     return MODES[mode].lr_grid(optimizer)
 
 
-def single_lr(cfg: OptimConfig) -> float:
-    """The LR of an unpacked run: ``optim.lr``, or the mode's default when null (a packed run's members each
-    bring their own: ``config/members.py``)."""
+def single_lr(cfg: OptimConfig, arch: str | None = None, scales: str | None = None) -> float:
+    """The LR of an unpacked run: ``optim.lr``, or the mode's default for the architecture ``arch`` (under
+    ``variant.scales``) when null (a packed run's members each bring their own: ``config/members.py``)."""
     if cfg.lr is None:
-        return MODES[cfg.mode].default_lrs[cfg.name]
+        return MODES[cfg.mode].default_lr(cfg.name, arch, scales)
     return float(cfg.lr[0]) if isinstance(cfg.lr, (list, tuple)) else float(cfg.lr)
 
 
-__all__ = ["MODES", "Mode", "build_network", "lr_grid", "single_lr"]
+__all__ = ["MODES", "Mode", "build_network", "lr_grid", "single_lr", "unknown_mode"]

@@ -21,6 +21,9 @@ class Mode:
     name: ClassVar[str]
     # the single-run LR when optim.lr is null (the middle of the paper's grid), and the grid's exponents
     default_lrs: ClassVar[dict[str, float]] = {"sgd": 2.0**-2, "adam": 2.0**-2}
+    # where that default does not train an architecture: (optimiser, arch.name, variant.scales or None for
+    # either) → its LR, each chosen from evidence (docs/results/default_lrs)
+    default_lr_exceptions: ClassVar[dict[tuple[str, str, str | None], float]] = {}
     lr_exponents: ClassVar[dict[str, range]] = {}
     # optim settings that only this mode reads (by prefix): other modes' fingerprints leave them out
     own_settings: ClassVar[tuple[str, ...]] = ()
@@ -29,6 +32,14 @@ class Mode:
     # the mode holds every weight on its own constraint set: the paper variant's embedding renormalisation
     # (which would undo it) is skipped
     holds_norms: ClassVar[bool] = False
+
+    def default_lr(self, optimizer: str, arch: str | None = None, scales: str | None = None) -> float:
+        """The LR of a run with ``optim.lr=null``: the optimiser's, unless the architecture (under the variant's
+        ``scales``) has its own."""
+        for key in ((optimizer, arch, scales), (optimizer, arch, None)):
+            if key in self.default_lr_exceptions:
+                return self.default_lr_exceptions[key]
+        return self.default_lrs[optimizer]
 
     def lr_grid(self, optimizer: str) -> list[float]:
         return [2.0**e for e in self.lr_exponents.get(optimizer, DEFAULT_EXPONENTS)]
