@@ -122,16 +122,19 @@ def test_a_diverged_run_counts_by_the_steps_it_trained_and_stale_runs_are_still_
     assert left == pytest.approx([30.0 / 21.0 * 20.0] * 3)
 
 
-def test_a_packed_jobs_line_says_what_its_members_came_to_and_whose_loss_it_shows():
+def test_a_packed_jobs_line_says_what_its_members_came_to_and_its_best_lr_as_the_report_picks_it():
+    """The best LR by its mean over seeds, as the report's table picks it: not the single best member (lr 0.25,
+    seed 1 has the lowest loss of any member, but 0.5 is better on average)."""
     from modula_cli.sweep.launch import packed_outcome
 
     members = [{"status": "completed", "lr": 0.25, "seed": 0, "train_loss": 2.31},
-               {"status": "completed", "lr": 0.5, "seed": 1, "train_loss": 2.0510},
+               {"status": "completed", "lr": 0.25, "seed": 1, "train_loss": 2.01},
                {"status": "completed", "lr": 0.5, "seed": 0, "train_loss": 2.0620},
-               {"status": "diverged", "lr": 1.0, "seed": 0, "train_loss": 1.5}]  # a diverged loss never wins
-    assert packed_outcome(members) == "3 completed, 1 diverged; best train loss 2.0510 (lr 0.5, seed 1)"
-    one_seed = [{**m, "seed": 0} for m in members[:2]]
-    assert packed_outcome(one_seed) == "2 completed; best train loss 2.0510 (lr 0.5)"
+               {"status": "completed", "lr": 0.5, "seed": 1, "train_loss": 2.0510},
+               {"status": "diverged", "lr": 1.0, "seed": 0, "train_loss": 1.5}]  # a diverged loss never counts
+    assert packed_outcome(members) == "4 completed, 1 diverged; best lr 0.5: train loss 2.0565 (mean of 2 seeds)"
+    one_seed = [m for m in members if m["seed"] == 0 and m["status"] == "completed"]
+    assert packed_outcome(one_seed) == "2 completed; best lr 0.5: train loss 2.0620"
     assert packed_outcome([{"status": "diverged", "lr": 1.0, "seed": 0}]) == "1 diverged"
 
 

@@ -291,6 +291,17 @@ def _launch_with(tmp_path: Path, statuses: dict[str, str | None]) -> tuple:
     return record, summaries, launch_counts(tmp_path, "L", record, summaries)
 
 
+def test_the_unfinished_runs_are_listed_interrupted_first_then_by_their_knobs(tmp_path, capsys):
+    """The run a relaunch resumes comes first, then the failed, then those not started; widths as numbers."""
+    record, summaries, counts = _launch_with(tmp_path, {
+        "lr=1.0,width=128": None, "lr=0.5,width=32": None, "lr=4.0,width=64": "failed",
+        "lr=0.5,width=64": "interrupted", "lr=0.25,width=128": None})
+    _closing(tmp_path, "L", record, summaries, counts, stopped=2)
+    listed = [line.split(":")[0].strip() for line in capsys.readouterr().out.splitlines() if line.startswith("  lr=")]
+    assert listed == ["lr=0.5,width=64", "lr=4.0,width=64", "lr=0.25,width=128", "lr=0.5,width=32",
+                      "lr=1.0,width=128"], listed
+
+
 def test_a_launch_whose_runs_never_landed_is_incomplete_never_exit_0(tmp_path, capsys):
     record, summaries, counts = _launch_with(tmp_path, {"a": None, "b": None})
     assert _closing(tmp_path, "L", record, summaries, counts, stopped=None) == 1

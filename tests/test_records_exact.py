@@ -267,3 +267,8 @@ def test_a_launch_into_a_folder_of_another_experiment_is_told_how_to_keep_them_a
     assert line == (f"{sweep} already holds another experiment (3 runs: steps=300, 400 there, 150 here); the report "
                     "shows each as a series of its own and its plots gain panels; to keep this one apart, add "
                     "hydra.sweep.dir=outputs/sweeps/quick/gpt-steps150")
+    # seeds added to the steps=400 experiment, whose runs are there too: it joins them, no other folder offered
+    seeded = {name.replace("lr=0.5", "lr=0.5,seed=1"): knobs for name, knobs in runs(400).items()}
+    assert another_experiment_line(sweep, seeded) == (
+        f"{sweep} already holds another experiment (1 run: steps=300 there, 400 here); the report shows each as a "
+        "series of its own and its plots gain panels; this launch joins its own experiment's 2 runs there")

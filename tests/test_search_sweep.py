@@ -64,8 +64,8 @@ def test_a_search_trains_part_of_the_grid_reports_what_it_spent_and_a_relaunch_t
     spend = pd.read_csv(sweep_dir / "search.csv")
     assert list(spend["runs"]) == [scales[str(w)]["runs"] for w in spend["scale"]]
     assert (spend["grid_runs"] == 18).all() and (spend["cpu_s"] > 0).all()
-    assert re.search(rf"LR search of normed adam \(gpt, shakespeare, paper\) \(.*search.json\): {len(runs)} runs of the "
-                     rf"full grid's 36 \(\d+%\); CPU time", out), out[-3000:]
+    assert re.search(rf"LR search of normed adam \(gpt, shakespeare, paper\) \(.*search.json\): {len(runs)} runs "
+                     rf"of the full grid's 36 \(\d+%\); CPU time", out), out[-3000:]
     assert "Verdict (the shift in grid steps" in out
     transfer = pd.read_csv(sweep_dir / "transfer.csv")
     assert transfer["call"].iloc[0] in ("transfers", "drifts", "moves", "cannot tell")

@@ -1,11 +1,12 @@
-"""The package's shape: short functions and no import circle in the module algebra."""
+"""The package's shape: short functions and no import circle in the module algebra; CI's path."""
 
 import ast
 from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "modula_cli"
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "modula_cli"
 MAX_FUNCTION_LINES = 60
 
 
@@ -89,3 +90,26 @@ def test_lazy_packages_resolve_every_public_name():
             assert not isinstance(value, type(module)), f"{package}.{name} is a module, not the exported name"
         with pytest.raises(AttributeError, match=f"^module '{package}' has no attribute 'not_a_name'$"):
             _ = module.not_a_name
+
+
+def _commands_under(readme: str, heading: str) -> list[str]:
+    """The commands of the first ```bash block after ``heading``."""
+    section = readme.split(heading, 1)[1]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    return [line.split("#")[0].strip() for line in block.splitlines() if line.split("#")[0].strip()]
+
+
+def test_ci_walks_the_newcomers_path_first():
+    """.ci/run: README's setup command, then README's test command with no cluster engine started yet, and only
+    after them the engines and the cluster tests, required."""
+    readme = (ROOT / "README.md").read_text()
+    setup, test = _commands_under(readme, "## Setup"), _commands_under(readme, "## Test")
+    assert len(setup) == 1 and len(test) == 1, (setup, test)
+    lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()
+             if line.strip() and not line.strip().startswith("#")]
+    order = [lines.index(setup[0]), lines.index(test[0]),
+             next(i for i, line in enumerate(lines) if "scripts/cluster/up.sh" in line),
+             next(i for i, line in enumerate(lines) if line.startswith("MODULA_CLUSTER_TESTS=required pytest")
+                  and "tests/test_clusters.py" in line)]
+    assert order == sorted(order), lines
+    assert not any("MODULA_CLUSTER_TESTS" in line for line in lines[:order[1] + 1])  # the first pass may skip them

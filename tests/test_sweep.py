@@ -313,3 +313,24 @@ def test_pack_arguments_folds_only_swept_lrs_and_seeds():
                                                  "optim.mode=normed", "train.steps=5"]
     assert pack_arguments(["optim.lr=0.25", "train.seed=[0,1]"]) == ["optim.lr=0.25", "train.seed=[0,1]"]
     assert pack_arguments(["+train.seed=1,2"]) == ["+train.seed=[1,2]"]
+
+
+def test_a_report_for_another_metric_leaves_the_sweeps_own_in_place(tmp_path, capsys):
+    """`modula-sweep-report DIR --metric test_loss` on a sweep reported by train loss: the sweep's files stay,
+    the test-loss report goes beside them into report-test_loss/ (and is found there again)."""
+    from modula_cli.analysis.report import main
+
+    sweep_dir = tmp_path / "sweep"
+    for width, row in {32: {0.125: 2.2, 0.25: 2.0, 0.5: 2.1}, 64: {0.125: 2.0, 0.25: 1.9, 0.5: 2.2}}.items():
+        for lr, loss in row.items():
+            make_run(sweep_dir, f"w{width}_lr{lr}", width, lr, "completed", loss)
+    main([str(sweep_dir)])  # the sweep's own report: train loss, in the sweep folder
+    main([str(sweep_dir), "--metric", "test_loss"])
+    assert set(pd.read_csv(sweep_dir / "optimal_lr.csv")["metric"]) == {"train_loss"}
+    beside = sweep_dir / "report-test_loss"
+    assert set(pd.read_csv(beside / "optimal_lr.csv")["metric"]) == {"test_loss"}
+    assert (beside / "transfer.png").exists() and (beside / "scale.csv").exists()
+    assert f"report: {beside / 'results.csv'}" in capsys.readouterr().out
+    main([str(sweep_dir)])  # and the sweep's metric again: its own folder, the runs counted as before
+    assert set(pd.read_csv(sweep_dir / "optimal_lr.csv")["metric"]) == {"train_loss"}
+    assert len(pd.read_csv(sweep_dir / "results.csv")) == 6

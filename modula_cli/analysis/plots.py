@@ -200,8 +200,8 @@ def plot_scale(table: pd.DataFrame, optimal: pd.DataFrame, metric: str, knob: st
             _plain_ticks(ax.xaxis, table["scale"])
             ax.set_xlabel(knob)
         ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:  # below the panel: over it, it hid the curves it names
+            ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False)
     _save(fig, path)
     return pd.DataFrame(rows)
 

@@ -418,8 +418,9 @@ def _write_csv(frame: pd.DataFrame, path: Path) -> None:
 
 
 def write_report(sweep_dir: Path, metric: str = "train_loss", quiet: bool = False,
-                 resamples: int = DEFAULT_RESAMPLES) -> dict:
-    """Write the report files into ``sweep_dir`` and print the summary; returns what was computed."""
+                 resamples: int = DEFAULT_RESAMPLES, out_dir: Path | None = None) -> dict:
+    """Write the report files into ``out_dir`` (default: ``sweep_dir``) and print the summary; returns what was
+    computed."""
     if metric not in METRICS:
         raise ValueError(f"metric={metric!r}; allowed: {', '.join(METRICS)}")
     if resamples < 200:
@@ -449,12 +450,14 @@ def write_report(sweep_dir: Path, metric: str = "train_loss", quiet: bool = Fals
     runs = frame.drop(columns="settings")  # every setting of a run: its config.yaml
     spend = spend_table(frame, search) if search else None
     tables = [("results", runs), ("curves", table), ("optimal_lr", optimal), ("transfer", transfer)]
+    out = Path(out_dir) if out_dir is not None else sweep_dir
+    out.mkdir(parents=True, exist_ok=True)
     for name, data in tables + ([("search", spend)] if spend is not None else []):
-        _write_csv(data, sweep_dir / f"{name}.csv")
-    plot_transfer(table, optimal, metric, knob, sweep_dir / "transfer.png")
-    _write_csv(plot_scale(table, optimal, metric, knob, sweep_dir / "scale.png"), sweep_dir / "scale.csv")
+        _write_csv(data, out / f"{name}.csv")
+    plot_transfer(table, optimal, metric, knob, out / "transfer.png")
+    _write_csv(plot_scale(table, optimal, metric, knob, out / "scale.png"), out / "scale.csv")
     if not quiet:
-        print(summary_text(frame, optimal, transfer, metric, knob, sweep_dir, done))
+        print(summary_text(frame, optimal, transfer, metric, knob, sweep_dir, done, out))
         if spend is not None:
             print("\n".join(spend_text(spend, search, sweep_dir / SEARCH_FILE)))
     return {"results": frame, "curves": table, "optimal": optimal, "transfer": transfer,
@@ -549,16 +552,27 @@ def transfer_text(transfer: pd.DataFrame) -> list[str]:
 
 
 def summary_text(frame: pd.DataFrame, optimal: pd.DataFrame, transfer: pd.DataFrame, metric: str,
-                 knob: str | None, sweep_dir: Path, done: dict[tuple, Progress] | None = None) -> str:
+                 knob: str | None, sweep_dir: Path, done: dict[tuple, Progress] | None = None,
+                 out_dir: Path | None = None) -> str:
     series = frame.groupby(list(GROUP), dropna=False)
     done = done if done is not None else progress(frame, knob)
     lines = [f"Sweep {sweep_dir}: {len(frame)} run{'s' if len(frame) != 1 else ''} in {len(series)} series"]
     for key, runs in series:
         lines += _scale_lines(key, runs, optimal, metric, knob, done)
     lines += transfer_text(transfer)
-    lines.append(f"  report: {sweep_dir / 'results.csv'}, curves.csv, optimal_lr.csv, transfer.csv, transfer.png, "
-                 f"scale.png, scale.csv")
+    lines.append(f"  report: {(out_dir or sweep_dir) / 'results.csv'}, curves.csv, optimal_lr.csv, transfer.csv, "
+                 f"transfer.png, scale.png, scale.csv")
     return "\n".join(lines)
+
+
+def report_folder(sweep_dir: Path, metric: str) -> Path:
+    """Where a rebuilt report goes: the sweep folder, unless its report is for another metric (the sweep's own,
+    ``sweep.metric``), which a report for ``metric`` then leaves in place, beside it in ``report-<metric>/``."""
+    try:
+        written = pd.read_csv(Path(sweep_dir) / "optimal_lr.csv", usecols=["metric"])["metric"].dropna().unique()
+    except (OSError, ValueError, pd.errors.ParserError):
+        return Path(sweep_dir)  # no report (or an unreadable one): this one is the sweep's
+    return Path(sweep_dir) if not len(written) or metric in written else Path(sweep_dir) / f"report-{metric}"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -570,8 +584,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--resamples", type=int, default=DEFAULT_RESAMPLES,
                         help=f"bootstrap resamples for the intervals (>= 200; default {DEFAULT_RESAMPLES})")
     args = parser.parse_args(argv)
+    out = report_folder(args.sweep_dir, args.metric)
     try:
-        result = write_report(args.sweep_dir, args.metric, resamples=args.resamples)
+        result = write_report(args.sweep_dir, args.metric, resamples=args.resamples, out_dir=out)
     except (FileNotFoundError, NotADirectoryError, PermissionError, ValueError) as error:
         sys.exit(f"modula-sweep-report: {error}")
     counts = result["counts"]

@@ -96,7 +96,8 @@ def _seed_problems(seed: Any) -> list[str]:
     """``train.seed``: an integer >= 0, or a packed list of distinct ones (two members would share a folder)."""
     seeds = list(seed) if listed(seed) else [seed]
     if not seeds or any(not isinstance(s, int) or isinstance(s, bool) or s < 0 for s in seeds):
-        return [f"train.seed={seed}; must be an integer >= 0 (or a packed list of them, e.g. [0,1,2])"]
+        return [f"train.seed={seed}; must be an integer >= 0; for several seeds: train.seed=0,1,2 (a sweep, -m or "
+                f"a preset) or train.seed=[0,1,2] (packed into one run)"]
     if len(set(seeds)) < len(seeds):
         return [f"train.seed={seed}; a packed list must not repeat a seed"]
     return []

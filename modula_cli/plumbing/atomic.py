@@ -85,7 +85,7 @@ def _refuses_folders(place: Path) -> str | None:
     try:
         os.rmdir(tempfile.mkdtemp(prefix=".write-check-", dir=place))
     except OSError as error:
-        return f"{place} does not accept new folders ({error.strerror or error})"
+        return f"no folder can be made in {place} (the system says: {error.strerror or error})"
     return None
 
 

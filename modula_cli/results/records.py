@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Sequence
-from typing import Any, TypedDict
+from typing import Any, NamedTuple, TypedDict
 
 import pandas as pd
 from filelock import FileLock
@@ -317,31 +318,52 @@ def swept_axes(runs: dict[str, dict]) -> list[str]:
 SERIES_KEYS = ("arch.name", "data.name", "optim.name", "optim.mode")  # settings that name a series, not an experiment
 
 
-def other_experiment(sweep_dir: Path, planned: dict[str, dict]) -> tuple[int, dict[str, tuple[list, Any]]]:
-    """Whether the sweep folder already holds runs of another experiment than a launch's planned runs: settings
-    that differ beyond what the launch sweeps (a preset run again with ``train.steps=150``). Returns how many
-    such runs are on disk and, per differing setting, (its values there, its value here); (0, {}) when none.
-    Other modes and optimisers are other series of one comparison, not other experiments."""
+def best_lr(pairs: Sequence[tuple[float, float]]) -> tuple[float, float, int] | None:
+    """Of (LR, loss) pairs (a packed run's members: LRs × seeds), the LR whose mean loss over its seeds is lowest,
+    that mean and its number of seeds, as the report's best grid LR is chosen; None without a finite loss."""
+    by_lr: dict[float, list[float]] = {}
+    for lr, loss in pairs:
+        if isinstance(loss, (int, float)) and math.isfinite(loss):
+            by_lr.setdefault(float(lr), []).append(float(loss))
+    if not by_lr:
+        return None
+    lr = min(by_lr, key=lambda key: sum(by_lr[key]) / len(by_lr[key]))
+    return lr, sum(by_lr[lr]) / len(by_lr[lr]), len(by_lr[lr])
+
+
+class FolderExperiments(NamedTuple):
+    """What a sweep folder already holds besides a launch's planned runs (``other_experiments``)."""
+    same: int                               # runs of the launch's own experiment (a launch adding seeds joins them)
+    other: int                              # runs of other experiments
+    apart: dict[str, tuple[list, Any]]      # per differing setting: (its values there, its value here)
+
+
+def other_experiments(sweep_dir: Path, planned: dict[str, dict]) -> FolderExperiments:
+    """The runs on disk in the sweep folder besides a launch's planned ones, told apart by experiment: the
+    launch's own, or another, whose settings differ beyond what the launch sweeps (a preset run again with
+    ``train.steps=150``). Other modes and optimisers are other series of one comparison, not other
+    experiments."""
     def fixed(settings: dict[str, Any], ignored: set[str]) -> dict[str, str]:
         return {k: json.dumps(v, sort_keys=True, default=str) for k, v in settings.items() if k not in ignored}
 
     ours = [knobs["settings"] for knobs in planned.values() if isinstance(knobs.get("settings"), dict)]
     if not ours:
-        return 0, {}
+        return FolderExperiments(0, 0, {})
     keys = {key for settings in ours for key in settings}
     swept = {key for key in keys if len({json.dumps(s.get(key), default=str) for s in ours}) > 1}
     ignored = swept | set(SERIES_KEYS)
     here = [fixed(settings, ignored) for settings in ours]
     apart: dict[str, tuple[list, Any]] = {}
-    count = 0
+    same = other = 0
     for name, knobs in read_manifest(sweep_dir)["runs"].items():
         settings = knobs.get("settings")
         if name in planned or not isinstance(settings, dict) or not (sweep_dir / name / SUMMARY_FILE).is_file():
             continue
         there = fixed(settings, ignored)
         if there in here:
+            same += 1
             continue
-        count += 1
+        other += 1
         for key in sorted(set(there) | set(here[0])):
             if there.get(key) != here[0].get(key):
                 values = apart.setdefault(key, ([], ours[0].get(key)))[0]
@@ -349,7 +371,7 @@ def other_experiment(sweep_dir: Path, planned: dict[str, dict]) -> tuple[int, di
                     values.append(settings.get(key))
                     values.sort(key=lambda v: (not isinstance(v, (int, float)), v if isinstance(v, (int, float))
                                                else str(v)))
-    return count, apart
+    return FolderExperiments(same, other, apart)
 
 
 def launch_record(sweep_dir: Path, launch_id: str, manifest: dict[str, Any] | None = None) -> dict[str, Any]:

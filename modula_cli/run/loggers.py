@@ -21,6 +21,7 @@ from tqdm import tqdm
 
 from ..config.members import Members
 from ..plumbing import atomic
+from ..results.records import best_lr
 from .state import RunState
 
 log = logging.getLogger(__name__)
@@ -204,6 +205,18 @@ class WandbLogger:
                 log.warning("wandb finish failed: %s", error)
 
 
+def best_text(running: list[tuple[float, float]], short: bool = False) -> str:
+    """A packed run's best LR at this step from its running members' (LR, loss): the lowest mean over seeds, as
+    the report picks its best grid LR."""
+    best = best_lr(running)
+    if best is None:
+        return "none running"
+    lr, loss, seeds = best
+    if short:
+        return f"{lr:.3g} ({loss:.4f})"
+    return f"best lr {lr:.4g}: train loss {loss:.4f}" + (f" (mean of {seeds} seeds)" if seeds > 1 else "")
+
+
 def pack_label(members: Members) -> str:
     """What a run's progress names: its folder; for a packed run, what its members share and the LRs and seeds
     they span (``width=64: 11 packed runs, lr 0.000122…0.125``)."""
@@ -230,8 +243,6 @@ class RunLoggers:
         self.wandbs: list[WandbLogger | None] = [None] * len(members)
         self.layers: list[JsonlLogger | None] = [None] * len(members)  # layer_stats.jsonl, when measured
         self.name = pack_label(members)
-        self.member_lrs = [member.lr for member in members]
-        self.member_seeds = [member.seed for member in members]
         self.total = total or cfg.train.steps
         self._last_beat = time.monotonic()
         self.bar = self._stack.enter_context(
@@ -269,23 +280,18 @@ class RunLoggers:
             if sink is not None:
                 sink.log(record)
 
-    def loss_text(self, loss: float, member: int) -> str:
-        """A run's train loss; a packed run's best member's, with its LR (and seed) saying whose it is."""
-        if len(self.member_lrs) == 1:
-            return f"train loss {loss:.4f}"
-        seed = f", seed {self.member_seeds[member]}" if len(set(self.member_seeds)) > 1 else ""
-        return f"best train loss {loss:.4f} (lr {self.member_lrs[member]:.4g}{seed})"
-
-    def heartbeat(self, step: int, loss: float, member: int, rate: str, seconds_per_step: float) -> None:
+    def heartbeat(self, step: int, loss: float | list[tuple[float, float]], rate: str,
+                  seconds_per_step: float) -> None:
         """Without a progress bar (not a terminal, or train.progress=false), a line at most every ``HEARTBEAT_S``
         seconds says the run is alive, where it stands and how long its remaining steps take at its pace.
-        ``loss``: member ``member``'s (a packed run's best)."""
+        ``loss``: this step's, or a packed run's running members' (LR, loss)."""
         if not self.bar.disable or time.monotonic() - self._last_beat < HEARTBEAT_S:
             return
         self._last_beat = time.monotonic()
         left = duration_text(seconds_per_step * max(0, self.total - step))
-        log.info("%s: step %d of %d, %s, %s, about %s left in this run", self.name, step, self.total,
-                 self.loss_text(loss, member), rate, left)
+        said = f"train loss {loss:.4f}" if isinstance(loss, float) else best_text(loss)
+        log.info("%s: step %d of %d, %s, %s, about %s left in this run", self.name, step, self.total, said, rate,
+                 left)
 
     def emit_layers(self, member: int, step: int, records: list[dict[str, Any]]) -> None:
         """One line per layer into layer_stats.jsonl; W&B gets ``layers/<layer>/<quantity>`` columns."""

@@ -12,6 +12,7 @@ import functools
 import logging
 import math
 import os
+import re
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -44,7 +45,7 @@ from ..results.records import (BUSY, COMPLETED, DIVERGED, FAILED, INTERRUPTED, R
                                knobs_of, read_summary, summary_record, write_summary)
 from . import checkpoint, temperatures
 from .layer_stats import LayerStats
-from .loggers import RunLoggers
+from .loggers import RunLoggers, best_text
 from .prefetch import Prefetcher
 from .state import RunState
 
@@ -454,13 +455,14 @@ def _log_train(ctx: RunContext, state: RunState, out: RunLoggers, t: int, loss: 
         out.emit(k, record)
         if _diverges(ctx, state, k, losses[k]):
             state.diverge(k, t + 1)  # packed: frozen, the other members go on
-    running = [k for k, s in enumerate(state.statuses) if s == RUNNING] or [0]
-    best = min(running, key=lambda k: losses[k])  # a packed run shows its best member's loss, and says whose
+    # a packed run shows its best LR's loss (its mean over the seeds), as the report picks a best LR
+    running = [(ctx.members.items[k].lr, losses[k]) for k, s in enumerate(state.statuses) if s == RUNNING]
     rate = state.step * ctx.units_per_step * len(losses) / max(state.elapsed, 1e-9)
     shown = {"loss": f"{losses[0]:.4f}", "lr": f"{lrs[0]:.3g}"} if len(losses) == 1 else \
-        {"best loss": f"{losses[best]:.4f}", "at lr": f"{ctx.members.items[best].lr:.3g}"}
+        {"best lr": best_text(running, short=True)}
     out.bar.set_postfix(**shown, **{f"{ctx.units}/s": f"{rate:,.0f}"})
-    out.heartbeat(t + 1, losses[best], best, f"{rate:,.0f} {ctx.units}/s", state.elapsed / max(state.step, 1))
+    out.heartbeat(t + 1, losses[0] if len(losses) == 1 else running, f"{rate:,.0f} {ctx.units}/s",
+                  state.elapsed / max(state.step, 1))
 
 
 def _learned_scales(ctx: RunContext, state: RunState) -> dict[str, list[float]]:
@@ -530,12 +532,27 @@ def one_line_errors(program: str, run_dir: Path) -> Iterator[None]:
         raise SystemExit(f"{program}: {error}") from None
 
 
+def out_of_memory(error: BaseException) -> bool:
+    """The device or the host could not allocate a tensor (CUDA's error, or the CPU allocator's RuntimeError)."""
+    return isinstance(error, (MemoryError, torch.OutOfMemoryError)) or (
+        isinstance(error, RuntimeError) and re.search(r"can't allocate memory|out of memory", str(error)) is not None)
+
+
 def run_or_exit(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) -> Outcome:
     """For the command line: a run stopped by a signal exits with 128 + signal after checkpointing; data that
-    cannot be had or an architecture that does not fit the data exits with one line."""
+    cannot be had, an architecture that does not fit the data, or a run that runs out of memory exits with one
+    line."""
     with one_line_errors("modula-sweep", run_dir):
         try:
             return train(cfg, run_dir, overrides=overrides)
+        except (MemoryError, RuntimeError) as error:
+            if not out_of_memory(error):
+                raise
+            reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise SystemExit(
+                f"modula-sweep: out of memory ({reason[:160]}); arch.width={cfg.arch.get('width')}, "
+                f"train.batch_size={cfg.train.batch_size}, data.context={cfg.data.get('context')}: smaller ones need "
+                f"less (recorded as failed in {run_dir / 'summary.json'})") from None
         except StopRequested as stop:
             if stop.trained:
                 log.warning("%s: checkpointed (%s); re-run the same command with hydra.run.dir=%s to resume",

@@ -39,8 +39,8 @@ from ..plumbing.signals import STOP, StopRequested
 from ..plumbing.threads import configure_threads
 from ..plumbing.wording import counted
 from ..results.records import (BUSY, COMPLETED, COUNTED, DIVERGED, FAILED, FINISHED, INTERRUPTED, PENDING, RUNNING,
-                               SKIPPED, Outcome, is_finished, launch_counts, launch_record,
-                               launch_status, launch_summaries, mark_abandoned, other_experiment, read_manifest,
+                               SKIPPED, Outcome, best_lr, is_finished, launch_counts, launch_record,
+                               launch_status, launch_summaries, mark_abandoned, other_experiments, read_manifest,
                                read_summary, record_launch)
 from ..run.loggers import duration_text
 from ..run.trainer import train
@@ -132,21 +132,24 @@ def grid_problems(per_job: list[tuple[str, str]], jobs: int) -> list[str]:
 
 
 def another_experiment_line(sweep_dir: Path, planned: dict[str, dict]) -> str | None:
-    """One line when the sweep folder already holds another experiment: how it differs, what that does to the
-    report, and the folder that keeps this launch apart."""
-    count, apart = other_experiment(sweep_dir, planned)
-    if not count:
+    """One line when the sweep folder already holds another experiment: how it differs and what that does to the
+    report; when the folder holds none of this launch's own experiment, the folder that keeps it apart."""
+    held = other_experiments(sweep_dir, planned)
+    if not held.other:
         return None
-    short = short_keys(list(apart))
+    short = short_keys(list(held.apart))
     there = "; ".join(f"{short[key]}={', '.join(map(_setting_text, olds))} there, {_setting_text(new)} here"
-                      for key, (olds, new) in apart.items())
-    suffix = re.sub(r"[^\w.+-]", "", "-".join(f"{short[key]}{_setting_text(new)}" for key, (_, new) in apart.items()))
+                      for key, (olds, new) in held.apart.items())
+    line = (f"{sweep_dir} already holds another experiment ({counted(held.other, 'run')}: {there}); the report "
+            f"shows each as a series of its own and its plots gain panels")
+    if held.same:  # this launch adds to its own experiment's runs there (more seeds, more scales): it belongs
+        return f"{line}; this launch joins its own experiment's {counted(held.same, 'run')} there"
+    suffix = re.sub(r"[^\w.+-]", "", "-".join(f"{short[key]}{_setting_text(new)}"
+                                              for key, (_, new) in held.apart.items()))
     suggested = sweep_dir.with_name(f"{sweep_dir.name}-{suffix}")
     with contextlib.suppress(ValueError):
         suggested = suggested.relative_to(Path.cwd())
-    return (f"{sweep_dir} already holds another experiment ({counted(count, 'run')}: {there}); the "
-            f"report shows each as a series of its own and its plots gain panels; to keep this one apart, add "
-            f"hydra.sweep.dir={suggested}")
+    return f"{line}; to keep this one apart, add hydra.sweep.dir={suggested}"
 
 
 def _setting_text(value: Any) -> str:
@@ -278,15 +281,13 @@ def report_progress(sweep_dir: Path, name: str, result: Outcome, ended: int | No
 
 
 def packed_outcome(members: Sequence[dict]) -> str:
-    """``4 completed, 1 diverged; best train loss 2.0510 (lr 0.5, seed 1)``: a packed job's members."""
-    statuses = Counter(member.get("status", "?") for member in members)
-    text = ", ".join(f"{count} {status}" for status, count in statuses.items())
-    finished = [m for m in members if isinstance(m.get("train_loss"), float) and m.get("status") == COMPLETED]
-    if finished:
-        best = min(finished, key=lambda m: m["train_loss"])
-        seeds = {m.get("seed") for m in members}
-        whose = f"lr {best.get('lr'):.4g}" + (f", seed {best.get('seed')}" if len(seeds) > 1 else "")
-        text += f"; best train loss {best['train_loss']:.4f} ({whose})"
+    """``4 completed, 1 diverged; best lr 0.5: train loss 2.0510 (mean of 2 seeds)``: a packed job's members,
+    and its best LR chosen as the report chooses it (the lowest mean over seeds of the completed runs)."""
+    text = ", ".join(f"{count} {status}" for status, count in Counter(m.get("status", "?") for m in members).items())
+    best = best_lr([(m.get("lr"), m.get("train_loss")) for m in members if m.get("status") == COMPLETED])
+    if best is not None:
+        lr, loss, seeds = best
+        text += f"; best lr {lr:.4g}: train loss {loss:.4f}" + (f" (mean of {seeds} seeds)" if seeds > 1 else "")
     return text
 
 
@@ -430,26 +431,36 @@ class SweepHooks:
 def _unfinished_lines(sweep_dir: Path, launch: str, record: dict[str, Any],
                       summaries: dict[str, dict | None]) -> list[str]:
     """One line per run of this launch that did not finish, with its state and the step a relaunch resumes
-    from; at most LISTED of them."""
-    lines = []
+    from; at most LISTED of them: the interrupted first (they hold training to resume), then the failed, then
+    those not started, each in the order of its folder name with numbers as numbers (width 32 before 128)."""
+    lines: list[tuple[tuple, str]] = []
     for name, summary in summaries.items():
         status = launch_status(name, summary, launch, record)
         if status in (COMPLETED, DIVERGED, SKIPPED):
             continue
+        rank = 2
         if status == PENDING:
             what = "not started"
         elif status == FAILED:
             error = str((summary or {}).get("error") or "see its summary.json").strip().splitlines()
-            what = f"failed: {error[0] if error else 'see its summary.json'}"
+            what, rank = f"failed: {error[0] if error else 'see its summary.json'}", 1
         else:
+            rank = 0
             step = (summary or {}).get("steps_done")
             what = f"{status}" + (f" at step {step}" if step else " before its first checkpoint")
             if (summary or {}).get("ended"):
                 what += f" ({summary['ended']})"
-        lines.append(f"  {name}: {what}")
+        lines.append(((rank, _natural(name)), f"  {name}: {what}"))
+    lines = [line for _, line in sorted(lines)]
     if len(lines) > LISTED:
         lines = lines[:LISTED] + [f"  … and {len(lines) - LISTED} more ({sweep_dir / 'results.csv'} lists every run)"]
     return lines
+
+
+def _natural(name: str) -> list:
+    """A folder name's sort key with its numbers as numbers: ``width=32`` before ``width=128``."""
+    return [(0, float(part), "") if re.fullmatch(r"\d+(\.\d+)?(e-?\d+)?", part) else (1, 0.0, part)
+            for part in re.split(r"(\d+(?:\.\d+)?(?:e-?\d+)?)", name) if part]
 
 
 def _closing(sweep_dir: Path, launch: str, record: dict[str, Any], summaries: dict[str, dict | None],
