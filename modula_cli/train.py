@@ -20,7 +20,7 @@ from .plumbing.atomic import remove_if_empty
 from .plumbing.threads import configure_threads
 
 if TYPE_CHECKING:
-    from .results.records import Outcome
+    from .results.summary import Outcome
 
 log = logging.getLogger(__name__)
 register_config()
@@ -31,7 +31,7 @@ def main(cfg: DictConfig) -> Outcome:
     hydra_cfg = HydraConfig.get()
     run_dir, overrides = Path(hydra_cfg.runtime.output_dir), list(hydra_cfg.overrides.task)
     if hydra_cfg.mode == RunMode.MULTIRUN:  # the grid was validated before the first job
-        from .sweep.launch import sweep_job
+        from .sweep.job import sweep_job
 
         return sweep_job(cfg, run_dir, overrides)
     try:

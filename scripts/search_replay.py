@@ -25,7 +25,8 @@ import pandas as pd
 
 from modula_cli.analysis.report import optimal_lrs, progress, transfer_table
 from modula_cli.analysis.stats import signed
-from modula_cli.results.records import DIVERGED, GROUP, SCALE_KNOBS
+from modula_cli.results.knobs import GROUP, SCALE_KNOBS
+from modula_cli.results.status import DIVERGED
 from modula_cli.sweep.lr_search import Lattice, SearchSettings, plan_series
 
 

@@ -360,7 +360,7 @@ def test_a_mistake_in_a_sweep_is_said_once_as_for_a_single_run(tmp_path, args, m
 
 
 def test_a_problem_of_some_grid_points_says_how_many_and_one_of_them():
-    from modula_cli.sweep.launch import grid_problems
+    from modula_cli.sweep.plan import grid_problems
 
     per_job = [("arch.width=32 optim.lr=0.5", "arch.width=32 is not divisible by arch.heads=3"),
                ("arch.width=32 optim.lr=1.0", "arch.width=32 is not divisible by arch.heads=3"),

@@ -4,7 +4,8 @@
 import pytest
 
 from modula_cli.sweep.eta import coefficients, time_left, time_left_range
-from modula_cli.sweep.launch import _time_left
+from modula_cli.results.manifest import LaunchRecord
+from modula_cli.sweep.progress import launch_time_left, packed_outcome
 
 GRID = 9  # LRs per width, as in the quick sweep
 QUICK = {32: 13.0, 64: 20.0, 128: 55.0}  # seconds per run, `modula-sweep sweep=quick`, widths 4× apart, 1 thread
@@ -91,11 +92,11 @@ def test_pace_folds_in_overheads_and_parallel_jobs():
     assert time_left([], runs(32), 5.0) is None and time_left(trained, [], 40.0) == 0.0
 
 
-RECORD = {"started": 100.0, "runs": [], "finished_before": ["w128_0"]}
+RECORD = LaunchRecord("L", started=100.0, finished_before=("w128_0",))
 
 
 def test_progress_line_counts_packed_members_and_ignores_earlier_launches(monkeypatch):
-    monkeypatch.setattr("modula_cli.sweep.launch.time.time", lambda: 130.0)  # 30 s into the launch
+    monkeypatch.setattr("modula_cli.sweep.progress.time.time", lambda: 130.0)  # 30 s into the launch
     planned = {f"w{w}_{i}": runs(w, 1)[0] for w in (32, 128) for i in range(3)}
     summaries = {name: None for name in planned}
     for i in range(3):  # this launch trained width 32 as one packed run of 3 members: 30 s in all
@@ -104,19 +105,19 @@ def test_progress_line_counts_packed_members_and_ignores_earlier_launches(monkey
     summaries["w128_0"] = {**planned["w128_0"], "status": "completed", "launch": "earlier", "wall_time_s": 1.0}
     # two width-128 runs left; each: the 80 % overhead as at width 32, the 20 % FLOP part 16× larger; one width
     # timed so far: the range from overhead shares 0.92 and 0.70
-    assert _time_left(planned, summaries, "L", RECORD) == pytest.approx(
+    assert launch_time_left(planned, summaries, RECORD) == pytest.approx(
         [2 * 10.0 * (p + (1 - p) * 16) for p in (0.8, 0.92, 0.70)])
 
 
 def test_a_diverged_run_counts_by_the_steps_it_trained_and_stale_runs_are_still_to_do(monkeypatch):
-    monkeypatch.setattr("modula_cli.sweep.launch.time.time", lambda: 130.0)
+    monkeypatch.setattr("modula_cli.sweep.progress.time.time", lambda: 130.0)
     planned = {name: runs(32, 1)[0] for name in ("a", "b", "stale")}
     summaries = {"a": {**planned["a"], "status": "completed", "launch": "L", "wall_time_s": 20.0, "steps_done": 400},
                  "b": {**planned["b"], "status": "diverged", "launch": "L", "wall_time_s": 1.0, "steps_done": 20},
                  # finished by an earlier launch, and not before this one: sweep.rerun=true retrains it
                  "stale": {**planned["stale"], "status": "completed", "launch": "old", "written_at": 50.0}}
-    record = {**RECORD, "finished_before": []}
-    left = _time_left(planned, summaries, "L", record)
+    record = LaunchRecord("L", started=100.0)
+    left = launch_time_left(planned, summaries, record)
     # a: 20 s for 400 steps, b: 1 s for 20 steps — both 0.05 s a step; the stale run is 400 more steps (one size:
     # the range is a point)
     assert left == pytest.approx([30.0 / 21.0 * 20.0] * 3)
@@ -125,8 +126,6 @@ def test_a_diverged_run_counts_by_the_steps_it_trained_and_stale_runs_are_still_
 def test_a_packed_jobs_line_says_what_its_members_came_to_and_its_best_lr_as_the_report_picks_it():
     """The best LR by its mean over seeds, as the report's table picks it: not the single best member (lr 0.25,
     seed 1 has the lowest loss of any member, but 0.5 is better on average)."""
-    from modula_cli.sweep.launch import packed_outcome
-
     members = [{"status": "completed", "lr": 0.25, "seed": 0, "train_loss": 2.31},
                {"status": "completed", "lr": 0.25, "seed": 1, "train_loss": 2.01},
                {"status": "completed", "lr": 0.5, "seed": 0, "train_loss": 2.0620},
@@ -141,12 +140,12 @@ def test_a_packed_jobs_line_says_what_its_members_came_to_and_its_best_lr_as_the
 def test_the_launchs_own_start_up_is_left_out_of_its_pace(monkeypatch):
     """The quick sweep's first estimate was 34-48 % too long: the launch's start-up (2.6 s before its first
     run of 6.8 s) counted as if every run would pay it again. The pace runs from the first run's start."""
-    monkeypatch.setattr("modula_cli.sweep.launch.time.time", lambda: 130.0)
+    monkeypatch.setattr("modula_cli.sweep.progress.time.time", lambda: 130.0)
     planned = {name: runs(32, 1)[0] for name in ("a", "b")}
     summaries = {"a": {**planned["a"], "status": "completed", "launch": "L", "wall_time_s": 20.0, "steps_done": 400,
                        "written_at": 128.0},  # started at 108, 8 s after the launch
                  "b": None}
-    left = _time_left(planned, summaries, "L", {**RECORD, "finished_before": []})
+    left = launch_time_left(planned, summaries, LaunchRecord("L", started=100.0))
     assert left == pytest.approx([22.0 / 20.0 * 20.0] * 3)  # 22 s since it began, not 30 since the launch
     early = {**summaries, "a": {**summaries["a"], "written_at": 110.0}}  # a run begun before this launch (resumed)
-    assert _time_left(planned, early, "L", {**RECORD, "finished_before": []}) == pytest.approx([30.0] * 3)
+    assert launch_time_left(planned, early, LaunchRecord("L", started=100.0)) == pytest.approx([30.0] * 3)

@@ -9,7 +9,8 @@ from hydra import compose, initialize_config_dir
 from modula_cli.config import CONFIG_DIR
 from modula_cli.config.resolvers import register_config
 from modula_cli.optim import lr_grid
-from modula_cli.sweep.launch import grid_overrides, validate_grid
+from modula_cli.sweep.grid import grid_overrides
+from modula_cli.sweep.plan import validate_grid
 
 EXPERIMENTS = sorted(str(p.relative_to(CONFIG_DIR / "experiment").with_suffix(""))
                      for p in (CONFIG_DIR / "experiment").rglob("*.yaml") if not p.name.startswith("_"))

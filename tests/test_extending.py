@@ -18,7 +18,7 @@ from conftest import compose_config, tiny_gpt, write_cifar_batches
 from modula_cli.models import ModelError, build_model
 from modula_cli.nn import Linear
 from modula_cli.optim import OptimConfig, init_state, optimizer_step
-from modula_cli.results.records import knobs_of
+from modula_cli.results.knobs import knobs_of
 from modula_cli.config.validate import config_problems
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "my_mlp"

@@ -17,11 +17,13 @@ import pytest
 from modula_cli.plumbing import threads
 from modula_cli.plumbing.locks import is_held
 from modula_cli.plumbing.signals import MARKER_POLL_S, StopSignal
-from modula_cli.results.records import (INTERRUPTED, RUNNING, as_seen, forget_launch, launch_record, launch_summaries,
-                                        mark_abandoned, read_summary, record_launch, summary_record, write_summary)
+from modula_cli.results.manifest import forget_launch, read_launch, record_launch
+from modula_cli.results.status import INTERRUPTED, RUNNING
+from modula_cli.results.summary import as_seen, mark_abandoned, read_summary, summary_record, write_summary
 from modula_cli.sweep import ray_cluster, slurm
 from modula_cli.sweep.cluster import runs_by_job
-from modula_cli.sweep.launch import _closing, _hydra_quoted
+from modula_cli.sweep.launch import _hydra_quoted
+from modula_cli.sweep.progress import closing
 
 # `scontrol show partition -o` / `scontrol show node -o` of a cluster with a CPU and a GPU partition
 DATA = Path(__file__).parent / "data"
@@ -253,7 +255,7 @@ def test_forgetting_a_refused_launch_leaves_what_was_there_before(tmp_path):
 def test_each_job_knows_its_runs_from_the_launch_record(tmp_path):
     record_launch(tmp_path, "l", {"a": {}, "b": {}, "c": {}}, jobs=[(["optim.lr=[0.1,0.2]"], ["b", "a"]),
                                                                     (["optim.lr=0.3"], ["c"])])
-    record = launch_record(tmp_path, "l")
+    record = read_launch(tmp_path, "l")
     assert runs_by_job(record, [["optim.lr=0.3"], ["optim.lr=[0.1,0.2]"], ["optim.lr=0.4"]]) == \
         [["c"], ["a", "b"], ["lr=0.4"]]  # an unlisted job: its run named from its overrides
 
@@ -284,35 +286,32 @@ def _launch_with(tmp_path: Path, statuses: dict[str, str | None]) -> tuple:
             (tmp_path / name).mkdir()
             write_summary(tmp_path / name, {**summary_record(status, tmp_path / name, {}, "f", steps_done=20),
                                             "launch": "L"})
-    record = launch_record(tmp_path, "L")
-    summaries = launch_summaries(tmp_path, record["runs"])
-    from modula_cli.results.records import launch_counts
-
-    return record, summaries, launch_counts(tmp_path, "L", record, summaries)
+    record = read_launch(tmp_path, "L")
+    return record, record.summaries(tmp_path)
 
 
 def test_the_unfinished_runs_are_listed_interrupted_first_then_by_their_knobs(tmp_path, capsys):
     """The run a relaunch resumes comes first, then the failed, then those not started; widths as numbers."""
-    record, summaries, counts = _launch_with(tmp_path, {
+    record, summaries = _launch_with(tmp_path, {
         "lr=1.0,width=128": None, "lr=0.5,width=32": None, "lr=4.0,width=64": "failed",
         "lr=0.5,width=64": "interrupted", "lr=0.25,width=128": None})
-    _closing(tmp_path, "L", record, summaries, counts, stopped=2)
+    closing(tmp_path, record, summaries, stopped=2)
     listed = [line.split(":")[0].strip() for line in capsys.readouterr().out.splitlines() if line.startswith("  lr=")]
     assert listed == ["lr=0.5,width=64", "lr=4.0,width=64", "lr=0.25,width=128", "lr=0.5,width=32",
                       "lr=1.0,width=128"], listed
 
 
 def test_a_launch_whose_runs_never_landed_is_incomplete_never_exit_0(tmp_path, capsys):
-    record, summaries, counts = _launch_with(tmp_path, {"a": None, "b": None})
-    assert _closing(tmp_path, "L", record, summaries, counts, stopped=None) == 1
+    record, summaries = _launch_with(tmp_path, {"a": None, "b": None})
+    assert closing(tmp_path, record, summaries, stopped=None) == 1
     out = capsys.readouterr().out
     assert "sweep incomplete: 0 completed, 0 skipped, 0 diverged, 0 failed, 0 interrupted, 2 not started" in out
     assert "  a: not started" in out
 
 
 def test_the_closing_line_names_each_unfinished_run_and_its_step(tmp_path, capsys):
-    record, summaries, counts = _launch_with(tmp_path, {"a": "completed", "b": "interrupted", "c": None})
-    assert _closing(tmp_path, "L", record, summaries, counts, stopped=15) == 143
+    record, summaries = _launch_with(tmp_path, {"a": "completed", "b": "interrupted", "c": None})
+    assert closing(tmp_path, record, summaries, stopped=15) == 143
     out = capsys.readouterr().out
     assert "  b: interrupted at step 20\n  c: not started" in out
     assert "sweep stopped by signal 15: 1 completed, 0 skipped, 0 diverged, 0 failed, 1 interrupted, 1 not started" \
@@ -424,9 +423,6 @@ class ScriptedJobs:
 
 @pytest.fixture
 def three_jobs(tmp_path, monkeypatch):
-    from modula_cli.sweep.launch import LAUNCH_ENV
-
-    monkeypatch.setenv(LAUNCH_ENV, "L")
     planned = {name: {**KNOBS, "lr": lr, "fingerprint": "fp"} for name, lr in (("a", 0.1), ("b", 0.2), ("c", 0.4))}
     record_launch(tmp_path, "L", planned, jobs=[([f"optim.lr={k['lr']}"], [name]) for name, k in planned.items()])
     return tmp_path, [[f"optim.lr={k['lr']}"] for k in planned.values()]
@@ -457,7 +453,7 @@ def test_the_follower_ends_every_job_honestly(three_jobs, caplog):
     assert as_seen(sweep / "b", read_summary(sweep / "b"))["status"] == RUNNING  # another host: not decided here
     jobs = ScriptedJobs([{0: JobEnd("COMPLETED")},
                          {1: JobEnd("NODE_FAIL"), 2: JobEnd("FAILED, exit code 1:0", log="/logs/9_2.err")}])
-    results = Follower(jobs, overrides, sweep, poll_s=0.01, grace_s=5).follow()
+    results = Follower(jobs, overrides, sweep, "L", poll_s=0.01, grace_s=5).follow()
     assert [r.return_value.status for r in results] == ["completed", "interrupted", "failed"]
     b, c = read_summary(sweep / "b"), read_summary(sweep / "c")
     assert (b["status"], b["steps_done"], b["ended"]) == (INTERRUPTED, 40, "SLURM job 9_1: NODE_FAIL")
@@ -477,7 +473,7 @@ def test_a_stop_ends_pending_jobs_lets_training_ones_checkpoint_then_cancels_wha
     monkeypatch.setattr(STOP, "signum", signal.SIGTERM)
     jobs = ScriptedJobs([])  # nothing ever ends
     started = time.monotonic()
-    results = Follower(jobs, overrides, sweep, poll_s=0.01, grace_s=0.3).follow()
+    results = Follower(jobs, overrides, sweep, "L", poll_s=0.01, grace_s=0.3).follow()
     assert 0.3 <= time.monotonic() - started < 5
     assert jobs.stops and all(training == {1} for training in jobs.stops)  # job 1 trains: it checkpoints itself
     assert jobs.cancels == 1 and len(results) == 3  # the grace is over: nothing of the launch goes on
@@ -485,16 +481,17 @@ def test_a_stop_ends_pending_jobs_lets_training_ones_checkpoint_then_cancels_wha
 
 def test_jobs_that_can_never_start_are_cancelled_and_the_closing_says_why(three_jobs, capsys):
     from modula_cli.sweep.cluster import Follower
-    from modula_cli.sweep.launch import CLOSING_NOTES
 
     sweep, overrides = three_jobs
-    CLOSING_NOTES.clear()
     jobs = ScriptedJobs([], never="SLURM has kept them pending with reason PartitionConfig")
-    Follower(jobs, overrides, sweep, poll_s=0.01, grace_s=0.1).follow()
+    Follower(jobs, overrides, sweep, "L", poll_s=0.01, grace_s=0.1).follow()
     assert jobs.stops and jobs.cancels == 1
-    assert CLOSING_NOTES == ["the jobs were cancelled: SLURM has kept them pending with reason PartitionConfig; "
-                             "change the request (hydra.launcher) or the partition, and run the command again"]
-    CLOSING_NOTES.clear()
+    note = ("the jobs were cancelled: SLURM has kept them pending with reason PartitionConfig; "
+            "change the request (hydra.launcher) or the partition, and run the command again")
+    assert read_launch(sweep, "L").notes == (note,)  # on disk: whichever process ends the launch says it
+    record = read_launch(sweep, "L")
+    closing(sweep, record, record.summaries(sweep), stopped=None)
+    assert note in capsys.readouterr().out
 
 
 def socket_host() -> str:

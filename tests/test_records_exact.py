@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 
 from modula_cli.plumbing.locks import HOST, OWNER_FILE
-from modula_cli.results.records import (FAILED, INTERRUPTED, PENDING, RUNNING, SKIPPED, Outcome, add_to_launch,
-                                        collect,
-                                        forget_launch, is_finished, knobs_of, launch_counts, launch_record,
-                                        mark_abandoned, read_manifest, read_summary, record_failed_start,
-                                        record_launch, summary_record, swept_axes, write_summary)
+from modula_cli.results.knobs import knobs_of, swept_axes
+from modula_cli.results.manifest import LaunchRecord, Manifest, add_to_launch, forget_launch, read_launch, record_launch
+from modula_cli.results.status import FAILED, INTERRUPTED, PENDING, RUNNING, SKIPPED
+from modula_cli.results.summary import (Outcome, is_finished, mark_abandoned, read_summary, record_failed_start,
+                                        summary_record, write_summary)
+from modula_cli.results.table import collect
 
 KNOBS = {"arch": "gpt", "data": "shakespeare", "optimizer": "adam", "mode": "normed", "width": 32, "lr": 0.1,
          "seed": 0}
@@ -33,7 +34,8 @@ def test_launch_counts_read_the_record_and_the_summaries_from_disk(tmp_path):
     _summary(tmp_path / "mine", "diverged", launch="L")
     _summary(tmp_path / "lost", "failed", launch="early", written_at=0.0)  # left by an earlier launch
     _summary(tmp_path / "other", "completed", launch="X", written_at=time.time() + 5)  # another process, now
-    counts = launch_counts(tmp_path, "L")
+    record = read_launch(tmp_path, "L")
+    counts = record.counts(record.summaries(tmp_path))
     assert counts[SKIPPED] == 2 and counts["diverged"] == 1 and counts[PENDING] == 2  # lost + queued
     assert counts["completed"] == counts[FAILED] == counts[RUNNING] == counts[INTERRUPTED] == 0
     assert sum(counts.values()) == 5
@@ -154,26 +156,30 @@ def test_a_launch_record_read_from_disk_or_given(tmp_path):
     manifest = json.loads((tmp_path / "sweep.json").read_text())
     launch = manifest["launches"]["L"]
     assert launch["runs"] == ["a", "b"] and launch["finished_before"] == ["b"] and launch["axes"] == ["width"]
-    record = launch_record(tmp_path, "L")
-    assert (record["runs"], record["finished_before"], record["started"]) == (["a", "b"], ["b"], launch["started"])
-    assert record["jobs"] == launch["jobs"] and len(record["jobs"]) == 1
-    given = launch_record(tmp_path, "L", {"launches": {"L": {"runs": ["z"], "started": 5.0}}})
-    assert (given["runs"], given["started"], given["finished_before"], given["jobs"]) == (["z"], 5.0, [], [])
+    record = read_launch(tmp_path, "L")
+    assert (record.runs, record.finished_before, record.started) == (("a", "b"), ("b",), launch["started"])
+    assert [{"overrides": list(job.overrides), "runs": list(job.runs)} for job in record.jobs] == launch["jobs"]
+    assert len(record.jobs) == 1 and record.runs_of(["x=1"]) == ("a", "b") and record.runs_of(["x=2"]) is None
+    assert record.to_train == 1 and record.axes == ("width",)
+    given = Manifest(launches={"L": {"runs": ["z"], "started": 5.0}}).launch("L")
+    assert (given.runs, given.started, given.finished_before, given.jobs) == (("z",), 5.0, (), ())
     before = time.time()
-    unknown = launch_record(tmp_path, "nope")
-    assert unknown["runs"] == [] and unknown["started"] >= before
+    unknown = read_launch(tmp_path, "nope")
+    assert unknown.runs == () and unknown.started >= before
+    foreign = LaunchRecord.from_json("F", {"runs": ["a"], "started": "yesterday", "jobs": ["x", {"runs": ["a"]}]})
+    assert foreign.started >= before and foreign.jobs[0].runs == ("a",) and len(foreign.jobs) == 1
 
 
 def test_a_search_adds_its_batches_to_its_launch_record(tmp_path):
     record_launch(tmp_path, "S", {})
     add_to_launch(tmp_path, "S", {"a": {"width": 32}, "b": {"width": 32}}, [(["w=32", "lr=1,2"], ["a", "b"])])
     add_to_launch(tmp_path, "S", {"c": {"width": 64}}, [(["w=64", "lr=1"], ["c"])])
-    record = launch_record(tmp_path, "S")
-    assert record["runs"] == ["a", "b", "c"] and record["search"] is True
-    assert [job["runs"] for job in record["jobs"]] == [["a", "b"], ["c"]]
+    record = read_launch(tmp_path, "S")
+    assert record.runs == ("a", "b", "c") and record.search is True
+    assert [job.runs for job in record.jobs] == [("a", "b"), ("c",)]
     manifest = json.loads((tmp_path / "sweep.json").read_text())
     assert set(manifest["runs"]) == {"a", "b", "c"} and manifest["launches"]["S"]["axes"] == ["width"]
-    assert launch_record(tmp_path, "other")["search"] is False
+    assert read_launch(tmp_path, "other").search is False
 
 
 def test_an_outcome_of_packed_members_says_packed():
@@ -222,9 +228,9 @@ def test_a_summary_names_its_schema_status_run_and_time(tmp_path):
 def test_a_corrupt_or_foreign_manifest_plans_nothing(tmp_path, caplog):
     for content in ("{oops", '["a"]', '{"runs": []}'):
         (tmp_path / "sweep.json").write_text(content)
-        assert read_manifest(tmp_path) == {"runs": {}, "launches": {}}
-    (tmp_path / "sweep.json").write_text('{"runs": {"a": {}}}')
-    assert read_manifest(tmp_path) == {"runs": {"a": {}}, "launches": {}}
+        assert Manifest.read(tmp_path) == Manifest({}, {})
+    (tmp_path / "sweep.json").write_text('{"runs": {"a": {}}, "launches": ["x"]}')
+    assert Manifest.read(tmp_path) == Manifest({"a": {}}, {})
     assert "is corrupt" in caplog.text and "its planned runs are ignored (finished runs still count)" in caplog.text
 
 
@@ -244,8 +250,8 @@ def test_a_launch_into_a_folder_of_another_experiment_is_told_how_to_keep_them_a
     """The quick preset run again with train.steps changed lands in the same folder: one line says how the runs
     there differ, and which hydra.sweep.dir keeps this launch apart. Other modes are a comparison, not
     another experiment; runs planned but never started do not count."""
-    from modula_cli.results.records import record_launch
-    from modula_cli.sweep.launch import another_experiment_line
+    from modula_cli.results.manifest import record_launch
+    from modula_cli.sweep.plan import another_experiment_line
 
     def runs(steps: int, mode: str = "normed", widths=(32, 64)) -> dict:
         return {f"lr=0.5,steps={steps},width={w},mode={mode}": {

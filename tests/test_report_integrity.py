@@ -14,7 +14,8 @@ import pytest
 
 from conftest import TINY_TRAIN
 from modula_cli.analysis.report import experiment_labels, write_report
-from modula_cli.results.records import GROUP, SERIES, collect
+from modula_cli.results.knobs import GROUP, SERIES
+from modula_cli.results.table import collect
 
 LRS = "optim.lr=0.05,0.1,0.2"
 

@@ -15,7 +15,8 @@ from modula_cli.config.validate import config_problems
 from modula_cli.models.variant import Variant
 from modula_cli.nn import Linear
 from modula_cli.optim import MODES, Mode, OptimConfig, init_state, optimizer_step
-from modula_cli.results.records import BUSY, PACKED, Outcome
+from modula_cli.results.status import BUSY, PACKED
+from modula_cli.results.summary import Outcome
 from modula_cli.run.trainer import train
 
 

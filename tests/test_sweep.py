@@ -170,7 +170,7 @@ def test_seeds_are_an_axis_of_every_preset_and_pack_with_the_lrs(preset, scale_p
 
     from modula_cli.config import CONFIG_DIR
     from modula_cli.config.resolvers import register_config
-    from modula_cli.sweep.launch import grid_overrides
+    from modula_cli.sweep.grid import grid_overrides
 
     register_config()
     with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):

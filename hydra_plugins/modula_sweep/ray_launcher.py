@@ -94,11 +94,11 @@ def _run_job(env: dict[str, str], hydra_context: HydraContext, sweep_config: Dic
     """One job, in a Ray worker: the launch's environment and the task its trainer records, then Hydra's job."""
     import ray
 
-    from modula_cli.plumbing.locks import JOB_ENV
+    from modula_cli.plumbing import environment
     from modula_cli.sweep.cluster import enter_job_environment
 
     enter_job_environment(env)
-    os.environ[JOB_ENV] = f"ray:{ray.get_runtime_context().get_task_id()}"
+    os.environ[environment.JOB] = f"ray:{ray.get_runtime_context().get_task_id()}"
     setup_globals()
     Singleton.set_state(singleton_state)
     HydraConfig.instance().set_config(sweep_config)
@@ -124,21 +124,21 @@ class RayClusterLauncher(Launcher):
 
     def launch(self, job_overrides: Any, initial_job_idx: int) -> list[JobReturn]:
         from modula_cli.sweep import ray_cluster
-        from modula_cli.sweep.cluster import CPUS_ENV, job_environment, run_unfinished
-
-        from modula_cli.results.records import forget_launch
-        from modula_cli.sweep.launch import LAUNCH_ENV, LaunchRefused
+        from modula_cli.plumbing.environment import JOB_CPUS, launch_of
+        from modula_cli.results.manifest import forget_launch
+        from modula_cli.sweep.cluster import job_environment, run_unfinished
+        from modula_cli.sweep.launch import LaunchRefused
 
         assert self.config is not None and self.hydra_context is not None
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         try:  # joins the cluster; again: it may have changed since the preflight
             fitted = _fit(self.ray_options)
         except LaunchRefused as error:
-            forget_launch(sweep_dir, os.environ.get(LAUNCH_ENV, ""))
+            forget_launch(sweep_dir, launch_of(self.config))
             raise SystemExit(f"modula-sweep: sweep not launched, {error}") from None
         import ray
         options = {key: value for key, value in fitted.options.items() if value is not None}
-        env = {**job_environment(), CPUS_ENV: str(max(1, int(options.get("num_cpus") or 1)))}
+        env = {**job_environment(), JOB_CPUS: str(max(1, int(options.get("num_cpus") or 1)))}
         remote = ray.remote(**options)(_run_job)
 
         def submit(todo: list[int]) -> Any:
@@ -154,4 +154,4 @@ class RayClusterLauncher(Launcher):
                      len(refs), "s" if len(refs) > 1 else "", fitted.describe())
             return ray_cluster.RayTasks(refs)
 
-        return run_unfinished(job_overrides, sweep_dir, submit, self.poll_s, self.stop_grace_s)
+        return run_unfinished(job_overrides, sweep_dir, launch_of(self.config), submit, self.poll_s, self.stop_grace_s)

@@ -84,28 +84,29 @@ class SlurmLauncher(BaseSubmititLauncher):
 
     def __call__(self, *args: Any, **kwargs: Any) -> JobReturn:
         # in the job's process, on a node: the launch's environment first, and the task its trainer records
-        from modula_cli.plumbing.locks import JOB_ENV
+        from modula_cli.plumbing import environment
         from modula_cli.sweep.cluster import enter_job_environment
         from modula_cli.sweep.slurm import job_id_here
 
         enter_job_environment(self.job_env)
-        os.environ[JOB_ENV] = job_id_here() or ""
+        os.environ[environment.JOB] = job_id_here() or ""
         return super().__call__(*args, **kwargs)
 
     def launch(self, job_overrides: Any, initial_job_idx: int) -> list[JobReturn]:
         import submitit
 
-        from modula_cli.results.records import forget_launch
+        from modula_cli.results.manifest import forget_launch
         from modula_cli.sweep import slurm
         from modula_cli.sweep.cluster import job_environment, run_unfinished
-        from modula_cli.sweep.launch import LAUNCH_ENV, LaunchRefused
+        from modula_cli.plumbing.environment import launch_of
+        from modula_cli.sweep.launch import LaunchRefused
 
         assert self.config is not None
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         try:  # again: the preflight's answer may have changed since (or SLURM may not answer now)
             fitted = _fit(self.params)
         except LaunchRefused as error:
-            forget_launch(sweep_dir, os.environ.get(LAUNCH_ENV, ""))
+            forget_launch(sweep_dir, launch_of(self.config))
             raise SystemExit(f"modula-sweep: sweep not launched, {error}") from None
         self.params = {key: value for key, value in fitted.params.items() if value is not None}
         self.job_env = job_environment()
@@ -129,7 +130,7 @@ class SlurmLauncher(BaseSubmititLauncher):
                         path.unlink(missing_ok=True)
                     if folder.is_dir() and not any(folder.iterdir()):
                         folder.rmdir()
-                    forget_launch(sweep_dir, os.environ.get(LAUNCH_ENV, ""))
+                    forget_launch(sweep_dir, launch_of(self.config))
                     raise SystemExit(f"modula-sweep: sweep not launched, sbatch refused it: {reason}") from None
                 raise SystemExit(f"modula-sweep: sbatch did not answer ({reason}): the jobs may have been queued "
                                  f"all the same; look for job name {self.params.get('name')!r} in squeue before "
@@ -139,7 +140,8 @@ class SlurmLauncher(BaseSubmititLauncher):
             return slurm.SlurmArray([job.job_id for job in jobs], slurm.has_accounting(),
                                     [_result_reader(job) for job in jobs], [str(job.paths.stderr) for job in jobs])
 
-        return run_unfinished(job_overrides, sweep_dir, submit, self.poll_s, self.stop_grace_s)
+        return run_unfinished(job_overrides, sweep_dir, launch_of(self.config), submit, self.poll_s,
+                              self.stop_grace_s)
 
 
 def slurm_executor(params: dict[str, Any]) -> Any:

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from ..plumbing import atomic
-from ..results.records import GROUP
+from ..results.knobs import GROUP
 
 
 def series_label(key: tuple) -> str:

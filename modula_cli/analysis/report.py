@@ -41,10 +41,13 @@ import pandas as pd
 from ..config.identity import short_keys
 from ..plumbing import atomic
 from ..plumbing.wording import counted
-from ..results.records import (COMPLETED, DIVERGED, FAILED, FINISHED, GROUP, KNOB_KEYS, KNOBS, SCALE_KNOBS, SERIES,
-                               collect, status_counts)
+from ..results.knobs import GROUP, KNOBS, KNOB_KEYS, SCALE_KNOBS, SERIES
+from ..results.status import COMPLETED, DIVERGED, FAILED, FINISHED
+from ..results.table import collect, status_counts
 from .plots import plot_scale, plot_transfer, series_label
-from .search_spend import SEARCH_FILE, read_search, spend_table, spend_text
+from ..results.files import SEARCH_FILE
+from ..results.search_file import read_search
+from .search_spend import spend_table, spend_text
 from .stats import (DEFAULT_RESAMPLES, METRICS, ONE_SEED_NOISE, Optimum, optimum, regret, regret_at, shift, signed,
                     tied_lr)
 from .verdict import verdict

@@ -5,7 +5,6 @@ own summaries (their wall times)."""
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -13,22 +12,11 @@ from typing import Any
 import pandas as pd
 
 from ..plumbing.wording import counted
-from ..results.records import GROUP
+from ..results.knobs import GROUP
 from .plots import series_label
 
-SEARCH_FILE = "search.json"
 COLUMNS = ("series", "scale_key", "scale", "lrs_tried", "lowest_lr", "highest_lr", "runs", "finished_runs",
            "grid_runs", "cpu_s", "grid_cpu_s", "state", "reason", "stop")
-
-
-def read_search(sweep_dir: Path) -> dict[str, Any] | None:
-    """``search.json``, or None when the sweep did not search (or the file is unreadable: the report then
-    leaves the search's table out and says nothing false)."""
-    try:
-        body = json.loads((Path(sweep_dir) / SEARCH_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-    return body if isinstance(body, dict) and isinstance(body.get("scales"), dict) else None
 
 
 def _seconds(frame: pd.DataFrame, names: list[str]) -> tuple[float, int]:

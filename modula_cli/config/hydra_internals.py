@@ -72,3 +72,11 @@ def composer(primary: Path, extra: Path | None) -> tuple[Callable[[str, list[str
         return loader.load_configuration(config_name=config_name, overrides=overrides, run_mode=RunMode.MULTIRUN,
                                          from_shell=True, validate_sweep_overrides=False)
     return compose, loader.repository.group_exists
+
+
+def quiet_job_announcements() -> None:
+    """Hydra's basic launcher announces every job ("#N : overrides", also those a stop skips) through its
+    private logger; a run's progress bar and its closing line say it better, in one format."""
+    import logging
+
+    logging.getLogger("hydra._internal.core_plugins.basic_launcher").setLevel(logging.WARNING)

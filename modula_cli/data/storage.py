@@ -22,7 +22,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from ..plumbing import atomic
+from ..plumbing import atomic, environment
 
 REPO_DATA = Path(__file__).resolve().parents[2] / "data"
 FULL_CHECKSUM_LIMIT = 512 * 2**20  # bigger files are checked by size only on load (a full hash takes minutes)
@@ -77,7 +77,7 @@ def data_root(root: str | os.PathLike | None = None) -> Path:
     """``root`` if given, else ``$MODULA_DATA``, else the repository's ``data/``."""
     if root:
         return Path(root).expanduser()
-    return Path(os.environ.get("MODULA_DATA") or REPO_DATA)
+    return Path(os.environ.get(environment.DATA) or REPO_DATA)
 
 
 def sha256_file(path: Path, chunk: int = 2**22) -> str:

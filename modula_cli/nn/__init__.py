@@ -1,12 +1,14 @@
 """The modular-norm library: modules, atoms, bonds, compounds and the fast maps of docs/design.md."""
 
+from .atom import Atom
 from .atoms import Conv2D, Embed, Linear, MatrixAtom
-from .bonds import (GELU, Abs, Add, AddHeads, AvgPool, Enumerate, Flatten, FunctionalAttention, Identity, LayerNorm,
-                    MeanSubtract, Mul, ReLU, RemoveHeads, RMSDivide, ScaledGELU, ScaledReLU)
+from .bonds import (GELU, Abs, AddHeads, AvgPool, Enumerate, Flatten, FunctionalAttention, LayerNorm, MeanSubtract,
+                    ReLU, RemoveHeads, RMSDivide, ScaledGELU, ScaledReLU)
 from .compounds import GPT, Attention, Residual, ResMLP, ResNet, StandardGPT
-from .module import Atom, Bond, Composite, Module, TupleModule, layer_names, layer_roles, named, with_role
+from .module import Add, Bond, Composite, Identity, Module, Mul, TupleModule
 from .orthogonalize import METHODS as ORTHOGONALIZE_METHODS
 from .orthogonalize import orthogonalize
+from .roles import layer_names, layer_roles, named, with_role
 from .spectral import PowerIterationState
 
 __all__ = [

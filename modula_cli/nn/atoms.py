@@ -9,8 +9,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .checks import require_positive_ints
-from .module import Atom, per_member
+from .atom import Atom
 from .orthogonalize import orthogonalize
+from .packed import per_member
 from .spectral import exact_spectral_norm
 
 

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from .checks import require_positive_ints
-from .module import Add, Bond, Identity, Mul  # noqa: F401 - the algebra's own bonds, re-exported
+from .module import Bond
 
 
 def _dims(dims: int | Sequence[int]) -> tuple[int, ...]:

@@ -8,11 +8,12 @@ from __future__ import annotations
 import math
 
 from .atoms import Conv2D, Embed, Linear
-from .bonds import (GELU, Abs, AddHeads, AvgPool, Enumerate, Flatten, FunctionalAttention, Identity, LayerNorm,
-                    MeanSubtract, RemoveHeads, RMSDivide, ScaledGELU)
+from .bonds import (GELU, Abs, AddHeads, AvgPool, Enumerate, Flatten, FunctionalAttention, LayerNorm, MeanSubtract,
+                    RemoveHeads, RMSDivide, ScaledGELU)
 from .checks import require_positive_ints
-from .module import Module, named
-from .module import with_role as role
+from .module import Identity, Module
+from .roles import named
+from .roles import with_role as role
 
 
 def _positive_mass(owner: str, mass: float) -> None:

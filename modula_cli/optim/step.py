@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from ..nn import Module
-from ..nn.module import per_member
+from ..nn.packed import per_member
 from .config import OptimConfig
 from .directions import DIRECTIONS, ema_weight
 from .modes import MODES, single_lr

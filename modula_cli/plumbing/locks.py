@@ -16,11 +16,10 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from . import atomic
+from . import atomic, environment
 
 log = logging.getLogger(__name__)
 LOCK_FILE, OWNER_FILE = "run.lock", "run.owner"
-JOB_ENV = "MODULA_JOB_ID"  # the cluster job this process runs in ("slurm:12_3", "ray:<task id>")
 HOST = socket.gethostname()
 
 
@@ -87,7 +86,8 @@ class RunLocks:
                 return False
             taken.append(lock)
         self.held = True
-        owner = json.dumps({"pid": os.getpid(), "host": HOST, "since": time.time(), "job": os.environ.get(JOB_ENV)})
+        owner = json.dumps({"pid": os.getpid(), "host": HOST, "since": time.time(),
+                            "job": os.environ.get(environment.JOB)})
         for folder in self.run_dirs:
             atomic.write_text(folder / OWNER_FILE, owner)
         return True

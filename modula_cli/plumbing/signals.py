@@ -44,7 +44,7 @@ class StopSignal:
         self.signum: int | None = None
         self._previous: dict[int, Any] = {}
         self._depth = 0
-        self.on_stop: list[Callable[[int], None]] = []  # told once, at the first signal
+        self._listeners: list[Callable[[int], None]] = []  # told once, at the first signal (``telling``)
         self._marker: Path | None = None
         self._marker_seen_at = 0.0
         self.received = False  # a signal reached this process (not only the launch's stop marker)
@@ -96,6 +96,16 @@ class StopSignal:
                 self._previous = {}
 
     @contextmanager
+    def telling(self, listener: Callable[[int], None]) -> Iterator[StopSignal]:
+        """While inside, ``listener(signum)`` is told of the first signal (a launch writes its stop marker; a
+        follower of cluster jobs wakes up)."""
+        self._listeners.append(listener)
+        try:
+            yield self
+        finally:
+            self._listeners.remove(listener)
+
+    @contextmanager
     def at_once(self, doing: str) -> Iterator[StopSignal]:
         """Work with no step to stop after (preparing a dataset): a signal stops it where it is, by raising
         ``StopRequested``; long loops inside also call ``stop_here`` in case a library swallowed it."""
@@ -126,7 +136,7 @@ class StopSignal:
         if first:
             log.warning("received %s: the current run checkpoints after this step and no further run starts "
                         "(Ctrl-C again to stop at once)", signal.Signals(signum).name)
-            for listener in self.on_stop:
+            for listener in list(self._listeners):
                 listener(signum)
 
     def stop_here(self) -> None:

@@ -22,9 +22,11 @@ from pathlib import Path
 
 import torch
 
+from . import environment
+
 log = logging.getLogger(__name__)
 AUTO = "auto"
-JOB_CPUS = ("MODULA_JOB_CPUS", "SLURM_CPUS_PER_TASK")  # the CPUs a cluster job was given, by who says it
+JOB_CPUS = (environment.JOB_CPUS, environment.SLURM_CPUS)  # the CPUs a cluster job was given, by who says it
 
 
 def job_cpus() -> tuple[int, str] | None:

@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from ..config.members import Members
 from ..plumbing import atomic
-from ..results.records import best_lr
+from ..results.summary import best_lr
 from .state import RunState
 
 log = logging.getLogger(__name__)

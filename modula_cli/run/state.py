@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from ..optim import OptimState
-from ..results.records import DIVERGED, RUNNING
+from ..results.status import DIVERGED, RUNNING
 
 
 @dataclass

@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
 
+from ..plumbing import environment
 from ..config.members import MemberDir, Members, member_overrides
 from ..config.schema import TrainConfig
 from ..config.validate import checked_optim
@@ -41,8 +42,9 @@ from ..plumbing.device import resolve_device
 from ..plumbing.locks import RunLocks
 from ..plumbing.settings import typed
 from ..plumbing.signals import STOP, StopRequested
-from ..results.records import (BUSY, COMPLETED, DIVERGED, FAILED, INTERRUPTED, RUNNING, Outcome, Summary, is_finished,
-                               knobs_of, read_summary, summary_record, write_summary)
+from ..results.knobs import knobs_of
+from ..results.status import BUSY, COMPLETED, DIVERGED, FAILED, INTERRUPTED, RUNNING
+from ..results.summary import Outcome, Summary, is_finished, read_summary, summary_record, write_summary
 from . import checkpoint, temperatures
 from .layer_stats import LayerStats
 from .loggers import RunLoggers, best_text
@@ -174,7 +176,7 @@ def _write_failed(members: Members, error: Exception, record: _Record) -> None:
 
 
 def _distributed() -> tuple[int, int]:
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    world = int(os.environ.get(environment.WORLD_SIZE, "1"))
     if world > 1 and not dist.is_initialized():
         dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     return (dist.get_rank(), world) if world > 1 else (0, 1)
@@ -278,7 +280,7 @@ class RunContext:
 def _run_device(name: str, world: int) -> torch.device:
     device = resolve_device(name)
     if device.type == "cuda" and world > 1:
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        device = torch.device("cuda", int(os.environ.get(environment.LOCAL_RANK, "0")))
         torch.cuda.set_device(device)
     elif device.type == "cuda":  # an explicit index: the prefetch thread has its own current device
         device = torch.device("cuda", torch.cuda.current_device())

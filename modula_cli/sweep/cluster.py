@@ -19,22 +19,20 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from hydra.core.utils import JobReturn, JobStatus
 
 from ..config.identity import run_name
 from ..data.storage import data_root
 from ..plumbing.signals import STOP
-from ..results.records import (COMPLETED, DIVERGED, FAILED, PENDING, RUNNING, SKIPPED, Outcome, launch_record,
-                               launch_status,
-                               launch_summaries, mark_abandoned, read_manifest, record_failed_start)
+from ..plumbing import environment
+from ..results.manifest import LaunchRecord, Manifest, add_note, read_launch
+from ..results.status import COMPLETED, DIVERGED, FAILED, PENDING, RUNNING, SKIPPED
+from ..results.summary import Outcome, mark_abandoned, record_failed_start
 from .jobs import JobEnd, Jobs
-from .launch import CLOSING_NOTES, LAUNCH_ENV, report_progress
+from .progress import report_progress
 
 log = logging.getLogger(__name__)
-CWD_ENV = "MODULA_SWEEP_CWD"   # the launching process's working directory, for relative paths in a job's config
-CPUS_ENV = "MODULA_JOB_CPUS"   # the CPUs a job was given, where its scheduler does not say (Ray's num_cpus)
 WORD_EVERY_S = 60.0            # a line on how the jobs wait, when none has ended for this long
 SETTLED = (COMPLETED, DIVERGED, FAILED)  # a run in one of these needs nothing more from its job
 
@@ -42,18 +40,16 @@ SETTLED = (COMPLETED, DIVERGED, FAILED)  # a run in one of these needs nothing m
 # --- what a job carries -------------------------------------------------------------------------------------
 
 def job_environment() -> dict[str, str]:
-    """What a job on another machine takes from the launching process: the launch id (its closing counts),
-    the working directory (a relative ``data.root`` means the same there) and the data root, absolute."""
-    env = {CWD_ENV: os.getcwd(), "MODULA_DATA": str(data_root(None).absolute())}
-    if os.environ.get(LAUNCH_ENV):
-        env[LAUNCH_ENV] = os.environ[LAUNCH_ENV]
-    return env
+    """What a job on another machine takes from the launching process: the working directory (a relative
+    ``data.root`` means the same there) and the data root, absolute. (The launch id travels in the job's own
+    config: ``environment.carry_launch``.)"""
+    return {environment.CWD: os.getcwd(), environment.DATA: str(data_root(None).absolute())}
 
 
 def enter_job_environment(env: dict[str, str]) -> None:
     """In the job's process, before its config is composed: the launch's environment and working directory."""
     os.environ.update(env)
-    cwd = env.get(CWD_ENV)
+    cwd = env.get(environment.CWD)
     if cwd:
         try:
             os.chdir(cwd)
@@ -64,28 +60,27 @@ def enter_job_environment(env: dict[str, str]) -> None:
 
 # --- following the jobs -----------------------------------------------------------------------------------
 
-def runs_by_job(record: dict[str, Any], overrides: Sequence[Sequence[str]]) -> list[list[str]]:
+def runs_by_job(record: LaunchRecord, overrides: Sequence[Sequence[str]]) -> list[list[str]]:
     """The run folders of each job, as the launch planned them (one run named from its overrides when the
     plan does not list the job)."""
-    planned = {tuple(job["overrides"]): job["runs"] for job in record.get("jobs", [])}
-    return [list(planned.get(tuple(job), [run_name(list(job))])) for job in overrides]
+    return [list(record.runs_of(job) or [run_name(list(job))]) for job in overrides]
 
 
-def run_unfinished(overrides: Sequence[Sequence[str]], sweep_dir: Path, submit: Callable[[list[int]], Jobs],
-                   poll_s: float, grace_s: float) -> list[JobReturn]:
+def run_unfinished(overrides: Sequence[Sequence[str]], sweep_dir: Path, launch: str,
+                   submit: Callable[[list[int]], Jobs], poll_s: float, grace_s: float) -> list[JobReturn]:
     """Submit the jobs that have a run left to train (``submit`` gets their positions and returns them as
     ``Jobs``), follow them, and return a result for every job: a job whose runs all finished before the
     launch is not sent to the cluster to find that out (nor any after a stop)."""
-    record = launch_record(sweep_dir, os.environ.get(LAUNCH_ENV, ""))
+    record = read_launch(sweep_dir, launch)
     runs = runs_by_job(record, overrides)
-    before = set(record["finished_before"])
+    before = set(record.finished_before)
     todo = [] if STOP.requested else [i for i, names in enumerate(runs) if not set(names) <= before]
-    followed = Follower(submit(todo), [overrides[i] for i in todo], sweep_dir, poll_s, grace_s).follow() if todo \
-        else []
+    followed = Follower(submit(todo), [overrides[i] for i in todo], sweep_dir, launch, poll_s, grace_s).follow() \
+        if todo else []
     results = dict(zip(todo, followed))
     for i, job in enumerate(overrides):
         if i not in results:
-            results[i] = _completed(job, _outcome(runs[i], launch_summaries(sweep_dir, runs[i]), None, skipped=True))
+            results[i] = _completed(job, _outcome(runs[i], record.summaries(sweep_dir, runs[i]), None, skipped=True))
     return [results[i] for i in range(len(overrides))]
 
 
@@ -93,15 +88,15 @@ class Follower:
     """Follows one launch's jobs on their scheduler and its runs in their folders, to the end of every job
     (or of a stop's grace)."""
 
-    def __init__(self, jobs: Jobs, overrides: Sequence[Sequence[str]], sweep_dir: Path, poll_s: float,
-                 grace_s: float):
-        self.jobs, self.overrides, self.sweep_dir = jobs, overrides, sweep_dir
+    def __init__(self, jobs: Jobs, overrides: Sequence[Sequence[str]], sweep_dir: Path, launch: str,
+                 poll_s: float, grace_s: float):
+        self.jobs, self.overrides, self.sweep_dir, self.launch = jobs, overrides, sweep_dir, launch
         self.poll_s, self.grace_s = poll_s, grace_s
-        self.launch = os.environ.get(LAUNCH_ENV, "")
-        self.planned = read_manifest(sweep_dir)["runs"]
-        self.record = launch_record(sweep_dir, self.launch)
+        manifest = Manifest.read(sweep_dir)
+        self.planned = manifest.runs
+        self.record = manifest.launch(launch)
         self.runs = runs_by_job(self.record, overrides)
-        self.before = set(self.record["finished_before"])
+        self.before = set(self.record.finished_before)
         self.ended: dict[int, JobEnd] = {}
         self.told: set[int] = set()
         self.counted = 0          # the k of "[k of N]": runs of the jobs told so far
@@ -110,29 +105,29 @@ class Follower:
 
     def follow(self) -> list[JobReturn]:
         wake = threading.Event()
-        listener = lambda signum: wake.set()  # noqa: E731 - a stop ends the wait at once
-        STOP.on_stop.append(listener)
-        last_word = time.monotonic()
         try:
-            while True:
-                self.ended.update(self.jobs.poll())
-                summaries = launch_summaries(self.sweep_dir, self.record["runs"])  # once per poll
-                if any([self._tell(i, summaries) for i in range(len(self.overrides)) if i not in self.told]):
-                    last_word = time.monotonic()
-                if len(self.ended) == len(self.overrides) or not self._keep_waiting(summaries):
-                    break
-                if time.monotonic() - last_word > WORD_EVERY_S:
-                    log.info("waiting for %d of %d jobs: %s", len(self.overrides) - len(self.ended),
-                             len(self.overrides), self.jobs.waiting())
-                    last_word = time.monotonic()
-                wake.wait(self.poll_s if self.stopping_since is None else min(self.poll_s, 1.0))  # a stop: soon
-                wake.clear()
+            with STOP.telling(lambda signum: wake.set()):  # a stop ends the wait at once
+                self._poll_until_ended(wake)
         except KeyboardInterrupt:  # a second Ctrl-C: stop waiting, and leave nothing of the launch behind
             log.warning("not waiting any longer: cancelling what is left (%s)", self.jobs.waiting())
             self.jobs.cancel()
-        finally:
-            STOP.on_stop.remove(listener)
         return [self._result(i) for i in range(len(self.overrides))]
+
+    def _poll_until_ended(self, wake: threading.Event) -> None:
+        last_word = time.monotonic()
+        while True:
+            self.ended.update(self.jobs.poll())
+            summaries = self.record.summaries(self.sweep_dir)  # once per poll
+            if any([self._tell(i, summaries) for i in range(len(self.overrides)) if i not in self.told]):
+                last_word = time.monotonic()
+            if len(self.ended) == len(self.overrides) or not self._keep_waiting(summaries):
+                return
+            if time.monotonic() - last_word > WORD_EVERY_S:
+                log.info("waiting for %d of %d jobs: %s", len(self.overrides) - len(self.ended),
+                         len(self.overrides), self.jobs.waiting())
+                last_word = time.monotonic()
+            wake.wait(self.poll_s if self.stopping_since is None else min(self.poll_s, 1.0))  # a stop: soon
+            wake.clear()
 
     def _keep_waiting(self, summaries: dict[str, dict | None]) -> bool:
         """Stop the jobs on a stop (or when they can never start); False once a stop's grace is over."""
@@ -144,8 +139,8 @@ class Follower:
                             "ones checkpoint first); waiting up to %.0f s", left, self.grace_s)
             elif why := self.jobs.never_starts():
                 log.error("these jobs can never start: %s; cancelling them", why)
-                CLOSING_NOTES.append(f"the jobs were cancelled: {why}; change the request (hydra.launcher) or "
-                                     f"the partition, and run the command again")
+                add_note(self.sweep_dir, self.launch, f"the jobs were cancelled: {why}; change the request "
+                                                      f"(hydra.launcher) or the partition, and run the command again")
             else:
                 return True
             self.stopping_since = now
@@ -181,8 +176,8 @@ class Follower:
             for name in names:
                 if mark_abandoned(self.sweep_dir / name, f"{self.jobs.name(index)}: {end.state}",
                                   job=self.jobs.owner(index)) is not None:
-                    summaries.update(launch_summaries(self.sweep_dir, [name]))
-        statuses = [launch_status(name, summaries.get(name), self.launch, self.record) for name in names]
+                    summaries.update(self.record.summaries(self.sweep_dir, [name]))
+        statuses = [self.record.status(name, summaries.get(name)) for name in names]
         if end is None and not all(status in SETTLED for status in statuses):
             return False
         self.told.add(index)
@@ -190,17 +185,19 @@ class Follower:
             if end is None or end.cancelled or self.stopping_since is not None:
                 return False  # never started: cancelled, or stopped before it could
             self._failed_start(index, end, names)
-            summaries.update(launch_summaries(self.sweep_dir, names))
+            summaries.update(self.record.summaries(self.sweep_dir, names))
         self.counted += sum(name not in self.before for name in names)
         outcome = Outcome(SKIPPED) if all(status == SKIPPED for status in statuses) else \
             _outcome(names, summaries, end)  # SKIPPED: trained by another launch meanwhile
-        report_progress(self.sweep_dir, run_name(list(self.overrides[index])), outcome, self.counted, summaries)
+        report_progress(self.sweep_dir, self.launch, run_name(list(self.overrides[index])), outcome, self.counted,
+                        summaries)
         return True
 
     def _failed_start(self, index: int, end: JobEnd, names: list[str]) -> None:
         """A job that ended before its runs started (its node's environment, its setup, memory, a lost node):
         its runs are failed, saying how (a relaunch retries them)."""
-        returned = getattr(end.returned, "_return_value", None)
+        returned = end.returned.return_value if isinstance(end.returned, JobReturn) \
+            and end.returned.status == JobStatus.COMPLETED else None
         if isinstance(returned, Outcome) and returned.error:  # refused on its node (e.g. no GPU there)
             why = f"{self.jobs.name(index)}: {returned.error}"
         elif end.returned is not None:  # it ran and returned, yet its runs left nothing where the launch looks
@@ -219,7 +216,7 @@ class Follower:
         if end is not None and isinstance(end.returned, JobReturn) and end.returned.status == JobStatus.COMPLETED:
             return end.returned
         names = self.runs[index]
-        return _completed(self.overrides[index], _outcome(names, launch_summaries(self.sweep_dir, names), end))
+        return _completed(self.overrides[index], _outcome(names, self.record.summaries(self.sweep_dir, names), end))
 
 
 def _outcome(names: list[str], summaries: dict[str, dict | None], end: JobEnd | None, skipped: bool = False

@@ -18,7 +18,7 @@ from ..config.members import Members, pack_arguments, sweep_member_dir
 from ..config.overrides import apply_overrides
 from ..config.validate import check_config
 from ..optim import OptimConfig
-from ..results.records import knobs_of
+from ..results.knobs import knobs_of
 
 
 def grid_overrides(config: DictConfig) -> list[list[str]]:

@@ -12,11 +12,9 @@ stopped, per round the planning time and the launcher's time) is written after e
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import numbers
-import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,14 +24,18 @@ from typing import Any
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
-from ..analysis.search_spend import SEARCH_FILE, read_search
+from ..results.search_file import write_search
 from ..analysis.stats import signed
 from ..config.hydra_internals import split_sweep
 from ..config.identity import run_name
 from ..config.members import pack_arguments
 from ..plumbing import atomic
+from ..plumbing.environment import launch_of
 from ..plumbing.signals import STOP
-from ..results.records import (COMPLETED, KNOB_KEYS, SCALE_KNOBS, add_to_launch, is_finished, read_summary)
+from ..results.knobs import KNOB_KEYS, SCALE_KNOBS
+from ..results.manifest import add_to_launch
+from ..results.status import COMPLETED
+from ..results.summary import is_finished, read_summary
 from .grid import JobComposer, host_of, planned_runs
 from .lr_search import Lattice, ScalePlan, SearchError, SearchSettings, plan_series
 
@@ -283,24 +285,13 @@ class SearchRecord:
 
     def write(self, sweep_dir: Path) -> None:
         """``search.json``, with the rounds of earlier launches into the folder kept."""
-        settings = self.space.settings
-        launches = {r.launch for r in self.rounds}
-        before = read_search(sweep_dir) or {}
-        earlier = [r for r in before.get("rounds", []) if isinstance(r, dict) and r.get("launch") not in launches]
-        rounds = earlier + [vars(r) for r in self.rounds]
-        # other series searched into this folder by other launches (another mode, say) keep their entries
-        scales = {**before.get("scales", {}), **self.scales}
-        planning = sum(float(r.get("planning_s") or 0) for r in rounds)
-        launched = sum(float(r.get("launched_s") or 0) for r in rounds)
-        body = {"settings": {"grid": list(self.space.lattice.grid), "substeps": settings.per_grid,
-                             "resolution": settings.resolution, "budget": settings.budget,
-                             "low": None if settings.low is None else self.space.lattice.lr(settings.low),
-                             "high": None if settings.high is None else self.space.lattice.lr(settings.high),
-                             "seeds": list(self.space.seeds)},
-                "scales": scales,
-                "rounds": rounds,
-                "planning_s": round(planning, 3), "launched_s": round(launched, 3)}
-        atomic.write_text(sweep_dir / SEARCH_FILE, json.dumps(body, indent=1))
+        settings, lattice = self.space.settings, self.space.lattice
+        write_search(sweep_dir, {"grid": list(lattice.grid), "substeps": settings.per_grid,
+                                 "resolution": settings.resolution, "budget": settings.budget,
+                                 "low": None if settings.low is None else lattice.lr(settings.low),
+                                 "high": None if settings.high is None else lattice.lr(settings.high),
+                                 "seeds": list(self.space.seeds)},
+                     self.scales, [vars(r) for r in self.rounds])
 
 
 @dataclass
@@ -317,7 +308,7 @@ class Search:
     def __init__(self, config: DictConfig):
         self.space = search_space(config)
         self.sweep_dir = Path(config.hydra.sweep.dir)
-        self.launch = os.environ.get("MODULA_SWEEP_LAUNCH") or ""
+        self.launch = launch_of(config)
         self.composer = JobComposer(config, devices_here=host_of(config.hydra.launcher).local)
         self.book = RunBook(self.space, self.sweep_dir, self.composer, config.sweep.metric, self.launch,
                             bool(config.sweep.rerun or config.train.rerun))

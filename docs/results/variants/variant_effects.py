@@ -29,7 +29,7 @@ from modula_cli.data import build_dataset  # noqa: E402
 from modula_cli.models import build_model  # noqa: E402
 from modula_cli.nn import Conv2D, PowerIterationState, ResNet  # noqa: E402
 from modula_cli.optim import OptimConfig, init_state, optimizer_step  # noqa: E402
-from modula_cli.results.records import collect  # noqa: E402
+from modula_cli.results.table import collect  # noqa: E402
 from modula_cli.models.variant import VARIANTS, Variant  # noqa: E402
 
 SMALL = ["experiment=small/gpt_width", "arch.width=64", "sweep.pack=true",

@@ -40,7 +40,7 @@ import torch
 from torch import Tensor
 
 from ...nn import Atom, Embed, FunctionalAttention, MatrixAtom, Module, layer_names, layer_roles
-from ...nn.module import per_member
+from ...nn.packed import per_member
 from ..config import OptimConfig
 from .unnormed import Unnormed
 
@@ -63,6 +63,15 @@ class LayerRule:
     lr: float            # × the run's LR for this atom's stored weight
     init: float          # × the atom's own initial effective weight
     output: float        # the forward multiplier (the atom's constant factor)
+
+
+@dataclass(frozen=True)
+class MupParametrisation:
+    """What ``Mup.network`` records on the network it prepares (``Module.set_parametrisation``): each atom's
+    rule, in weight-list order, and the roles whose layers start at zero."""
+
+    rules: tuple[LayerRule, ...]
+    zero_roles: frozenset[str]
 
 
 def fans(atom: Atom) -> tuple[int, int]:
@@ -164,15 +173,15 @@ class Mup(Unnormed):
         base = at_width(cfg.mup_base_width)
         # which layers grow is seen only beside another width: at the base width itself, compare 2× base
         refuse_stray_readouts(at_width(2 * cfg.mup_base_width), base, named=net)
-        net._mup_rules = parametrise(net, base, cfg.name)
-        net._mup_zero = {role for role, zero in ((READOUT_ROLE, cfg.mup_readout_zero),
-                                                 (QUERY_ROLE, cfg.mup_query_zero)) if zero}
-        return net
+        rules = tuple(parametrise(net, base, cfg.name))
+        zero_roles = frozenset(role for role, zero in ((READOUT_ROLE, cfg.mup_readout_zero),
+                                                       (QUERY_ROLE, cfg.mup_query_zero)) if zero)
+        return net.set_parametrisation(MupParametrisation(rules, zero_roles))
 
     def initial_weights(self, net: Module, weights: list[Tensor]) -> list[Tensor]:
-        rules, roles, zero = rules_of(net), layer_roles(net), net.__dict__.get("_mup_zero", set())
-        return [torch.zeros_like(w) if role in zero else w * rule.init
-                for w, rule, role in zip(weights, rules, roles, strict=True)]
+        prepared = _prepared(net)
+        return [torch.zeros_like(w) if role in prepared.zero_roles else w * rule.init
+                for w, rule, role in zip(weights, prepared.rules, layer_roles(net), strict=True)]
 
     def update(self, net: Module, weights: list[Tensor], u: list[Tensor], lr: Tensor, state: Any,
                cfg: OptimConfig) -> list[Tensor]:
@@ -206,8 +215,12 @@ class Mup(Unnormed):
         return {"mup_base_width": cfg.mup_base_width}
 
 
-def rules_of(net: Module) -> list[LayerRule]:
-    rules = net.__dict__.get("_mup_rules")
-    if rules is None:
+def _prepared(net: Module) -> MupParametrisation:
+    if not isinstance(record := net.parametrisation, MupParametrisation):
         raise RuntimeError("optim.mode=mup on a network that Mup.network did not prepare")
-    return rules
+    return record
+
+
+def rules_of(net: Module) -> list[LayerRule]:
+    """Each atom's μP rule, in weight-list order, as ``Mup.network`` set them."""
+    return list(_prepared(net).rules)

@@ -1,0 +1,39 @@
+"""The environment variables that carry a value across a process boundary, each name once. Ours go from the
+launching process into a job (on this machine or another); the others are set by whoever starts us."""
+
+from __future__ import annotations
+
+import os
+
+from omegaconf import DictConfig, open_dict, read_write
+
+# ours: set for a job, read in it
+LAUNCH = "MODULA_SWEEP_LAUNCH"  # the launch a job belongs to (its progress line and closing counts)
+JOB = "MODULA_JOB_ID"           # the cluster job a trainer runs in ("slurm:12_3", "ray:<task id>"): run.owner
+JOB_CPUS = "MODULA_JOB_CPUS"    # the CPUs a job was given, where its scheduler does not say (Ray's num_cpus)
+CWD = "MODULA_SWEEP_CWD"        # the launching process's working directory: relative paths mean the same there
+DATA = "MODULA_DATA"            # the data root (also a user's own setting)
+# theirs: read only
+SLURM_CPUS = "SLURM_CPUS_PER_TASK"
+WORLD_SIZE, LOCAL_RANK = "WORLD_SIZE", "LOCAL_RANK"  # torchrun's
+
+
+def job_launch() -> str | None:
+    """In a job: the launch it belongs to (None: a run outside a sweep, or a sweep's deferred run, which its
+    launch trains itself and names)."""
+    return os.environ.get(LAUNCH) or None
+
+
+def carry_launch(config: DictConfig, launch_id: str, quoted: str) -> None:
+    """Make every job of this multirun see ``launch_id`` as ``LAUNCH``, with Hydra's own ``hydra.job.env_set``
+    (each job's config is composed again from ``hydra.overrides.hydra``: ``quoted`` is the id as an override
+    value). The launching process reads it back with ``launch_of``."""
+    with read_write(config.hydra), open_dict(config.hydra):
+        config.hydra.job.env_set[LAUNCH] = launch_id
+        config.hydra.overrides.hydra.append(f"++hydra.job.env_set.{LAUNCH}={quoted}")
+
+
+def launch_of(config: DictConfig) -> str:
+    """In the launching process: the launch that ``carry_launch`` recorded in the multirun's config ("" before
+    it)."""
+    return str(config.hydra.job.get("env_set", {}).get(LAUNCH) or "")

@@ -1,0 +1,49 @@
+"""The report at the end of every multirun, written once however many processes end a sweep of one folder
+together, and logged to Weights & Biases when the sweep logs there."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from filelock import FileLock
+from omegaconf import DictConfig
+
+from ..results.files import SWEEP_LOCK
+
+log = logging.getLogger(__name__)
+
+
+def write_sweep_report(config: DictConfig, sweep_dir: Path) -> None:
+    """The report (one writer at a time: several processes may end a sweep of one folder together)."""
+    from ..analysis.report import write_report
+
+    try:
+        with FileLock(str(sweep_dir / SWEEP_LOCK)):
+            write_report(sweep_dir, metric=config.sweep.metric)
+        if config.logger.name == "wandb":
+            log_report_to_wandb(config, sweep_dir)
+    except Exception as error:  # noqa: BLE001 - a report problem must not hide the runs' results
+        log.warning("report not written: %s: %s", type(error).__name__, error)
+
+
+def log_report_to_wandb(config: DictConfig, sweep_dir: Path) -> None:
+    from ..run.loggers import sweep_group, wandb_location, wandb_mode, wandb_settings
+
+    mode = wandb_mode(config.logger.get("mode"), sweep_dir)
+    try:
+        import pandas as pd
+        import wandb
+
+        run = wandb.init(project=config.logger.project, entity=config.logger.entity,
+                         group=config.logger.group or sweep_group(sweep_dir), name=f"{sweep_dir.name}-report",
+                         job_type="report", dir=str(sweep_dir), mode=mode,
+                         settings=wandb_settings(wandb))
+        if where := wandb_location(run):
+            log.info("W&B report: %s", where)
+        run.log({name: wandb.Image(str(sweep_dir / f"{name}.png")) for name in ("transfer", "scale")})
+        run.log({name: wandb.Table(dataframe=pd.read_csv(sweep_dir / f"{name}.csv"))
+                 for name in ("optimal_lr", "transfer", "curves")})
+        run.finish()
+    except Exception as error:  # noqa: BLE001
+        log.warning("report not logged to wandb: %s", error)

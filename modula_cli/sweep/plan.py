@@ -1,0 +1,138 @@
+"""Before a launch: every job of the grid composed and checked (each problem said once, with the grid points
+it hits), the data each run still to train needs made ready, and the runs the launch will train planned."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from ..config.identity import short_keys
+from ..config.overrides import OverrideError
+from ..config.validate import ConfigError
+from ..data import DataUnavailable, prepare_dataset
+from ..models.variant import folder_suffix, variant_name, variant_of
+from ..plumbing.signals import STOP
+from ..plumbing.wording import counted
+from ..results.manifest import other_experiments
+from ..results.summary import is_finished, read_summary
+from .grid import JobComposer, grid_overrides, planned_runs
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a launch will train: every run folder with its knobs, and each job's overrides with its runs."""
+    runs: dict[str, dict]
+    jobs: list[tuple[list[str], list[str]]]
+
+
+def validate_grid(config: DictConfig, prepare_data: bool = False, devices_here: bool = True) -> Plan:
+    """Compose and check every job; return the plan, or raise one ConfigError listing every bad job.
+    ``prepare_data``: also download or prepare once each dataset that a run still to train needs (offline: one
+    line each; a finished sweep relaunched offline still reports). ``devices_here``: the jobs run on this
+    machine, so ``train.device=cuda`` needs a GPU here (cluster jobs check their own node's).
+
+    """
+    composer = JobComposer(config, devices_here)
+    problems: list[str] = []
+    per_job: list[tuple[str, str]] = []  # (job, problem): one bad value repeats in every job it reaches
+    planned: dict[str, dict] = {}
+    jobs: list[tuple[list[str], list[str]]] = []
+    needs: list[tuple[dict, set[str]]] = []  # each job's data group and the runs it trains
+    folders: dict[str, str] = {}  # each variant's sweep-folder suffix: one launch, one variant
+    grid = grid_overrides(config)
+    for job in grid:
+        try:
+            job_cfg = composer.compose(job)
+            variant = variant_of(job_cfg)
+            folders.setdefault(folder_suffix(variant), variant_name(variant))
+            runs = planned_runs(job, job_cfg)
+            planned.update(runs)
+            jobs.append((list(job), sorted(runs)))
+            needs.append((OmegaConf.to_container(job_cfg.data, resolve=True), set(runs)))
+        except ConfigError as error:
+            per_job += [(" ".join(job), issue) for issue in error.problems]
+        except OverrideError as error:
+            per_job.append((" ".join(job), str(error)))
+        except Exception as error:  # noqa: BLE001 - composition errors are problems to report too
+            per_job.append((" ".join(job), str(error).splitlines()[0]))
+    problems += grid_problems(per_job, len(grid))
+    if len(folders) > 1:  # run folders do not name the variant: its sweep folder does
+        problems.append(f"this launch sweeps {len(folders)} variants ({', '.join(sorted(folders.values()))}); each "
+                        f"variant sweeps into a folder of its own: launch them one at a time")
+    if not problems and prepare_data:
+        done = finished_runs(config, planned)
+        datasets = {json.dumps(data, sort_keys=True, default=str): data for data, runs in needs if runs - done}
+        problems += _unavailable(list(datasets.values()))
+    if problems:
+        raise ConfigError(problems)
+    return Plan(planned, jobs)
+
+
+def grid_problems(per_job: list[tuple[str, str]], jobs: int) -> list[str]:
+    """Each problem once, with the grid points it hits: ``train.steps='abc'; … (all 27 grid points)``; a problem
+    of one grid point names it, ``[arch.width=128 optim.lr=4.0] …``; of several, how many and the first."""
+    hit: dict[str, list[str]] = {}
+    for job, problem in per_job:
+        hit.setdefault(problem, []).append(job)
+    lines = []
+    for problem, where in hit.items():
+        if len(where) == 1 and jobs > 1:
+            lines.append(f"[{where[0]}] {problem}")
+        elif len(where) == jobs:
+            lines.append(problem + (f" (all {jobs} grid points)" if jobs > 1 else ""))
+        else:
+            lines.append(f"{problem} ({len(where)} of {jobs} grid points, e.g. [{where[0]}])")
+    return lines
+
+
+def another_experiment_line(sweep_dir: Path, planned: dict[str, dict]) -> str | None:
+    """One line when the sweep folder already holds another experiment: how it differs and what that does to the
+    report; when the folder holds none of this launch's own experiment, the folder that keeps it apart."""
+    held = other_experiments(sweep_dir, planned)
+    if not held.other:
+        return None
+    short = short_keys(list(held.apart))
+    there = "; ".join(f"{short[key]}={', '.join(map(_setting_text, olds))} there, {_setting_text(new)} here"
+                      for key, (olds, new) in held.apart.items())
+    line = (f"{sweep_dir} already holds another experiment ({counted(held.other, 'run')}: {there}); the report "
+            f"shows each as a series of its own and its plots gain panels")
+    if held.same:  # this launch adds to its own experiment's runs there (more seeds, more scales): it belongs
+        return f"{line}; this launch joins its own experiment's {counted(held.same, 'run')} there"
+    suffix = re.sub(r"[^\w.+-]", "", "-".join(f"{short[key]}{_setting_text(new)}"
+                                              for key, (_, new) in held.apart.items()))
+    suggested = sweep_dir.with_name(f"{sweep_dir.name}-{suffix}")
+    with contextlib.suppress(ValueError):
+        suggested = suggested.relative_to(Path.cwd())
+    return f"{line}; to keep this one apart, add hydra.sweep.dir={suggested}"
+
+
+def _setting_text(value: Any) -> str:
+    return "unset" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def finished_runs(config: DictConfig, planned: dict[str, dict]) -> set[str]:
+    """The planned runs finished before this launch, by this very configuration (none with sweep.rerun)."""
+    if config.sweep.rerun or config.train.rerun:
+        return set()
+    sweep_dir = Path(config.hydra.sweep.dir)
+    return {name for name, knobs in planned.items()
+            if is_finished(read_summary(sweep_dir / name, warn=False), knobs["fingerprint"])}
+
+
+def _unavailable(datasets: list[dict]) -> list[str]:
+    """Download or prepare each dataset once, before the first job: offline, one line each instead of a
+    failed run per job."""
+    problems = []
+    for data in datasets:
+        try:
+            with STOP.at_once(f"preparing data={data['name']}"):
+                prepare_dataset(data["name"], **data)
+        except DataUnavailable as error:
+            problems.append(str(error))
+    return problems
