@@ -48,7 +48,6 @@ USAGE_STATUS = 2  # a rejected command line, as argparse exits
 POWER = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)\^([+-]?\d+)(?![\w.])")
 QUOTED = re.compile(r"""('[^']*'|"[^"]*")""")
 LEXER_ERROR = "LexerNoViableAltException: "
-SWEEP_WITHOUT_MULTIRUN = re.compile(r"(?:Ambiguous value for argument|Sweep parameters) '(.*)'")  # Hydra's words
 MAX_LISTED = 160  # characters of options listed in a message; longer lists are left to --help
 
 
@@ -186,7 +185,7 @@ def check_command_line(overrides: Sequence[str], config_dirs: Sequence[Path], ex
     except OverrideParseException as error:
         raise UsageError(parse_error(error)) from error
     check_choices(overrides, config_dirs)
-    from .config.schema import register_schemas  # the defaults of the fixed groups (imports torch)
+    from .config.schema import register_schemas, searches  # the defaults of the fixed groups (imports torch)
 
     register_schemas()
     try:
@@ -208,7 +207,7 @@ def check_command_line(overrides: Sequence[str], config_dirs: Sequence[Path], ex
         key, _, values_text = sweeps[0].input_line.partition("=")
         as_list = "" if "(" in values_text else f", or write a list as {key}=[{values_text}]"  # not range(…), glob(…)
         raise UsageError(f"{sweeps[0].input_line} gives several values: add -m to sweep over them{as_list}")
-    if OmegaConf.select(cfg, "sweep.search", default=False) is True and not sweeping:
+    if searches(cfg) and not sweeping:
         raise UsageError("sweep.search=true searches the LRs of a sweep: add -m and an LR axis "
                          "(e.g. -m optim.lr=0.125,0.25,0.5,1), or a preset such as sweep=width")
     key = "hydra.sweep.dir" if sweeping else "hydra.run.dir"
@@ -314,9 +313,9 @@ def _no_spaced_equals(overrides: list[str]) -> None:
 def flags_first(argv: Sequence[str]) -> list[str]:
     """Hydra's flags (with their values) before the overrides, wherever they were typed: Hydra's parser reads no
     flag after an override, so ``a=1 -m b=2,3`` would end in "unrecognized arguments"."""
-    from .config.hydra_internals import args_parser
+    from .config.hydra_internals import flag_actions
 
-    actions = args_parser()._option_string_actions  # noqa: SLF001 - argparse's table of flags
+    actions = flag_actions()
     flags, overrides, rest = [], [], list(argv)
     while rest:
         token = rest.pop(0)

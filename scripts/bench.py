@@ -400,8 +400,7 @@ GPU_PRESET = dict(tables="modes,ortho,throughput,pack,compile", gpt_widths=[128,
                   context=256, bf16=True, pack_widths=[64, 256], pack_batch_size=64, steps=4, repeats=5)
 
 
-def main() -> None:
-    global OUT
+def bench_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gpu", action="store_true",
                         help="the GPU tables, compile last: GPT widths 128, 768, 2048 at 65 536 tokens per step "
@@ -440,6 +439,11 @@ def main() -> None:
                         help=f"comma-separated subset of: {', '.join(TABLES)}")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", type=Path, help="append every printed line to this file as it is measured")
+    return parser
+
+
+def bench_args(parser: argparse.ArgumentParser) -> argparse.Namespace:
+    """The command line, checked, with the GPU preset and the device's defaults filled in."""
     argv = parser.parse_known_args()[0]
     if argv.gpu:  # the preset's values are defaults: flags given on the command line still win
         parser.set_defaults(**GPU_PRESET)
@@ -456,6 +460,12 @@ def main() -> None:
     if args.peak_tflops is None and is_cuda(args.device):
         args.peak_tflops = 989.0
     args.matmul_size = args.matmul_size or (8192 if is_cuda(args.device) else 1024)
+    return args
+
+
+def main() -> None:
+    global OUT
+    args = bench_args(bench_parser())
     OUT = args.out
     emit(f"# scripts/bench.py {time.strftime('%Y-%m-%d %H:%M')}, torch {torch.__version__}, {device_name(args)}")
     if args.defaults:
@@ -478,6 +488,7 @@ def main() -> None:
             run_table[table]()
         except Exception as error:  # noqa: BLE001 - one table's failure (a compiler bug, say) must not cost the rest
             emit(f"# table {table} failed: {type(error).__name__}: {str(error).strip().splitlines()[0][:300]}")
+
 
 if __name__ == "__main__":
     main()

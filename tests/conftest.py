@@ -138,7 +138,7 @@ def tiny_image(arch: str, root, *overrides: str) -> list[str]:
 def record_first_update(monkeypatch) -> dict:
     """Spies on the trainer's optimiser step: ``initial`` (the weights before the first step), and of the first
     step with a nonzero LR its ``net``, ``grads``, update ``delta`` (stored weights) and ``lr``."""
-    import modula_cli.run.trainer as run_module
+    import modula_cli.run.loop as run_module
 
     original, seen = run_module.optimizer_step, {}
 

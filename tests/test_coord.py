@@ -508,9 +508,10 @@ def test_layer_stats_resume_drops_records_past_the_checkpoint(tmp_path):
 
 def _interrupted_at_step_12(cfg, run_dir, monkeypatch) -> None:
     """Train ``cfg`` into ``run_dir`` until a SIGTERM arrives during step 12 (checkpointed at step 13)."""
+    import modula_cli.run.loop as loop_module
     import modula_cli.run.trainer as run_module
 
-    original = run_module.optimizer_step
+    original = loop_module.optimizer_step
 
     def step_then_sigterm(*args, **kwargs):
         if args[5] == 12:
@@ -518,7 +519,7 @@ def _interrupted_at_step_12(cfg, run_dir, monkeypatch) -> None:
         return original(*args, **kwargs)
 
     with monkeypatch.context() as patch:
-        patch.setattr(run_module, "optimizer_step", step_then_sigterm)
+        patch.setattr(loop_module, "optimizer_step", step_then_sigterm)
         with pytest.raises(StopRequested):
             run_module.train(cfg, run_dir)
 

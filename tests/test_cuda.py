@@ -82,7 +82,7 @@ def test_packed_run_matches_separate_runs_on_cuda(tmp_path, tiny_text_root):
 def test_sigterm_on_cuda_resumes_on_cuda_and_on_cpu(tmp_path, tiny_text_root, monkeypatch):
     """A run stopped on the GPU resumes from its checkpoint, on the GPU or (train.device is not part of a
     run's identity) on the CPU, and ends where the uninterrupted run ends."""
-    import modula_cli.run.trainer as run_module
+    import modula_cli.run.loop as run_module
 
     common = ["optim.mode=normed", "train.steps=20", "train.checkpoint_every=5"]
     train(on_cuda(tiny_text_root, *common), tmp_path / "reference")

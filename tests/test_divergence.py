@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-import modula_cli.run.trainer as trainer
+import modula_cli.run.loop as trainer
 from conftest import compose_config, tiny_gpt
 from modula_cli.run.trainer import train
 

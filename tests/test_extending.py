@@ -142,7 +142,7 @@ def test_user_architecture_imports_from_the_working_folder_and_is_validated_befo
 
 def test_a_run_of_an_unfit_architecture_stops_with_one_line_and_leaves_nothing(bad_models, cifar_root):
     """The network is built before the run writes anything: its fresh folder goes, an earlier run's stays."""
-    from modula_cli.run.trainer import run_or_exit
+    from modula_cli.train import run_or_exit
 
     cfg = compose_config("arch.name=bad_models:wrong_output", "arch.width=8", "data=cifar10",
                          f"data.root={cifar_root}", "train.device=cpu", "train.progress=false")

@@ -1,6 +1,7 @@
 """Hydra's private API, pinned: modula_cli/config/hydra_internals.py is the only module that uses it, every use
 works on the installed hydra-core, and our override application matches Hydra's own."""
 
+import ast
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -97,3 +98,70 @@ def test_overrides_hydra_rejects_are_rejected_in_one_line(line, ours):
     with pytest.raises(ours) as error:
         apply_overrides(override, cfg.copy())
     assert "\n" not in str(error.value) and line.lstrip("+~").split("=")[0] in str(error.value)
+
+
+# --- every private use of another library, behind its adapter ------------------------------------------------
+
+ADAPTERS = {  # the one module per library allowed to touch its private API, and why it must
+    "modula_cli/config/hydra_internals.py": "Hydra 1.3 has no public parser, grid hook or config loader",
+    "modula_cli/sweep/ray_internals.py": "Ray resolves address=auto only in ray._private",
+    "modula_cli/plumbing/torch_internals.py": "torch.compiler has no graph_break",
+}
+# private by name, public by use: torch's foreach kernels (torch.optim's own), os._exit (documented)
+PUBLIC_DESPITE_THE_NAME = re.compile(r"^torch\._foreach_\w+$|^os\._exit$")
+
+
+def _own_private_names(sources: list[Path]) -> set[str]:
+    """Every ``_name`` our own code defines: functions, classes, attributes, arguments, module constants."""
+    names: set[str] = set()
+    for path in sources:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                names.add(node.attr)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+            elif isinstance(node, ast.arg):
+                names.add(node.arg)
+    return {name for name in names if name.startswith("_")}
+
+
+def private_uses(path: Path, own: set[str]) -> list[str]:
+    """Another library's private API used in ``path``: an import of a private module; an attribute ``x._name``
+    that our own code does not define (``torch._dynamo``, ``job._return_value``); any ``super()._name`` (a
+    library's private method, overridden and called)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        modules = [node.module] if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 else \
+            [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+        found += [f"{path.name}:{node.lineno} imports {m}" for m in modules
+                  if any(part.startswith("_") and not part.startswith("__") for part in m.split("."))]
+        if not (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")):
+            continue
+        text = ast.unparse(node)
+        on_super = isinstance(node.value, ast.Call) and ast.unparse(node.value.func) == "super"
+        if (node.attr not in own or on_super) and not PUBLIC_DESPITE_THE_NAME.match(text):
+            found.append(f"{path.name}:{node.lineno} uses {text}")
+    return found
+
+
+def test_only_the_adapters_use_another_librarys_private_api():
+    """Wider than the import check above: a private attribute of any library (Hydra's ``JobReturn``, argparse,
+    submitit, Ray, torch) outside its adapter breaks quietly on an upgrade."""
+    sources = [*(ROOT / "modula_cli").rglob("*.py"), *(ROOT / "hydra_plugins").rglob("*.py")]
+    own = _own_private_names(sources)
+    uses = [use for path in sources if str(path.relative_to(ROOT)) not in ADAPTERS
+            for use in private_uses(path, own)]
+    assert uses == []
+    assert all((ROOT / adapter).is_file() for adapter in ADAPTERS)
+
+
+def test_the_private_api_check_catches_each_kind(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text("from ray._private.services import x\nimport torch\nresult = job._return_value\n"
+                     "torch._dynamo.reset()\ntorch._foreach_add_(a, b)\nself._mine = 1\nvalue = other._mine\n"
+                     "os._exit(1)\nclass S(Base):\n    def _mine(self):\n        return super()._mine()\n")
+    assert private_uses(probe, {"_mine"}) == ["probe.py:1 imports ray._private.services",
+                                              "probe.py:3 uses job._return_value", "probe.py:4 uses torch._dynamo",
+                                              "probe.py:11 uses super()._mine"]

@@ -574,3 +574,84 @@ def test_auto_yields_to_the_users_own_form_of_a_request(cluster):
     assert not listed.problems and listed.params["partition"] == "cpu,gpu"  # gpu can run it
     none = slurm.fit({**BASE, "partition": "cpu,old", "gpus_per_node": 1}, cluster)
     assert none.problems[0].startswith("no partition of cpu,old can run it: hydra.launcher.gpus_per_node=1, but")
+
+
+# --- the launch as an object ----------------------------------------------------------------------------------
+
+def _open_launch(sweep: Path, runs: dict[str, dict]):
+    from modula_cli.plumbing.signals import STOP
+    from modula_cli.sweep.grid import Host
+    from modula_cli.sweep.launch import Launch
+
+    record_launch(sweep, "L", runs)
+    launch = Launch("L", sweep, Host(in_process=True, local=True))
+    launch.opened.enter_context(STOP.installed())
+    launch.opened.enter_context(STOP.telling(launch._write_stop_marker))
+    return launch
+
+
+def test_the_launch_closes_what_it_opened_whatever_its_end_meets(tmp_path, monkeypatch, capsys):
+    """An OSError settling one run costs neither the closing lines nor the signal handlers; an error in the
+    report's writing still gives the signals back before it surfaces."""
+    previous = signal.getsignal(signal.SIGTERM)
+    launch = _open_launch(tmp_path, {"a": {"lr": 0.1, "fingerprint": "f"}})
+    assert signal.getsignal(signal.SIGTERM) != previous
+    monkeypatch.setattr("modula_cli.sweep.launch.mark_abandoned",
+                        lambda run_dir: (_ for _ in ()).throw(OSError("stale NFS handle")))
+    monkeypatch.setattr("modula_cli.sweep.launch.write_sweep_report", lambda config, sweep_dir: None)
+    assert launch.end(None) == 1  # its run never started: incomplete
+    assert signal.getsignal(signal.SIGTERM) == previous
+    assert "sweep incomplete: 0 completed" in capsys.readouterr().out
+    launch = _open_launch(tmp_path, {"a": {"lr": 0.1, "fingerprint": "f"}})
+    monkeypatch.setattr("modula_cli.sweep.launch.write_sweep_report",
+                        lambda config, sweep_dir: (_ for _ in ()).throw(RuntimeError("disk full")))
+    with pytest.raises(RuntimeError, match="disk full"):
+        launch.end(None)
+    assert signal.getsignal(signal.SIGTERM) == previous
+
+
+def test_a_signal_writes_the_launchs_own_stop_marker_and_only_while_it_is_open(tmp_path, monkeypatch):
+    from modula_cli.plumbing.signals import STOP
+
+    monkeypatch.setattr("modula_cli.sweep.launch.write_sweep_report", lambda config, sweep_dir: None)
+    monkeypatch.setattr(STOP, "signum", None)  # restored after the test: the signal below is this test's own
+    monkeypatch.setattr(STOP, "received", False)
+    launch = _open_launch(tmp_path, {})
+    STOP._handle(signal.SIGTERM, None)
+    assert (tmp_path / ".stop.L").read_text() == str(int(signal.SIGTERM))
+    assert launch.end(None) == 128 + signal.SIGTERM  # a local launch takes its marker back
+    assert not (tmp_path / ".stop.L").exists()
+    with STOP.installed():
+        STOP._handle(signal.SIGTERM, None)  # the launch is over: nobody writes its marker now
+    assert not (tmp_path / ".stop.L").exists()
+
+
+def test_a_busy_run_of_a_job_in_this_process_is_left_for_the_end_of_its_launch(tmp_path):
+    """Hydra's basic launcher ends each job with ``on_job_end`` on the callback that holds the launch: a busy
+    run is deferred with what it needs to train later; any other end is not."""
+    import pickle
+
+    from hydra.core.utils import JobReturn, JobStatus
+    from omegaconf import OmegaConf
+
+    from modula_cli.results.status import BUSY
+    from modula_cli.results.summary import Outcome
+    from modula_cli.sweep.callback import SweepCallback
+
+    callback = SweepCallback()
+    callback.launch = _open_launch(tmp_path, {})
+    try:
+        for status in (BUSY, "completed"):
+            hydra_cfg = OmegaConf.create({"hydra": {"runtime": {"output_dir": str(tmp_path / status)}}})
+            ended = JobReturn(overrides=[f"optim.lr={len(status)}"], cfg=OmegaConf.create({"train": {"steps": 3}}),
+                              hydra_cfg=hydra_cfg, status=JobStatus.COMPLETED)
+            ended.return_value = Outcome(status)
+            callback.on_job_end(ended.cfg, ended)
+        failed = JobReturn(overrides=["x=1"], status=JobStatus.FAILED)
+        failed.return_value = RuntimeError("boom")
+        callback.on_job_end(None, failed)
+        [deferred] = callback.launch.deferred
+        assert (deferred.run_dir, deferred.overrides, deferred.cfg.train.steps) == (tmp_path / BUSY, ["optim.lr=4"], 3)
+        assert pickle.loads(pickle.dumps(callback)).launch is None  # launchers pickle it into every job
+    finally:
+        callback.launch.opened.close()

@@ -132,7 +132,7 @@ def test_the_scales_and_logit_rms_are_logged(tmp_path, tiny_text_root, monkeypat
     """Each logged value, recomputed from the weights that step left: a layer's scale is its RMS singular value
     in the RMS→RMS unit (σ / sqrt(d_out/d_in)), a scaled matrix's is its radius, which only takes sign steps
     of LR × share from 1; logit_rms is the RMS of the logits on the first evaluation batch's first 4 samples."""
-    import modula_cli.run.trainer as run_module
+    import modula_cli.run.loop as run_module
     from omegaconf import OmegaConf
 
     from modula_cli.data import build_dataset

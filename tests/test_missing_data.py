@@ -269,7 +269,7 @@ def test_skip_message_names_the_rerun_knob_of_its_context(tmp_path, tiny_text_ro
     line is only there for debugging (docs/usage.md: finished runs are skipped quietly)."""
     cfg = compose_config(*tiny_gpt(tiny_text_root, "train.steps=2"))
     train(cfg, tmp_path / "run")
-    with caplog.at_level(logging.DEBUG, logger="modula_cli.run.trainer"):
+    with caplog.at_level(logging.DEBUG, logger="modula_cli.run.claim"):
         assert train(cfg, tmp_path / "run").skipped
         assert train(cfg, tmp_path / "run", sweep_dir=tmp_path).skipped
     skips = [(r.levelno, r.getMessage()) for r in caplog.records if "already finished" in r.getMessage()]

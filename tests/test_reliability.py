@@ -107,7 +107,7 @@ def test_corrupt_summaries_are_retrained_and_never_crash_the_report(text_tmp, ca
 def test_truncated_checkpoint_warns_and_starts_afresh(tmp_path, tiny_text_root, monkeypatch, caplog):
     cfg = compose_config(*tiny_gpt(tiny_text_root, "train.steps=12", "train.checkpoint_every=4"))
     reference = train(cfg, tmp_path / "reference").summary
-    import modula_cli.run.trainer as run_module
+    import modula_cli.run.loop as run_module
 
     original = run_module.optimizer_step
 

@@ -1,6 +1,7 @@
 """The package's shape: short functions and no import circle in the module algebra; CI's path."""
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -10,15 +11,65 @@ PACKAGE = ROOT / "modula_cli"
 MAX_FUNCTION_LINES = 60
 
 
-def test_no_function_longer_than_60_lines():
+def _long_functions(folder: Path) -> list[str]:
     long = []
-    for path in PACKAGE.rglob("*.py"):
+    for path in folder.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 lines = node.end_lineno - node.lineno + 1
                 if lines > MAX_FUNCTION_LINES:
-                    long.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name} ({lines} lines)")
-    assert not long, long
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines} lines)")
+    return long
+
+
+@pytest.mark.parametrize("folder", ["modula_cli", "hydra_plugins", "scripts"])
+def test_no_function_longer_than_60_lines(folder):
+    assert _long_functions(ROOT / folder) == []
+
+
+def _module_state(path: Path) -> list[str]:
+    """Names a module binds at its top level to a value that can change: a list, dict or set (literal or
+    comprehension), or an object made by calling a class (``ExitStack()``); constants, tuples, frozen values
+    and functions are not state."""
+    found = []
+    for node in ast.parse(path.read_text()).body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) \
+            and node.value is not None else []
+        value = getattr(node, "value", None)
+        mutable = isinstance(value, (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp)) or (
+            isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id[:1].isupper()
+            and value.func.id not in IMMUTABLE_CALLS)
+        found += [f"{path.name}:{node.lineno} {ast.unparse(t)}" for t in targets if mutable]
+    return found
+
+
+# calls that make a value nobody changes: typing helpers, frozen records, compiled patterns
+IMMUTABLE_CALLS = {"TypeVar", "Path", "NamedTuple", "MappingProxyType"}
+
+
+def test_no_module_level_state_in_the_launching_code():
+    """A launch is an object (``sweep/launch.Launch``): nothing of one lives in a module of ``sweep/`` or of the
+    Hydra plugins, where a second launch in one process (or a test) would inherit it."""
+    sources = [*(PACKAGE / "sweep").rglob("*.py"), *(ROOT / "hydra_plugins").rglob("*.py")]
+    assert [found for path in sources for found in _module_state(path)] == []
+
+
+def test_the_module_state_check_sees_lists_dicts_and_objects(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text("A = []\nB: dict = {}\nC = ExitStack()\nD = (1, 2)\nE = frozenset()\nF = Path('x')\n"
+                     "G = {k: 1 for k in 'ab'}\nlog = logging.getLogger(__name__)\n")
+    assert [line.split(" ", 1)[1] for line in _module_state(probe)] == ["A", "B", "C", "G"]
+
+
+def test_every_environment_variable_is_named_in_one_module():
+    """Our own variables (``MODULA_*``) are spelled as names in ``plumbing/environment.py`` alone (text may
+    mention them): renaming one there cannot leave a reader elsewhere listening for the old name."""
+    sources = [*PACKAGE.rglob("*.py"), *(ROOT / "hydra_plugins").rglob("*.py")]
+    spelled = [str(path.relative_to(ROOT)) for path in sources
+               if any(isinstance(node, ast.Constant) and isinstance(node.value, str)
+                      and re.fullmatch(r"MODULA_[A-Z_]+", node.value)
+                      for node in ast.walk(ast.parse(path.read_text())))]
+    assert spelled == ["modula_cli/plumbing/environment.py"]
 
 
 def _imports(path: Path) -> set[str]:

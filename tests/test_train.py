@@ -219,7 +219,7 @@ def test_same_seed_reproduces_and_finished_run_is_skipped(tmp_path, tiny_text_ro
 
 def interrupted_at(monkeypatch, step: int, run) -> None:
     """``run()`` with a SIGTERM sent during optimiser step ``step``: it must stop (after that step)."""
-    import modula_cli.run.trainer as run_module
+    import modula_cli.run.loop as run_module
 
     original = run_module.optimizer_step
 
@@ -452,9 +452,9 @@ def test_packed_diverging_member_is_frozen_and_the_others_go_on(tmp_path, tiny_t
 
 
 def test_the_variant_note_of_an_architecture_is_logged_once_per_process(tmp_path, tiny_text_root, caplog):
-    import modula_cli.run.trainer as trainer
+    import modula_cli.run.context as context
 
-    trainer._say_once.cache_clear()  # earlier tests in this process may have logged it
+    context.say_once.cache_clear()  # earlier tests in this process may have logged it
     caplog.set_level("INFO")
     for lr in (0.01, 0.02):  # two runs of a sweep in one process
         train(compose_config(*tiny_gpt(tiny_text_root, "arch=standard_gpt", "arch.width=16", "train.steps=2",
@@ -509,15 +509,16 @@ def test_a_single_run_out_of_memory_is_one_line_naming_the_sizes(tmp_path, tiny_
     """A run too large for the machine (a 100k context, say) ends in one line naming the sizes to shrink, not
     a traceback; any other error is left as it is."""
     import modula_cli.run.trainer as run_module
+    from modula_cli.train import run_or_exit
 
     cfg = compose_config(*tiny_gpt(tiny_text_root, "train.steps=2"))
     message = "[enforce fail at alloc_cpu.cpp:121] data. DefaultCPUAllocator: can't allocate memory: you tried to"
     monkeypatch.setattr(run_module, "train", lambda *a, **k: (_ for _ in ()).throw(RuntimeError(message)))
     with pytest.raises(SystemExit) as stopped:
-        run_module.run_or_exit(cfg, tmp_path / "run")
+        run_or_exit(cfg, tmp_path / "run")
     said = str(stopped.value.code)
     assert said.startswith(f"modula-sweep: out of memory ({message}); arch.width=16, train.batch_size=8, "
                            "data.context=16: smaller ones need less") and "\n" not in said
     monkeypatch.setattr(run_module, "train", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("shapes differ")))
     with pytest.raises(RuntimeError, match="shapes differ"):
-        run_module.run_or_exit(cfg, tmp_path / "run")
+        run_or_exit(cfg, tmp_path / "run")

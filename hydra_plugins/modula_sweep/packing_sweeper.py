@@ -8,17 +8,18 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from modula_cli.config.hydra_internals import BasicSweeper
+from modula_cli.config.hydra_internals import GridSweeper
 
 
-class PackingSweeper(BasicSweeper):
+class PackingSweeper(GridSweeper):
     def setup(self, *, hydra_context: Any, task_function: Any, config: DictConfig) -> None:
         super().setup(hydra_context=hydra_context, task_function=task_function, config=config)
         self.pack = bool(OmegaConf.select(config, "sweep.pack", default=False))
-        self.search = OmegaConf.select(config, "sweep.search", default=False) is True
+        from modula_cli.config.schema import searches  # here: Hydra imports every plugin at start-up
 
-    def _parse_config(self) -> list[str]:
-        params = super()._parse_config()
+        self.search = searches(config)
+
+    def grid_arguments(self, params: list[str]) -> list[str]:
         return _packed(params) if self.pack else params
 
     def sweep(self, arguments: list[str]) -> Any:

@@ -69,9 +69,9 @@ def _probe(address: Any, timeout_s: float = 5.0) -> None:
     """ConnectionError unless the cluster's head (its GCS port) accepts a connection within ``timeout_s``."""
     if not address or str(address).startswith("ray://"):  # a local instance, or Ray Client: ray.init says
         return
-    from ray._private.services import canonicalize_bootstrap_address_or_die  # "auto": RAY_ADDRESS, ray start's
+    from modula_cli.sweep.ray_internals import bootstrap_address  # "auto": RAY_ADDRESS, ray start's
 
-    host, _, port = canonicalize_bootstrap_address_or_die(str(address)).rpartition(":")
+    host, _, port = bootstrap_address(str(address)).rpartition(":")
     with socket.create_connection((host, int(port)), timeout=timeout_s):
         pass
 

@@ -13,7 +13,6 @@ import contextlib
 import io
 import logging
 import os
-import pickle
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -162,19 +161,29 @@ def executor_parameters(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def _result_reader(job: Any) -> Any:
-    """Reads what a task returned (submitit's result file): (JobReturn, None), (None, error), or (None, None)
-    when it left no result (killed, requeued or cancelled before it could write one)."""
+    """Reads what a task returned, through submitit's own ``job.exception()`` / ``job.result()``: (JobReturn,
+    None), (None, error), or (None, None) when it left no result (killed, requeued or cancelled before it could
+    write one). Asked only once the scheduler says the task ended and its result file is there, so submitit
+    never waits."""
 
     def read() -> tuple[JobReturn | None, str | None]:
-        path = job.paths.result_pickle
-        try:
-            with open(path, "rb") as handle:
-                outcome, value = pickle.load(handle)
-        except (OSError, EOFError, pickle.UnpicklingError, ValueError, TypeError, AttributeError, ImportError):
+        if not job.paths.result_pickle.exists():
             return None, None
-        if outcome == "success":
-            return value, None
-        lines = [line for line in str(value).strip().splitlines() if line.strip()]
-        return None, f"{lines[-1] if lines else 'an error'} (log: {job.paths.stderr})"
+        try:
+            failure = job.exception()
+            if failure is None:
+                return job.result(), None
+        except Exception:  # noqa: BLE001 - a result file cut short or unreadable: no result
+            return None, None
+        return None, f"{_last_line(failure)} (log: {job.paths.stderr})"
 
     return read
+
+
+def _last_line(failure: BaseException) -> str:
+    """The task's own error line: the last line of the traceback that submitit's FailedJobError quotes between
+    its rulers (the whole message when it holds none)."""
+    text = str(failure)
+    parts = text.split("-" * 22)
+    lines = [line for line in (parts[1] if len(parts) >= 3 else text).strip().splitlines() if line.strip()]
+    return lines[-1].strip() if lines else "an error"

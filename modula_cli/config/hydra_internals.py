@@ -1,12 +1,15 @@
-"""The one module that uses Hydra's private API (``hydra._internal``), for what Hydra 1.3 offers no public
-hook for. Nothing here replaces or wraps a Hydra function at run time. tests/test_hydra_internals.py pins each
+"""The one module that uses Hydra's private API (``hydra._internal``, and argparse's table of flags inside
+Hydra's parser), for what Hydra 1.3 offers no public hook for. Nothing here replaces or wraps a Hydra
+function at run time. tests/test_hydra_internals.py pins each
 use to the supported hydra-core range (``SUPPORTED``, as in pyproject.toml): a Hydra upgrade that moves one
 fails there, not in a user's sweep.
 
 - ``args_parser``: Hydra's own command-line parser, so that we read ``--config-dir``, ``-m`` and the
   overrides exactly as ``@hydra.main`` will.
-- ``BasicSweeper``: the grid expansion of ``hydra/sweeper=basic``; the packing sweeper extends it, and the
-  grid validation expands a sweep the way it will run.
+- ``GridSweeper``: Hydra's basic sweeper (``hydra/sweeper=basic``) with a public hook on its grid; the packing
+  sweeper extends it, and the grid validation expands a sweep the way it will run (``split_sweep``).
+- ``flag_actions``: the flags of Hydra's parser, so a flag typed after an override still reaches it.
+- ``quiet_job_announcements``: the basic launcher's per-job lines, from its private logger.
 - ``composer``: the config loader ``@hydra.main`` builds (the same search path: ``--config-dir`` first), to
   compose a command line before Hydra runs it; ``group_exists`` asks the running Hydra's loader.
 """
@@ -24,17 +27,37 @@ from omegaconf import DictConfig
 
 SUPPORTED = ">=1.3.2,<1.4"
 
-__all__ = ["SUPPORTED", "args_parser", "composer", "group_exists", "split_sweep"]  # and BasicSweeper, on demand
+__all__ = ["SUPPORTED", "args_parser", "composer", "flag_actions", "group_exists", "split_sweep"]  # and GridSweeper,
+# on demand
 
 
 def __getattr__(name: str) -> Any:
     # ``BasicSweeper`` is looked up when asked for: Hydra's plugin scan re-imports its core plugins, and a class
     # taken before that scan is not the one Hydra instantiates (super() then fails in the packing sweeper)
-    if name == "BasicSweeper":
-        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-
-        return BasicSweeper
+    if name == "GridSweeper":
+        return _grid_sweeper()
     raise AttributeError(name)
+
+
+def _grid_sweeper() -> type:
+    """Hydra's basic sweeper with one public hook on its grid, ``grid_arguments``: each sweep parameter of
+    ``hydra.sweeper.params`` as Hydra parsed it in, what the grid sweeps out (its own ``_parse_config``)."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+    class GridSweeper(BasicSweeper):
+        def _parse_config(self) -> list[str]:
+            return self.grid_arguments(super()._parse_config())
+
+        def grid_arguments(self, params: list[str]) -> list[str]:
+            return params
+
+    return GridSweeper
+
+
+def flag_actions() -> dict[str, argparse.Action]:
+    """Each of Hydra's command-line flags (``-m``, ``--config-dir``, …) with what it takes: argparse's own table,
+    which it keeps private."""
+    return args_parser()._option_string_actions  # noqa: SLF001
 
 
 def args_parser() -> argparse.ArgumentParser:

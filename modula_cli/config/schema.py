@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
+from omegaconf import OmegaConf
 
 from ..data.config import DataConfig
 from ..models.config import ArchConfig
@@ -26,6 +27,12 @@ from ..models.variant import Variant
 from ..optim.config import OptimConfig
 from ..plumbing.device import DEVICES
 from ..plumbing.settings import setting
+
+def searches(cfg: Any) -> bool:
+    """Whether a sweep searches each scale's LRs (``sweep.search=true``) instead of training its whole grid: the
+    one place that decides it (the command line's check, the sweeper, the launch and each job ask here)."""
+    return OmegaConf.select(cfg, "sweep.search", default=False) is True
+
 
 METRICS = ("train_loss", "test_loss", "test_acc")  # what a report may optimise (sweep.metric)
 DTYPES = ("float32", "bfloat16")
@@ -67,7 +74,7 @@ class SweepConfig:
     search_resolution: float = setting(0.75, "search: stop at a scale once the optimum's 95 % interval is at most "
                                             "this many grid steps wide")
     search_substeps: int = setting(1, "search: lattice points per grid step (1: grid LRs only; 2: half steps)",
-                                   minimum=1)
+                                   minimum=1, choices=(1, 2, 4, 8))
     search_low: float | None = setting(None, "search: the lowest LR it may try (null: no bound)")
     search_high: float | None = setting(None, "search: the highest LR it may try (null: no bound)")
     search_start: float | None = setting(None, "search: the first scale's middle LR (null: the grid's middle)")

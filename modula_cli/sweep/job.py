@@ -8,9 +8,10 @@ import os
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from ..config.members import sweep_member_dir
+from ..config.schema import searches
 from ..plumbing.environment import job_launch
 from ..plumbing.signals import STOP, StopRequested
 from ..plumbing.threads import configure_threads
@@ -41,7 +42,7 @@ def sweep_job(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> Outcome:
     else:
         configure_threads(cfg.train.threads)
     # a search needs a busy run's result before its next round: it waits for the other process to finish it
-    wait = not host.in_process or OmegaConf.select(cfg, "sweep.search", default=False) is True
+    wait = not host.in_process or searches(cfg)
     result = train_job(cfg, run_dir, overrides, launch, wait=wait, on_stop=host.on_stop)
     if result.status == BUSY:
         log.info("%s is being trained by %s; it will be checked again at the end of this sweep",

@@ -25,6 +25,7 @@ from omegaconf import DictConfig, open_dict, read_write
 from omegaconf.errors import InterpolationResolutionError
 
 from ..config.hydra_internals import quiet_job_announcements
+from ..config.schema import searches
 from ..config.validate import ConfigError
 from ..plumbing import atomic
 from ..plumbing.environment import carry_launch
@@ -144,7 +145,7 @@ def _checked(config: DictConfig, host: Host) -> tuple[Plan, SearchSpace | None]:
     """The plan (and the search's space), or exit with the problems in one line each: Hydra turns a callback's
     exceptions into warnings, so a refused launch exits here."""
     try:
-        space = search_space(config) if config.sweep.get("search") is True else None
+        space = search_space(config) if searches(config) else None
         plan = validate_grid(config, prepare_data=host.local, devices_here=host.local)
         _preflight(config.hydra.launcher)
         return plan, space

@@ -8,6 +8,8 @@ line naming the setting and what the cluster has (Ray itself would keep such a t
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -23,7 +25,7 @@ AUTO_CPUS = 4
 SETTING = "hydra.launcher.ray.remote"
 # a task's request: its option name and Ray's resource name
 RESOURCES = (("num_cpus", "CPU"), ("num_gpus", "GPU"), ("memory", "memory"))
-ARTICLE = {"CPU": "a CPU", "GPU": "a GPU"}
+ARTICLE = MappingProxyType({"CPU": "a CPU", "GPU": "a GPU"})
 
 
 @dataclass

@@ -24,16 +24,18 @@ from typing import Any
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
-from ..results.search_file import write_search
 from ..analysis.stats import signed
 from ..config.hydra_internals import split_sweep
 from ..config.identity import run_name
 from ..config.members import pack_arguments
+from ..config.schema import SweepConfig
 from ..plumbing import atomic
 from ..plumbing.environment import launch_of
+from ..plumbing.settings import checked
 from ..plumbing.signals import STOP
 from ..results.knobs import KNOB_KEYS, SCALE_KNOBS
 from ..results.manifest import add_to_launch
+from ..results.search_file import write_search
 from ..results.status import COMPLETED
 from ..results.summary import is_finished, read_summary
 from .grid import JobComposer, host_of, planned_runs
@@ -127,11 +129,8 @@ def search_space(config: DictConfig) -> SearchSpace:
                            f" or a preset such as sweep=width)"])
     lrs = [float(v) for v in swept[LR_KEY].sweep_string_iterator()]
     sweep = config.sweep
-    problems = []
-    substeps = sweep.get("search_substeps", 1)
-    if substeps not in (1, 2, 4, 8):
-        problems.append(f"sweep.search_substeps={substeps!r}; allowed: 1, 2, 4, 8 (lattice points per grid step)")
-        substeps = 1
+    problems, values = checked("sweep", sweep, SweepConfig)  # the schema's allowed values, before any is used
+    substeps = values.get("search_substeps", 1)
     lattice = Lattice.of_grid(lrs, substeps)
     bounds = []
     for name in ("search_low", "search_high"):

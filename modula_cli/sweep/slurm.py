@@ -10,6 +10,8 @@ of the partition can ever satisfy is refused in one line naming the setting and 
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import logging
 import math
 import os
@@ -28,12 +30,12 @@ COMMAND_TIMEOUT_S = 30
 # what `auto` asks for, at most: a training run's data loader and threads, not a whole node
 AUTO_CPUS, AUTO_MEM_GB = 8, 32
 # task states in which a task is still the scheduler's (squeue lists them); any other state is an end
-LIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD",
-        "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "PREEMPTED"}
+LIVE = frozenset({"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_FED",
+                  "REQUEUE_HOLD", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "PREEMPTED"})
 # pending reasons that no waiting resolves: the request does not fit the partition's configuration
-NEVER_STARTS = {"PartitionConfig", "PartitionTimeLimit", "BadConstraints", "InvalidAccount", "InvalidQOS",
+NEVER_STARTS = frozenset({"PartitionConfig", "PartitionTimeLimit", "BadConstraints", "InvalidAccount", "InvalidQOS",
                 "DependencyNeverSatisfied", "QOSMaxCpuPerNode", "QOSMaxGRESPerNode", "QOSMaxMemoryPerNode",
-                "MaxCpuPerAccount", "MaxGRESPerAccount", "MaxMemPerLimit"}
+                "MaxCpuPerAccount", "MaxGRESPerAccount", "MaxMemPerLimit"})
 SETTING = "hydra.launcher"
 
 
@@ -417,10 +419,10 @@ def _scancel(*args: str) -> None:
 
 # --- following a launch's array ---------------------------------------------------------------------------
 
-REASONS = {"PartitionConfig": "the request does not fit the partition's configuration",
+REASONS = MappingProxyType({"PartitionConfig": "the request does not fit the partition's configuration",
            "PartitionTimeLimit": "the time limit exceeds the partition's",
            "InvalidAccount": "the account is not valid", "InvalidQOS": "the QOS is not valid",
-           "DependencyNeverSatisfied": "a dependency can never be satisfied"}
+           "DependencyNeverSatisfied": "a dependency can never be satisfied"})
 NEVER_STARTS_AFTER_S = 120.0  # a reason of REASONS this long, at every poll, before the jobs are cancelled
 HELD = ("JobHeldAdmin", "JobHeldUser")
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 
 from ...nn import Module, PowerIterationState
+from ...plumbing.torch_internals import graph_break
 from ..config import OptimConfig
 from .base import Mode
 
@@ -25,5 +25,5 @@ class Normed(Mode):
                cfg: OptimConfig) -> list[Tensor]:
         # Compiled, without this split Inductor recomputes the direction inside every power-iteration kernel:
         # the normed update took 2x longer (ResMLP, CPU). A no-op in eager mode.
-        torch._dynamo.graph_break()
+        graph_break()
         return net.normalize(u, lr, state=state)

@@ -1,0 +1,141 @@
+"""What stays fixed while a run trains (``RunContext``): its settings, device, data, network, the compiled
+step, and each step's batch and each member's initial weights."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from ..config.members import Members
+from ..config.schema import TrainConfig
+from ..data import Dataset, build_dataset
+from ..models import is_import_path
+from ..models.config import ArchConfig
+from ..models.variant import Variant, explain_scope, variant_of
+from ..nn import Module, layer_roles
+from ..nn.loss import grads_of, losses_and_hits
+from ..optim import MODES, OptimConfig, build_network, init_state
+from ..plumbing import environment
+from ..plumbing.device import resolve_device
+from ..plumbing.settings import typed
+from .state import RunState
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunContext:
+    """What stays fixed while a run trains: config, device, data, network and the compiled step."""
+
+    cfg: DictConfig
+    train: TrainConfig
+    arch: ArchConfig
+    opt: OptimConfig
+    members: Members
+    rank: int
+    world: int
+    device: torch.device
+    data: Dataset
+    net: Module
+    compute: Callable[..., tuple[torch.Tensor, list[torch.Tensor]]]
+    eval_batches: list[tuple[torch.Tensor, torch.Tensor]]  # shared by every member (and seed)
+    variant: Variant = field(default_factory=Variant)
+    seed_index: torch.Tensor | None = None  # packed: each member's position among the run's seeds
+
+    @classmethod
+    def build(cls, cfg: DictConfig, opt: OptimConfig, members: Members, rank: int, world: int) -> RunContext:
+        train = typed(TrainConfig, cfg.train)
+        device = run_device(train.device, world)
+        if train.batch_size % world:
+            raise ValueError(f"train.batch_size={train.batch_size} must divide evenly over {world} processes")
+        data = build_dataset(cfg.data.name, **OmegaConf.to_container(cfg.data, resolve=True))
+        variant = variant_of(cfg)
+        ctx = cls(cfg, train, typed(ArchConfig, cfg.arch), opt, members, rank, world, device, data,
+                  build_network(cfg.arch, data, variant, opt), compute=None,
+                  eval_batches=data.eval_batches(train.eval_batches, train.batch_size, device),
+                  variant=variant, seed_index=members.seed_index(device) if members.packed else None)
+        if rank == 0 and (scope := explain_scope(cfg.arch.name, variant, ctx.net)):
+            say_once(scope)
+        if members.packed:
+            ctx.eval_batches = [members.shared(x, y) for x, y in ctx.eval_batches]
+        if is_import_path(cfg.arch.name):  # a user's layer roles are known once it is built
+            if problems := MODES[opt.mode].problems(opt, tuple(layer_roles(ctx.net))):
+                raise ValueError("; ".join(problems))
+        if train.compile:  # a sweep compiles many configurations in one process: start each afresh
+            torch.compiler.reset()
+        ctx.compute = torch.compile(ctx.loss_and_grads) if train.compile else ctx.loss_and_grads
+        return ctx
+
+    @property
+    def iterations(self) -> int:
+        """Training iterations: train.steps, and in the paper variant one more at LR 0, as its reference loop
+        runs steps + 1 (``schedule_factor`` is 0 past the end)."""
+        return self.train.steps + int(self.variant.extra_step)
+
+    @property
+    def units(self) -> str:
+        return "tokens" if self.data.kind == "language" else "samples"
+
+    @property
+    def units_per_step(self) -> int:
+        return self.train.batch_size * (self.data.context if self.data.kind == "language" else 1)
+
+    def losses(self, weights: list[torch.Tensor], x: torch.Tensor, y: torch.Tensor):
+        """Per-member losses and hits; ``x, y`` carry the member axis when packed (see ``batch_for``)."""
+        autocast = (torch.autocast(self.device.type, dtype=torch.bfloat16) if self.train.dtype == "bfloat16"
+                    else nullcontext())
+        with autocast:
+            return losses_and_hits(self.net, weights, x, y, len(self.members) if self.members.packed else None)
+
+    def loss_and_grads(self, weights: list[torch.Tensor], x: torch.Tensor, y: torch.Tensor):
+        loss = self.losses(weights, x, y)[0]
+        return loss.detach(), grads_of(loss, weights)
+
+    def batch_for(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Step ``step``'s batch of each seed; packed, with a leading member axis (each member gets its
+        own seed's batch: a view when they share one seed, a gather of the few seeds' batches otherwise)."""
+        size, share = self.train.batch_size, self.train.batch_size // self.world
+        batches = []
+        for seed in self.members.seeds:
+            x, y = self.data.train_batch(step, size, seed=seed, device=self.device)
+            if self.world > 1:  # every rank draws the same global batch and keeps its slice
+                x, y = x[self.rank * share:(self.rank + 1) * share], y[self.rank * share:(self.rank + 1) * share]
+            batches.append((x, y))
+        return self.members.batch(batches, self.seed_index)
+
+    def initial_weights(self) -> list[torch.Tensor]:
+        """Each member's initial weights from its own seed (on the mode's constraint set), stacked on the member
+        axis when packed."""
+        mode = MODES[self.opt.mode]
+        by_seed = {seed: mode.initial_weights(self.net, self.net.initialize(seed=seed, device=self.device))
+                   for seed in self.members.seeds}
+        return self.members.weights(by_seed)
+
+    def fresh_state(self) -> RunState:
+        k = len(self.members)
+        weights = [w.requires_grad_() for w in self.initial_weights()]
+        window = self.arch.loss_window
+        return RunState(weights, init_state(weights, self.opt), torch.zeros(window, k, device=self.device), k)
+
+
+def run_device(name: str, world: int) -> torch.device:
+    device = resolve_device(name)
+    if device.type == "cuda" and world > 1:
+        device = torch.device("cuda", int(os.environ.get(environment.LOCAL_RANK, "0")))
+        torch.cuda.set_device(device)
+    elif device.type == "cuda":  # an explicit index: the prefetch thread has its own current device
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+@functools.cache
+def say_once(note: str) -> None:
+    """A note that holds for every run of a sweep, logged by its first run in each process only."""
+    log.info(note)
