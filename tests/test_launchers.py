@@ -377,6 +377,25 @@ def test_slurm_array_ends_a_task_after_two_polls_unlisted_once_and_rides_out_a_r
     assert array.owner(1) == "slurm:5_1" and array.name(0) == "SLURM job 5_0"
 
 
+def test_a_task_accounting_has_not_recorded_yet_is_waited_for_before_it_is_called_unknown(monkeypatch):
+    """A freshly started slurmdbd recorded a killed task two polls after squeue dropped it: with accounting on,
+    a task neither lists is given ACCOUNTING_LAG_S; without accounting there is nobody to wait for."""
+    T = slurm.TaskState
+    monkeypatch.setattr(slurm, "task_states", lambda array, accounting, ended_ask=True: next(script))
+    script = iter([{"5_0": T("RUNNING", "None")}, {}, {}, {}, {"5_0": T("FAILED", "9:0", listed=False)}])
+    array = slurm.SlurmArray(["5_0"], accounting=True, results=[lambda: (None, None)])
+    assert [array.poll() for _ in range(4)] == [{}, {}, {}, {}]  # unlisted twice, then unknown for a while
+    assert array.poll()[0].state == "FAILED, exit code 9:0"  # sacct's word, once it has it
+    monkeypatch.setattr(slurm, "ACCOUNTING_LAG_S", 0.0)
+    script = iter([{"6_0": T("RUNNING", "None")}, {}, {}])
+    array = slurm.SlurmArray(["6_0"], accounting=True, results=[lambda: (None, None)])
+    assert [array.poll() for _ in range(2)] == [{}, {}] and array.poll()[0].state == "(no longer known to SLURM)"
+    monkeypatch.setattr(slurm, "ACCOUNTING_LAG_S", 3600.0)
+    script = iter([{"7_0": T("RUNNING", "None")}, {}, {}])
+    array = slurm.SlurmArray(["7_0"], accounting=False, results=[lambda: (None, None)])
+    assert [array.poll() for _ in range(2)] == [{}, {}] and array.poll()[0].state == "(no longer known to SLURM)"
+
+
 def test_slurm_cancels_only_after_a_reason_that_never_clears_has_stood(monkeypatch):
     array = slurm.SlurmArray(["7_0", "7_1"], accounting=False)
     array._states = {"7_0": slurm.TaskState("PENDING", "MaxCpuPerAccount"),  # clears as others' jobs end

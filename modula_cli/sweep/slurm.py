@@ -424,6 +424,9 @@ REASONS = MappingProxyType({"PartitionConfig": "the request does not fit the par
            "InvalidAccount": "the account is not valid", "InvalidQOS": "the QOS is not valid",
            "DependencyNeverSatisfied": "a dependency can never be satisfied"})
 NEVER_STARTS_AFTER_S = 120.0  # a reason of REASONS this long, at every poll, before the jobs are cancelled
+# with accounting on, a task neither squeue nor sacct lists yet is waited for this long: a freshly started
+# slurmdbd recorded a killed task 2 polls after squeue dropped it
+ACCOUNTING_LAG_S = 30.0
 HELD = ("JobHeldAdmin", "JobHeldUser")
 
 
@@ -440,6 +443,7 @@ class SlurmArray:
         self.results = list(results)  # per task, a callable that reads the job's own result: (JobReturn, error)
         self.logs = list(logs)        # per task, its log file
         self._unlisted = [0] * len(self.job_ids)
+        self._unknown_since: dict[int, float] = {}  # tasks that neither squeue nor sacct lists, since when
         self._reported: set[int] = set()
         self._states: dict[str, TaskState] = {}
         self._stuck_since: dict[str, float] = {}
@@ -469,6 +473,10 @@ class SlurmArray:
             self._unlisted[index] += 1
             if self._unlisted[index] < 2:
                 continue
+            now = time.monotonic()
+            if state is None and self.accounting and now - self._unknown_since.setdefault(index, now) < \
+                    ACCOUNTING_LAG_S:
+                continue  # accounting has not recorded it yet
             if state is None:
                 word = "(no longer known to SLURM)"
             elif state.state.split()[0] in LIVE:  # accounting lags behind the queue
