@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from modula_cli.analysis.report import optimal_lrs, progress, transfer_table
+from modula_cli.analysis.tables import optimal_lrs, progress, transfer_table
 from modula_cli.analysis.stats import signed
 from modula_cli.results.knobs import GROUP, SCALE_KNOBS
 from modula_cli.results.status import DIVERGED

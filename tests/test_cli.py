@@ -16,7 +16,7 @@ from hydra.errors import OverrideParseException
 from modula_cli.cli import UsageError, check_choices, flags_first, parse_error, rewrite_powers
 from modula_cli.plumbing.suggest import unknown_key
 from modula_cli.config import CONFIG_DIR
-from conftest import compose_config, tiny_gpt
+from helpers import compose_config, tiny_gpt
 
 PROGRAMS = {"modula-sweep": "sweep", "modula-coord-check": "coord_check"}
 

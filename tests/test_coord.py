@@ -468,7 +468,7 @@ def _layer_records(run_dir):
 
 
 def test_layer_stats_during_training_packed_equals_separate(tiny_text_root, tmp_path):
-    from conftest import compose_config, tiny_gpt
+    from helpers import compose_config, tiny_gpt
 
     from modula_cli.run.trainer import train
 
@@ -526,7 +526,7 @@ def _interrupted_at_step_12(cfg, run_dir, monkeypatch) -> None:
 
 def test_layer_stats_of_a_resumed_run_equal_an_uninterrupted_one(tiny_text_root, tmp_path, monkeypatch):
     """SIGTERM at step 12 of 20 (measured every 5, checkpoint every 7): the resumed file equals the reference."""
-    from conftest import compose_config, tiny_gpt
+    from helpers import compose_config, tiny_gpt
 
     import modula_cli.run.trainer as run_module
 
@@ -546,7 +546,7 @@ def test_layer_stats_of_a_resumed_run_equal_an_uninterrupted_one(tiny_text_root,
 def test_layer_stats_in_bfloat16_and_when_turned_on_for_a_resumed_run(tiny_text_root, tmp_path, monkeypatch):
     """Inputs captured under bfloat16 autocast are measured in float32; a run resumed from a checkpoint made
     without layer stats starts its file at the resumed step."""
-    from conftest import compose_config, tiny_gpt
+    from helpers import compose_config, tiny_gpt
 
     import modula_cli.run.trainer as run_module
 
@@ -564,7 +564,7 @@ def test_layer_stats_in_bfloat16_and_when_turned_on_for_a_resumed_run(tiny_text_
 
 def test_layer_stats_reach_disk_at_each_checkpoint(tiny_text_root, tmp_path, monkeypatch):
     """A process killed after a checkpoint (no chance to close its files) keeps the records it covers."""
-    from conftest import compose_config, tiny_gpt
+    from helpers import compose_config, tiny_gpt
 
     import modula_cli.run.loggers as loggers
     import modula_cli.run.trainer as run_module
@@ -586,7 +586,7 @@ def test_layer_stats_reach_disk_at_each_checkpoint(tiny_text_root, tmp_path, mon
 
 def test_layer_stats_never_log_a_step_before_the_train_loss_of_an_earlier_one(tiny_text_root, tmp_path, monkeypatch):
     """W&B drops a step lower than one it has seen: every record of one member goes out in step order."""
-    from conftest import compose_config, tiny_gpt
+    from helpers import compose_config, tiny_gpt
 
     import modula_cli.run.loggers as loggers
     import modula_cli.run.trainer as run_module
@@ -611,7 +611,7 @@ def test_wandb_prints_one_line_per_run_instead_of_its_summary(tiny_text_root, tm
     where the run went (offline: the folder to `wandb sync`)."""
     import logging
 
-    from conftest import compose_config, tiny_gpt
+    from helpers import compose_config, tiny_gpt
 
     from modula_cli.run.trainer import train
 

@@ -11,10 +11,9 @@ import signal
 
 import pytest
 import torch
-from conftest import compose_config, tiny_gpt
+from helpers import compose_config, paired_drop, record_first_update, tiny_gpt
 from test_manifold import scaled_step_ratio
-from test_train import (assert_first_update_size, assert_same_losses, exact_atom_norm, paired_drop, read_losses,
-                        record_first_update)
+from test_train import assert_first_update_size, assert_same_losses, exact_atom_norm, read_losses
 
 from modula_cli.nn import Embed, layer_roles
 from modula_cli.run.trainer import train

@@ -30,26 +30,26 @@ def test_real_shakespeare_facts(tmp_path, real_shakespeare):
 def test_the_real_text_is_looked_for_where_readme_puts_it(tmp_path, monkeypatch):
     """$MODULA_DATA first, then the repository's data/ (data.root's default, README "Data"), then the shared
     copy beside the repository; the skip names all three, and is a failure where the data is required (CI)."""
-    import conftest
+    import helpers
 
     monkeypatch.setenv("MODULA_DATA", str(tmp_path))
-    places = conftest.shakespeare_candidates()
-    assert places == [tmp_path / "shakespeare" / "input.txt", conftest.REPO / "data" / "shakespeare" / "input.txt",
-                      conftest.REPO.parent / "shared" / "data" / "shakespeare" / "input.txt"]
+    places = helpers.shakespeare_candidates()
+    assert places == [tmp_path / "shakespeare" / "input.txt", helpers.REPO / "data" / "shakespeare" / "input.txt",
+                      helpers.REPO.parent / "shared" / "data" / "shakespeare" / "input.txt"]
     (tmp_path / "shakespeare").mkdir()
     (tmp_path / "shakespeare" / "input.txt").write_text("First Citizen:\n")
-    assert conftest.find_shakespeare() == places[0]
-    monkeypatch.setattr(conftest, "REPO", tmp_path / "nowhere" / "repo")
+    assert helpers.find_shakespeare() == places[0]
+    monkeypatch.setattr(helpers, "REPO", tmp_path / "nowhere" / "repo")
     (tmp_path / "shakespeare" / "input.txt").unlink()
     monkeypatch.delenv("MODULA_DATA_TESTS", raising=False)
     with pytest.raises(pytest.skip.Exception) as skipped:
-        conftest.require_shakespeare()
+        helpers.require_shakespeare()
     assert str(skipped.value.msg) == "needs Shakespeare's input.txt; looked in " + ", ".join(
-        str(p) for p in conftest.shakespeare_candidates())
+        str(p) for p in helpers.shakespeare_candidates())
     assert "\n" not in skipped.value.msg and str(tmp_path / "shakespeare" / "input.txt") in skipped.value.msg
     monkeypatch.setenv("MODULA_DATA_TESTS", "required")  # CI: the same line fails the test instead
     with pytest.raises(pytest.fail.Exception) as failed:
-        conftest.require_shakespeare()
+        helpers.require_shakespeare()
     assert str(failed.value.msg) == str(skipped.value.msg)
 
 

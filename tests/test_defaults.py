@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from conftest import compose_config, paired_drop, record_first_update
+from helpers import compose_config, paired_drop, record_first_update
 from modula_cli.optim.modes import MODES
 from modula_cli.run.trainer import train
 

@@ -6,7 +6,7 @@ import math
 import pytest
 
 import modula_cli.run.loop as trainer
-from conftest import compose_config, tiny_gpt
+from helpers import compose_config, tiny_gpt
 from modula_cli.run.trainer import train
 
 

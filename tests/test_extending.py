@@ -14,11 +14,11 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from conftest import compose_config, tiny_gpt, write_cifar_batches
+from helpers import compose_config, tiny_gpt, write_cifar_batches
 from modula_cli.models import ModelError, build_model
 from modula_cli.nn import Linear
 from modula_cli.optim import OptimConfig, init_state, optimizer_step
-from modula_cli.results.knobs import knobs_of
+from modula_cli.config.identity import RunIdentity
 from modula_cli.config.validate import config_problems
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "my_mlp"
@@ -177,7 +177,7 @@ def test_a_sweep_records_an_unfit_architecture_as_failed(bad_models, cifar_root)
 
 def test_knobs_include_batch_size_steps_and_weight_decay():
     cfg = compose_config("train.batch_size=16", "train.steps=300", "optim.wd=0.25")
-    knobs = knobs_of(cfg, 0.1, 0)
+    knobs = RunIdentity.of(cfg, 0.1, 0).knobs
     assert (knobs["batch_size"], knobs["steps"], knobs["wd"]) == (16, 300, 0.25)
 
 

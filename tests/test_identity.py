@@ -5,7 +5,7 @@ relaunch now names (`variant=modular`: the default became `paper`)."""
 
 import pytest
 
-from conftest import compose_config
+from helpers import compose_config
 from modula_cli.config.identity import experiment_settings, fingerprint
 
 PINNED = {

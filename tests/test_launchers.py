@@ -20,7 +20,7 @@ from modula_cli.plumbing.signals import MARKER_POLL_S, StopSignal
 from modula_cli.results.manifest import forget_launch, read_launch, record_launch
 from modula_cli.results.status import INTERRUPTED, RUNNING
 from modula_cli.results.summary import as_seen, mark_abandoned, read_summary, summary_record, write_summary
-from modula_cli.sweep import ray_cluster, slurm
+from modula_cli.sweep import ray_cluster, slurm, slurm_tasks
 from modula_cli.sweep.cluster import runs_by_job
 from modula_cli.sweep.launch import _hydra_quoted
 from modula_cli.sweep.progress import closing
@@ -133,9 +133,9 @@ def test_no_default_partition_and_nodes_down_are_said():
 
 
 def test_task_states_from_squeue_and_sacct_as_they_print_them():
-    live = slurm.squeue_states("12_1|RUNNING|None\n12_2|PENDING|Resources\n12_3|PENDING|BeginTime\n")
+    live = slurm_tasks.squeue_states("12_1|RUNNING|None\n12_2|PENDING|Resources\n12_3|PENDING|BeginTime\n")
     assert live["12_1"].live and live["12_2"].text() == "PENDING (Resources)"
-    ended = slurm.sacct_states("12_[4-5]|PENDING|0:0\n12_0|REQUEUED|0:15\n12_0|FAILED|9:0\n"
+    ended = slurm_tasks.sacct_states("12_[4-5]|PENDING|0:0\n12_0|REQUEUED|0:15\n12_0|FAILED|9:0\n"
                                "12_1|CANCELLED by 0|0:15\n12_6|COMPLETED|0:0\n")
     assert "12_[4-5]" not in ended and ended["12_0"].text() == "FAILED, exit code 9:0"  # the last row counts
     assert not ended["12_1"].live and ended["12_1"].state == "CANCELLED by 0"
@@ -347,7 +347,7 @@ def test_a_cluster_jobs_threads_are_the_cpus_it_was_given(monkeypatch):
 # --- following jobs: SLURM's task states and the follower, on a scripted scheduler ---------------------------
 
 def test_slurm_array_ends_a_task_after_two_polls_unlisted_once_and_rides_out_a_requeue(monkeypatch, caplog):
-    T = slurm.TaskState
+    T = slurm_tasks.TaskState
     script = iter([
         {"5_0": T("RUNNING", "None"), "5_1": T("RUNNING", "None")},
         {"5_1": T("RUNNING", "None")},                                             # 5_0 left the queue...
@@ -364,13 +364,13 @@ def test_slurm_array_ends_a_task_after_two_polls_unlisted_once_and_rides_out_a_r
             raise step
         return step
 
-    monkeypatch.setattr(slurm, "task_states", states)
-    array = slurm.SlurmArray(["5_0", "5_1"], accounting=True, results=[lambda: (None, None)] * 2,
+    monkeypatch.setattr(slurm_tasks, "task_states", states)
+    array = slurm_tasks.SlurmArray(["5_0", "5_1"], accounting=True, results=[lambda: (None, None)] * 2,
                              logs=["/logs/5_0.err", "/logs/5_1.err"])
     polls = [array.poll() for _ in range(7)]
     assert polls[:2] == [{}, {}] and list(polls[2]) == [0]  # unlisted twice: ended, said once
     assert (polls[2][0].state, polls[2][0].log, polls[2][0].cancelled) == ("COMPLETED", "/logs/5_0.err", False)
-    assert slurm.TaskState("FAILED", "9:0").text() == "FAILED, exit code 9:0"
+    assert slurm_tasks.TaskState("FAILED", "9:0").text() == "FAILED, exit code 9:0"
     assert polls[3] == polls[4] == {} and polls[5] == {}  # SLURM silent: nothing decided; 5_1 unlisted once
     assert polls[6][1].state == "(SLURM has not recorded how yet)"  # sacct lags behind squeue
     assert sum("did not answer" in r.message for r in caplog.records) == 1  # said once
@@ -380,34 +380,34 @@ def test_slurm_array_ends_a_task_after_two_polls_unlisted_once_and_rides_out_a_r
 def test_a_task_accounting_has_not_recorded_yet_is_waited_for_before_it_is_called_unknown(monkeypatch):
     """A freshly started slurmdbd recorded a killed task two polls after squeue dropped it: with accounting on,
     a task neither lists is given ACCOUNTING_LAG_S; without accounting there is nobody to wait for."""
-    T = slurm.TaskState
-    monkeypatch.setattr(slurm, "task_states", lambda array, accounting, ended_ask=True: next(script))
+    T = slurm_tasks.TaskState
+    monkeypatch.setattr(slurm_tasks, "task_states", lambda array, accounting, ended_ask=True: next(script))
     script = iter([{"5_0": T("RUNNING", "None")}, {}, {}, {}, {"5_0": T("FAILED", "9:0", listed=False)}])
-    array = slurm.SlurmArray(["5_0"], accounting=True, results=[lambda: (None, None)])
+    array = slurm_tasks.SlurmArray(["5_0"], accounting=True, results=[lambda: (None, None)])
     assert [array.poll() for _ in range(4)] == [{}, {}, {}, {}]  # unlisted twice, then unknown for a while
     assert array.poll()[0].state == "FAILED, exit code 9:0"  # sacct's word, once it has it
-    monkeypatch.setattr(slurm, "ACCOUNTING_LAG_S", 0.0)
+    monkeypatch.setattr(slurm_tasks, "ACCOUNTING_LAG_S", 0.0)
     script = iter([{"6_0": T("RUNNING", "None")}, {}, {}])
-    array = slurm.SlurmArray(["6_0"], accounting=True, results=[lambda: (None, None)])
+    array = slurm_tasks.SlurmArray(["6_0"], accounting=True, results=[lambda: (None, None)])
     assert [array.poll() for _ in range(2)] == [{}, {}] and array.poll()[0].state == "(no longer known to SLURM)"
-    monkeypatch.setattr(slurm, "ACCOUNTING_LAG_S", 3600.0)
+    monkeypatch.setattr(slurm_tasks, "ACCOUNTING_LAG_S", 3600.0)
     script = iter([{"7_0": T("RUNNING", "None")}, {}, {}])
-    array = slurm.SlurmArray(["7_0"], accounting=False, results=[lambda: (None, None)])
+    array = slurm_tasks.SlurmArray(["7_0"], accounting=False, results=[lambda: (None, None)])
     assert [array.poll() for _ in range(2)] == [{}, {}] and array.poll()[0].state == "(no longer known to SLURM)"
 
 
 def test_slurm_cancels_only_after_a_reason_that_never_clears_has_stood(monkeypatch):
-    array = slurm.SlurmArray(["7_0", "7_1"], accounting=False)
-    array._states = {"7_0": slurm.TaskState("PENDING", "MaxCpuPerAccount"),  # clears as others' jobs end
-                     "7_1": slurm.TaskState("PENDING", "Resources")}
-    monkeypatch.setattr(slurm, "NEVER_STARTS_AFTER_S", 0.0)
+    array = slurm_tasks.SlurmArray(["7_0", "7_1"], accounting=False)
+    array._states = {"7_0": slurm_tasks.TaskState("PENDING", "MaxCpuPerAccount"),  # clears as others' jobs end
+                     "7_1": slurm_tasks.TaskState("PENDING", "Resources")}
+    monkeypatch.setattr(slurm_tasks, "NEVER_STARTS_AFTER_S", 0.0)
     assert array.never_starts() is None
-    array._states["7_1"] = slurm.TaskState("PENDING", "PartitionConfig")
-    monkeypatch.setattr(slurm, "NEVER_STARTS_AFTER_S", 3600.0)
+    array._states["7_1"] = slurm_tasks.TaskState("PENDING", "PartitionConfig")
+    monkeypatch.setattr(slurm_tasks, "NEVER_STARTS_AFTER_S", 3600.0)
     assert array.never_starts() is None  # not yet long enough
-    monkeypatch.setattr(slurm, "NEVER_STARTS_AFTER_S", 0.0)
+    monkeypatch.setattr(slurm_tasks, "NEVER_STARTS_AFTER_S", 0.0)
     assert "PartitionConfig (the request does not fit the partition's configuration)" in array.never_starts()
-    array._states["7_0"] = slurm.TaskState("PENDING", "JobHeldAdmin")
+    array._states["7_0"] = slurm_tasks.TaskState("PENDING", "JobHeldAdmin")
     assert "held" not in array.waiting() and "release with: scontrol release 7" in array.waiting()
 
 
@@ -533,21 +533,21 @@ def test_task_states_merges_the_queue_with_accounting_and_survives_a_forgotten_a
             raise answer
         return answer
 
-    monkeypatch.setattr(slurm, "command", command)
-    with_accounting = slurm.task_states("8", accounting=True)
+    monkeypatch.setattr(slurm_tasks, "command", command)
+    with_accounting = slurm_tasks.task_states("8", accounting=True)
     assert with_accounting["8_0"].state == "COMPLETED" and not with_accounting["8_0"].live
     assert with_accounting["8_1"].live and with_accounting["8_2"].text() == "PENDING (BeginTime)"  # the queue wins
-    without = slurm.task_states("8", accounting=False)
+    without = slurm_tasks.task_states("8", accounting=False)
     assert without["8_0"].state == "COMPLETED" and not without["8_0"].listed and without["8_1"].live
-    assert set(slurm.task_states("8", accounting=True, ended_ask=False)) == {"8_1", "8_2"}
+    assert set(slurm_tasks.task_states("8", accounting=True, ended_ask=False)) == {"8_1", "8_2"}
     answers["squeue"] = answers["squeue --states=all"] = slurm.SlurmError(
         "`squeue -h -r -j 8`: slurm_load_jobs error: Invalid job id specified")
     answers["sacct"] = "8_0|COMPLETED|0:0\n8_1|CANCELLED by 0|0:15\n8_2|CANCELLED by 0|0:0\n"
-    forgotten = slurm.task_states("8", accounting=True)  # SLURM purged the array: nothing live, not an error
+    forgotten = slurm_tasks.task_states("8", accounting=True)  # SLURM purged the array: nothing live, not an error
     assert not any(state.live for state in forgotten.values()) and forgotten["8_1"].state == "CANCELLED by 0"
     answers["squeue"] = slurm.SlurmError("`squeue`: Unable to contact slurm controller")
     with pytest.raises(slurm.SlurmError):  # a controller that does not answer is not an empty queue
-        slurm.task_states("8", accounting=True)
+        slurm_tasks.task_states("8", accounting=True)
 
 
 def test_a_stop_by_marker_is_not_a_signal_a_later_one_is_not_a_second_ctrl_c_and_nothing_is_chained(tmp_path):

@@ -15,7 +15,7 @@ import requests
 import tiktoken
 from omegaconf import OmegaConf
 
-from conftest import REPO, TINY_TRAIN, compose_config, tiny_gpt
+from helpers import REPO, TINY_TRAIN, compose_config, tiny_gpt
 from modula_cli.data import DataUnavailable, build_dataset, prepare_dataset
 from modula_cli.models import ModelError, build_model
 from modula_cli.run.trainer import train

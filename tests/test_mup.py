@@ -18,7 +18,7 @@ from modula_cli.nn import Conv2D, Embed, Flatten, FunctionalAttention, Linear, R
 from modula_cli.optim import MODES, OptimConfig, build_network, init_state, optimizer_step
 from modula_cli.optim.modes.mup import init_rms, modules, rules_of
 
-from conftest import compose_config
+from helpers import compose_config
 
 LANGUAGE = OmegaConf.create({"name": "shakespeare", "kind": "language", "vocab_size": 65, "context": 8})
 IMAGE = OmegaConf.create({"name": "cifar10", "kind": "image", "input_shape": [3, 8, 8], "num_classes": 10})

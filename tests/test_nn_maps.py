@@ -1,113 +1,14 @@
-"""Atoms, norms, normalize / dualize / regularize / project against independent references."""
+"""A network's maps (normalize, dualize, regularize, project) on whole networks: they hit their target norms, a zero
+gradient stays zero, and packed networks match separate ones; and the power iteration behind the spectral norms
+(modula_cli/nn/spectral.py): warm starts, seeded unit start vectors, grouped matrices, state that moves between
+devices."""
 
-import math
+from __future__ import annotations
 
 import pytest
 import torch
 
-from modula_cli.nn import GPT, Conv2D, Embed, Linear, PowerIterationState, ResMLP, ResNet
-
-
-def rms(x, dim=-1):
-    return x.pow(2).mean(dim=dim).sqrt()
-
-
-def svd_polar(G):
-    U, _, Vh = torch.linalg.svd(G.double(), full_matrices=False)
-    return (U @ Vh).float()
-
-
-@pytest.mark.parametrize("d_out, d_in", [(16, 8), (8, 16), (12, 12)])
-def test_linear_init_and_norm(d_out, d_in):
-    atom = Linear(d_out, d_in)
-    (w,) = atom.initialize(3)
-    assert torch.linalg.svdvals(w) == pytest.approx([math.sqrt(d_out / d_in)] * min(d_out, d_in), rel=1e-5)
-    assert atom.norm([w]) == pytest.approx(1.0, rel=1e-5)
-
-
-@pytest.mark.parametrize("d_out, d_in", [(16, 8), (8, 16)])
-def test_linear_dualize_matches_svd_reference(d_out, d_in):
-    atom = Linear(d_out, d_in)
-    g = torch.randn(d_out, d_in)
-    expected = 0.7 * math.sqrt(d_out / d_in) * svd_polar(g)
-    assert torch.allclose(atom.dualize([g], 0.7, method="svd")[0], expected, atol=1e-5)
-    assert torch.allclose(atom.dualize([g], 0.7)[0], expected, atol=2e-3)
-
-
-def test_linear_normalize_by_hand():
-    atom = Linear(6, 3)
-    g = torch.randn(6, 3)
-    sigma = torch.linalg.matrix_norm(g, ord=2)
-    expected = 0.5 * g / (math.sqrt(3 / 6) * sigma)
-    assert torch.allclose(atom.normalize([g], 0.5)[0], expected, atol=1e-6)
-
-
-def test_embed_maps():
-    atom = Embed(d_embed=8, num_embed=5)
-    (w,) = atom.initialize(0)
-    assert rms(w) == pytest.approx([1.0] * 5, rel=1e-5)
-    g = torch.randn(5, 8)
-    g[2] = 0
-    for mapped in (atom.dualize([g], 0.3)[0], atom.normalize([g], 0.3)[0]):
-        assert rms(mapped)[[0, 1, 3, 4]] == pytest.approx([0.3] * 4, rel=1e-5)
-        assert torch.count_nonzero(mapped[2]) == 0
-        # direction of each vector kept
-        assert torch.allclose(mapped[0] / mapped[0].norm(), g[0] / g[0].norm(), atol=1e-6)
-    assert atom.norm([g]) == pytest.approx(rms(g).max().item(), rel=1e-6)
-
-
-def test_conv2d_init_norm_and_slicewise_dualize():
-    atom = Conv2D(c_out=6, c_in=4, kernel_size=3)
-    (w,) = atom.initialize(0)
-    assert w.shape == (6, 4, 3, 3)
-    for i in range(3):
-        for j in range(3):
-            expected = math.sqrt(6 / 4) / 9
-            assert torch.linalg.svdvals(w[:, :, i, j]) == pytest.approx([expected] * 4, rel=1e-5)
-    assert atom.norm([w]) == pytest.approx(1.0, rel=1e-5)
-    g = torch.randn(6, 4, 3, 3)
-    d = atom.dualize([g], 0.9, method="svd")[0]
-    for i, j in [(0, 0), (1, 2), (2, 1)]:
-        ref = (0.9 / 9) * math.sqrt(6 / 4) * svd_polar(g[:, :, i, j])
-        assert torch.allclose(d[:, :, i, j], ref, atol=1e-5)
-    assert atom.norm([d]) == pytest.approx(0.9, rel=1e-5)
-    # norm: k² · max_ij ||W_ij||_{rms→rms}
-    slice_norms = [math.sqrt(4 / 6) * torch.linalg.matrix_norm(g[:, :, i, j], ord=2).item()
-                   for i in range(3) for j in range(3)]
-    assert atom.norm([g]) == pytest.approx(9 * max(slice_norms), rel=1e-5)
-
-
-def test_atoms_are_well_normed_at_initialisation():
-    torch.manual_seed(0)
-    # Linear: RMS in, RMS out
-    lin = Linear(32, 16)
-    (w,) = lin.initialize(0)
-    x = torch.randn(100, 16)
-    x = x / rms(x).unsqueeze(-1)
-    dw = 0.1 * torch.randn_like(w)
-    assert (rms(lin(x, [w + dw]) - lin(x, [w])) <= lin.norm([dw]) * (1 + 1e-5)).all()
-    dx = 0.1 * torch.randn_like(x)
-    assert (rms(lin(x + dx, [w]) - lin(x, [w])) <= lin.sensitivity * rms(dx) * (1 + 1e-5)).all()
-    # Embed: one-hot (ℓ1) in, RMS out; a change of index is an ℓ1 move of 2
-    emb = Embed(16, 10)
-    (e,) = emb.initialize(0)
-    idx = torch.arange(10)
-    de = 0.1 * torch.randn_like(e)
-    assert (rms(emb(idx, [e + de]) - emb(idx, [e])) <= emb.norm([de]) * (1 + 1e-5)).all()
-    moved = rms(emb(idx, [e]) - emb((idx + 1) % 10, [e]))
-    assert (moved <= emb.sensitivity * 2 * (1 + 1e-5)).all()
-    # Conv2D: max over pixels of channel-RMS, in and out
-    conv = Conv2D(8, 4, 3)
-    (k,) = conv.initialize(0)
-    img = torch.randn(5, 4, 6, 6)
-    img = img / rms(img, dim=1).amax(dim=(-2, -1)).view(5, 1, 1, 1)
-    dk = 0.1 * torch.randn_like(k)
-    out_change = rms(conv(img, [k + dk]) - conv(img, [k]), dim=1).amax(dim=(-2, -1))
-    assert (out_change <= conv.norm([dk]) * (1 + 1e-5)).all()
-    dimg = 0.1 * torch.randn_like(img)
-    in_move = rms(dimg, dim=1).amax(dim=(-2, -1))
-    out_move = rms(conv(img + dimg, [k]) - conv(img, [k]), dim=1).amax(dim=(-2, -1))
-    assert (out_move <= conv.sensitivity * in_move * (1 + 1e-5)).all()
+from modula_cli.nn import GPT, PowerIterationState, ResMLP, ResNet
 
 
 NETS = {
@@ -115,6 +16,9 @@ NETS = {
     "resnet": lambda: ResNet(width=8, depth=2, block_depth=2, in_channels=3, num_classes=4),
     "gpt": lambda: GPT(vocab_size=11, context=8, num_heads=2, width=8, depth=2),
 }
+
+
+# --- normalize, dualize, regularize and project on whole networks --------------------------------------------------
 
 
 @pytest.mark.parametrize("name", NETS)
@@ -135,21 +39,6 @@ def test_zero_gradient_stays_zero():
         assert all(torch.count_nonzero(t) == 0 and torch.isfinite(t).all() for t in mapped)
 
 
-def test_power_iteration_state_converges_when_warm_started():
-    net = NETS["resmlp"]()
-    generator = torch.Generator().manual_seed(1)
-    g = [torch.randn(t.shape, generator=generator) for t in net.initialize(0)]
-    state = PowerIterationState(iterations=2)
-    norms = [net.norm(net.normalize(g, 1.0, state=state)) for _ in range(40)]
-    # Power iteration underestimates σ, so updates overshoot, less with every warm-started call. Random
-    # 16 × 16 matrices have close top singular values, hence the slow convergence (1.0048 after 12 calls).
-    assert norms[0] >= 1.0 and all(a >= b - 1e-6 for a, b in zip(norms, norms[1:]))
-    assert norms[-1] == pytest.approx(1.0, rel=1e-3)
-    restored = PowerIterationState()
-    restored.load_state_dict(state.state_dict())
-    assert all(torch.equal(state.vectors[i], restored.vectors[i]) for i in state.vectors)
-
-
 def test_regularize_and_project():
     net = NETS["resmlp"]()
     w = net.initialize(0)
@@ -160,6 +49,9 @@ def test_regularize_and_project():
     drifted = [t + 0.5 * torch.randn_like(t) for t in w]
     projected = net.project(drifted)
     assert all(a.norm([p]) == pytest.approx(1.0, rel=2e-3) for a, p in zip(net.atoms(), projected))
+
+
+# --- packed networks -----------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("name", NETS)
@@ -205,16 +97,22 @@ def test_stacked_forward_matches_separate_forwards(name):
         assert torch.allclose(out[k], net(x, w), atol=1e-5, rtol=1e-4)
 
 
-def test_stacked_atoms_match_per_member_calls():
-    g = torch.Generator().manual_seed(0)
-    conv, linear, embed = Conv2D(5, 3), Linear(6, 4), Embed(4, 9)
-    cases = [(conv, torch.randn(2, 7, 3, 5, 5, generator=g)), (linear, torch.randn(2, 7, 3, 4, generator=g)),
-             (embed, torch.randint(0, 9, (2, 7, 3), generator=g))]
-    for atom, x in cases:
-        w = torch.stack([atom.init_weight(g) for _ in range(2)])
-        out = atom(x, [w])
-        for k in range(2):
-            assert torch.allclose(out[k], atom(x[k], [w[k]]), atol=1e-6)
+# --- the power iteration's state -----------------------------------------------------------------------------------
+
+
+def test_power_iteration_state_converges_when_warm_started():
+    net = NETS["resmlp"]()
+    generator = torch.Generator().manual_seed(1)
+    g = [torch.randn(t.shape, generator=generator) for t in net.initialize(0)]
+    state = PowerIterationState(iterations=2)
+    norms = [net.norm(net.normalize(g, 1.0, state=state)) for _ in range(40)]
+    # Power iteration underestimates σ, so updates overshoot, less with every warm-started call. Random
+    # 16 × 16 matrices have close top singular values, hence the slow convergence (1.0048 after 12 calls).
+    assert norms[0] >= 1.0 and all(a >= b - 1e-6 for a, b in zip(norms, norms[1:]))
+    assert norms[-1] == pytest.approx(1.0, rel=1e-3)
+    restored = PowerIterationState()
+    restored.load_state_dict(state.state_dict())
+    assert all(torch.equal(state.vectors[i], restored.vectors[i]) for i in state.vectors)
 
 
 def test_grouped_power_iteration_equals_one_matrix_at_a_time():
@@ -231,3 +129,37 @@ def test_grouped_power_iteration_equals_one_matrix_at_a_time():
         assert torch.allclose(grouped[i], single[i], rtol=1e-5)
         assert torch.allclose(together.vectors[i], alone.vectors[i], atol=1e-5)
     assert float(grouped[1]) == pytest.approx(float(torch.linalg.matrix_norm(matrices[1], ord=2)), rel=0.05)
+
+
+def test_power_iteration_state_round_trips_onto_another_device():
+    state = PowerIterationState(iterations=3, seed=7)
+    state.spectral_norms({2: torch.randn(4, 3)})
+    fresh = PowerIterationState()
+    fresh.load_state_dict(state.state_dict(), "meta")
+    assert (fresh.iterations, fresh.seed) == (3, 7)
+    assert list(fresh.vectors) == [2] and fresh.vectors[2].device.type == "meta"
+    assert fresh.vectors[2].shape == (3,)
+    with pytest.raises(ValueError, match="^power iteration needs at least 1 iteration, got 0$"):
+        PowerIterationState(iterations=0)
+
+
+def test_power_iteration_starts_from_seeded_unit_vectors_and_keeps_them_unit():
+    state = PowerIterationState()
+    assert (state.iterations, state.seed) == (2, 0)  # two warm-started steps; start vectors seeded per atom
+    small = 0.01 * torch.eye(3)[:2]  # σ = 0.01: the kept vector must still be a unit vector
+    sigmas = state.spectral_norms({0: small, 5: torch.randn(2, 3, generator=torch.Generator().manual_seed(1))})
+    assert float(sigmas[0]) == pytest.approx(0.01, rel=1e-4)
+    for index in (0, 5):
+        assert float(state.vectors[index].norm()) == pytest.approx(1.0, rel=1e-5)
+    fresh = PowerIterationState(iterations=1, seed=3)
+    fresh.spectral_norms({2: torch.eye(4)})  # one step from the start vector: A = I keeps it
+    start = torch.randn(4, generator=torch.Generator().manual_seed(3 + 2))
+    assert torch.allclose(fresh.vectors[2], start / start.norm(), atol=1e-6)
+
+
+def test_a_kept_vector_on_another_device_is_drawn_again():
+    state = PowerIterationState()
+    state.vectors[0] = torch.ones(3, device="meta")
+    matrix = torch.diag(torch.tensor([3.0, 1.0, 0.5]))
+    assert float(state.spectral_norms({0: matrix})[0]) == pytest.approx(3.0, rel=1e-2)
+    assert state.vectors[0].device.type == "cpu"

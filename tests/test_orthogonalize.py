@@ -1,4 +1,6 @@
-"""Every orthogonalize method on tall, wide, square, batched, rank-deficient and zero inputs."""
+"""Every orthogonalize method on tall, wide, square, batched, rank-deficient and zero inputs; the iteration's
+dtype setting; the exact (SVD) polar factor's per-matrix cut-off, the argument checks and each method's
+coefficients."""
 
 import pytest
 import torch
@@ -139,7 +141,7 @@ def test_settings_added_later_keep_old_fingerprints():
     from omegaconf import OmegaConf
 
     from modula_cli.config.identity import LATER_DEFAULTS, fingerprint
-    from conftest import compose_config
+    from helpers import compose_config
 
     current = compose_config("optim.mode=dualized")
     older = OmegaConf.create(OmegaConf.to_container(current))
@@ -149,3 +151,43 @@ def test_settings_added_later_keep_old_fingerprints():
     assert {"optim.ortho_dtype", "optim.warmup_fraction"} <= set(LATER_DEFAULTS)
     assert fingerprint(older) == fingerprint(current)
     assert fingerprint(compose_config("optim.mode=dualized", "optim.ortho_dtype=bfloat16")) != fingerprint(current)
+
+
+# --- the exact (SVD) polar factor, argument checks and each method's coefficients ----------------------------------
+
+
+def test_svd_polar_cuts_each_matrix_at_its_own_scale():
+    # a tiny matrix beside a large one keeps its own polar factor; the cut-off is per matrix
+    batch = torch.stack([torch.eye(2), 1e-9 * torch.eye(2)])
+    assert torch.allclose(orthogonalize(batch, method="svd"), torch.stack([torch.eye(2), torch.eye(2)]))
+    # and scales with the matrix size, not the batch size: σ = 1e-5 is kept in a batch of 100 2×2 matrices
+    many = torch.diag(torch.tensor([1.0, 1e-5])).expand(100, 2, 2)
+    assert torch.allclose(orthogonalize(many, method="svd"), torch.eye(2).expand(100, 2, 2))
+    rank_one = torch.outer(torch.tensor([1.0, 2.0, 2.0]), torch.tensor([3.0, 4.0]))  # σ2 = 0 stays 0
+    polar = orthogonalize(rank_one, method="svd")
+    assert torch.allclose(polar, rank_one / 15.0, atol=1e-6)
+
+
+def test_orthogonalize_checks_its_arguments_and_runs_past_its_table():
+    G = torch.randn(4, 3, generator=torch.Generator().manual_seed(0))
+    for steps in (0, -2, 1.5, True):
+        with pytest.raises(ValueError, match=rf"^orthogonalize steps must be a positive integer, got {steps!r}$"):
+            orthogonalize(G, steps=steps)
+    with pytest.raises(ValueError, match=r"^unknown orthogonalize method 'qr'; allowed: polar_express, muon, cubic, "
+                                         r"svd$"):
+        orthogonalize(G, method="qr")
+    with pytest.raises(ValueError, match=r"^orthogonalize needs a matrix or a batch of matrices, got shape \(3,\)$"):
+        orthogonalize(torch.ones(3))
+    # Polar Express repeats its last polynomial past its 8-step table: 12 steps reach U Vᵀ
+    U, _, Vh = torch.linalg.svd(G, full_matrices=False)
+    assert torch.allclose(orthogonalize(G, steps=12), U @ Vh, atol=2e-3)
+
+
+def test_the_iteration_coefficients_per_method():
+    from modula_cli.nn.orthogonalize import CUBIC, MUON, POLAR_EXPRESS, coefficients
+
+    assert coefficients("polar_express", 10) == [*POLAR_EXPRESS, POLAR_EXPRESS[-1], POLAR_EXPRESS[-1]]
+    assert coefficients("muon", 2) == [MUON, MUON] and coefficients("cubic", 1) == [CUBIC]
+    with pytest.raises(ValueError, match=r"^unknown orthogonalize method 'svd'; allowed: polar_express, muon, cubic, "
+                                         r"svd$"):
+        coefficients("svd", 3)  # the exact method has no polynomial

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import TINY_TRAIN, compose_config, iterations, tiny_gpt
+from helpers import TINY_TRAIN, compose_config, iterations, tiny_gpt
 from modula_cli.config.identity import MAX_NAME_BYTES, run_name
 from modula_cli.config.members import member_overrides
 from modula_cli.analysis.report import write_report

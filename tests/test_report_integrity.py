@@ -12,8 +12,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import TINY_TRAIN
-from modula_cli.analysis.report import experiment_labels, write_report
+from helpers import TINY_TRAIN
+from modula_cli.analysis.report import write_report
+from modula_cli.analysis.tables import experiment_labels
 from modula_cli.results.knobs import GROUP, SERIES
 from modula_cli.results.table import collect
 

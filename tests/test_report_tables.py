@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 
 import modula_cli.analysis.report as report
-from modula_cli.analysis.report import CurvePoint, OptimalPoint, Transfer, write_report
+from modula_cli.analysis.report import write_report
+from modula_cli.analysis.tables import CurvePoint, OptimalPoint, Transfer
 
 
 def _run(folder, width: int, lr: float, seed: int, loss: float) -> None:
@@ -59,7 +60,8 @@ def test_the_scale_knob_is_derived_once_per_report(sweep, monkeypatch):
 
 
 def test_the_transfer_table_stays_aligned_with_a_long_series_name():
-    from modula_cli.analysis.report import table, transfer_text
+    from modula_cli.analysis.report import transfer_text
+    from modula_cli.analysis.tables import table
 
     def row(setting: str) -> Transfer:
         return Transfer(arch="gpt", data="shakespeare", optimizer="adam", mode="normed", variant="paper",

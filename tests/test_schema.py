@@ -8,8 +8,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from conftest import compose_config, tiny_gpt
-from modula_cli.analysis.report import CurvePoint, OptimalPoint, Transfer, table
+from helpers import compose_config, tiny_gpt
+from modula_cli.analysis.tables import CurvePoint, OptimalPoint, Transfer, table
 from modula_cli.config.schema import CoordConfig, SweepConfig, TrainConfig
 from modula_cli.config.validate import config_problems
 from modula_cli.models.variant import Variant

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from omegaconf import open_dict
 
-from conftest import compose_config
+from helpers import compose_config
 from modula_cli.config.identity import run_name
 from modula_cli.sweep.lr_search import SearchError
 from modula_cli.sweep.search import search_space

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import TINY_TRAIN
+from helpers import TINY_TRAIN
 from modula_cli.analysis.report import write_report
 from modula_cli.config.identity import run_name
 from modula_cli.optim import lr_grid
@@ -140,7 +140,7 @@ PRESET_GRIDS = {"width": ("arch.width", powers_of_two(5, 10)), "depth": ("arch.d
 
 
 def test_sweep_presets_compose_with_paper_grids():
-    from conftest import compose_config
+    from helpers import compose_config
 
     assert powers_of_two(5, 10) == "32,64,128,256,512,1024" and powers_of_two(-2, 0) == "0.25,0.5,1"
     for preset, (knob, values) in PRESET_GRIDS.items():

@@ -14,7 +14,7 @@ import pytest
 import torch
 from hydra.errors import ConfigCompositionException
 
-from conftest import compose_config, iterations, paired_drop, record_first_update, tiny_gpt, tiny_image
+from helpers import compose_config, iterations, paired_drop, record_first_update, tiny_gpt, tiny_image
 from modula_cli.nn import Conv2D, Embed, Linear, ResMLP
 from modula_cli.optim import OptimConfig, ema_weight, init_state, optimizer_step
 from modula_cli.run.trainer import train

@@ -11,7 +11,7 @@ import sys
 import pandas as pd
 import pytest
 
-from conftest import require_shakespeare
+from helpers import require_shakespeare
 
 pytestmark = pytest.mark.slow
 

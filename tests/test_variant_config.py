@@ -9,7 +9,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from conftest import compose_config, tiny_gpt, tiny_image
+from helpers import compose_config, tiny_gpt, tiny_image
 from modula_cli.config import CONFIG_DIR
 from modula_cli.config.identity import fingerprint, run_name
 from modula_cli.run.trainer import train
@@ -140,3 +140,12 @@ def test_each_variant_sweeps_into_a_folder_of_its_own():
     custom = folder_suffix(Variant(extra_step=True))
     assert custom.startswith("_custom-") and custom != folder_suffix(Variant(embed_rows="unit"))
     assert "${variant_folder:${variant}}" in (CONFIG_DIR / "config.yaml").read_text()
+
+
+def test_the_paper_variant_trains_one_iteration_more_at_lr_0():
+    """The reference loop runs steps + 1 iterations, the last at LR 0; the modular variant runs steps."""
+    from modula_cli.models.variant import Variant, iterations, variant_of
+
+    assert iterations(10, variant_of(compose_config("variant=paper"))) == 11
+    assert iterations(10, variant_of(compose_config("variant=modular"))) == 10
+    assert iterations(1, Variant(extra_step=True)) == 2

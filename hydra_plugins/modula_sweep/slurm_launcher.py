@@ -85,7 +85,7 @@ class SlurmLauncher(BaseSubmititLauncher):
         # in the job's process, on a node: the launch's environment first, and the task its trainer records
         from modula_cli.plumbing import environment
         from modula_cli.sweep.cluster import enter_job_environment
-        from modula_cli.sweep.slurm import job_id_here
+        from modula_cli.sweep.slurm_tasks import job_id_here
 
         enter_job_environment(self.job_env)
         os.environ[environment.JOB] = job_id_here() or ""
@@ -95,7 +95,7 @@ class SlurmLauncher(BaseSubmititLauncher):
         import submitit
 
         from modula_cli.results.manifest import forget_launch
-        from modula_cli.sweep import slurm
+        from modula_cli.sweep import slurm_tasks
         from modula_cli.sweep.cluster import job_environment, run_unfinished
         from modula_cli.plumbing.environment import launch_of
         from modula_cli.sweep.launch import LaunchRefused
@@ -136,7 +136,7 @@ class SlurmLauncher(BaseSubmititLauncher):
                                  f"running the command again (it skips what finished)") from None
             log.info("submitted %d job%s as SLURM job %s (%s; logs in %s)", len(jobs), "s" if len(jobs) > 1 else "",
                      jobs[0].job_id.split("_")[0], fitted.describe(), folder)
-            return slurm.SlurmArray([job.job_id for job in jobs], slurm.has_accounting(),
+            return slurm_tasks.SlurmArray([job.job_id for job in jobs], slurm_tasks.has_accounting(),
                                     [_result_reader(job) for job in jobs], [str(job.paths.stderr) for job in jobs])
 
         return run_unfinished(job_overrides, sweep_dir, launch_of(self.config), submit, self.poll_s,

@@ -1,18 +1,20 @@
-"""What identifies a run: which settings change its numbers (its fingerprint) and its folder name.
+"""What identifies a run, worked out here alone: which settings change its numbers (its fingerprint), what
+its tables index it by (its series and knobs, ``RunIdentity``) and its folder name.
 
-One list of the settings that never change a run's numbers serves both, so a folder name and a
-fingerprint always agree on what makes two runs different.
+One list of the settings that never change a run's numbers serves all three, so a folder name, a fingerprint
+and a table row always agree on what makes two runs different.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from ..models.variant import differences, variant_of
+from ..models.variant import differences, name_of, variant_of
 from ..optim import MODES
 
 # Settings that change how a run is watched, stored or placed, not its numbers.
@@ -32,6 +34,13 @@ RUN_GROUPS = ("arch", "data", "optim", "train")
 # existed keeps its fingerprint; its sweep folder, not its run folder, names it).
 CHOICE_GROUPS = ("arch", "data", "optim")
 NUMERIC_GROUPS = (*RUN_GROUPS, "variant")
+# What a table row is indexed by: the series (one line of a transfer plot per series and experiment) and each
+# knob a sweep may scale, with where a run's config holds it.
+SERIES = ("arch", "data", "optimizer", "mode", "variant")
+KNOB_KEYS = {"width": "arch.width", "depth": "arch.depth", "block_depth": "arch.block_depth",
+             "blocks_mass": "arch.blocks_mass", "heads": "arch.heads", "context": "data.context",
+             "batch_size": "train.batch_size", "steps": "train.steps", "wd": "optim.wd"}
+KNOBS = tuple(KNOB_KEYS)
 MAX_NAME_BYTES = 120  # well inside the 255-byte limit of one path component
 # Kept readable when a name must be shortened; everything else is folded into the hash.
 NAME_PRIORITY = ("arch", "data", "optim", "mode", "width", "depth", "block_depth", "blocks_mass", "heads",
@@ -74,6 +83,30 @@ def experiment_settings(cfg: DictConfig) -> dict[str, Any]:
     these agree on everything but the scale knob."""
     return {f"{group}.{key}": value for group, values in numeric_settings(cfg).items()
             for key, value in values.items() if f"{group}.{key}" not in PER_RUN}
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    """Who one run is, worked out once from its composed config (``of``): the values its tables index it by
+    (series, knobs, LR, seed, and ``settings``: what tells its experiment apart) and its fingerprint. Planned
+    runs, summaries and the report all read these; none works them out again."""
+    knobs: dict[str, Any]
+    fingerprint: str
+
+    @classmethod
+    def of(cls, cfg: DictConfig, lr: float, seed: int) -> RunIdentity:
+        knobs: dict[str, Any] = {"arch": cfg.arch.name, "data": cfg.data.name, "optimizer": cfg.optim.name,
+                                 "mode": cfg.optim.mode, "variant": name_of(cfg)}
+        for knob, key in KNOB_KEYS.items():
+            value = OmegaConf.select(cfg, key)
+            if value is not None:
+                knobs[knob] = value
+        return cls({**knobs, "lr": float(lr), "seed": int(seed), "settings": experiment_settings(cfg)},
+                   fingerprint(cfg))
+
+    def planned(self) -> dict[str, Any]:
+        """As ``sweep.json`` records a planned run: its knobs and fingerprint."""
+        return {**self.knobs, "fingerprint": self.fingerprint}
 
 
 def _digest(value: Any, length: int) -> str:

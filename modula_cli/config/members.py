@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ..optim import OptimConfig, single_lr
 from ..plumbing.settings import listed
-from .identity import fingerprint, run_name
+from .identity import RunIdentity, run_name
 
 PACKABLE = ("optim.lr", "train.seed")  # the settings a packed run may list, one member per combination
 MemberDir = Callable[[dict[str, Any]], Path]  # a member's packed values ({"optim.lr": 0.25, …}) → its folder
@@ -71,8 +71,12 @@ class Member:
     seed: int
     cfg: DictConfig
     run_dir: Path
-    fingerprint: str
+    identity: RunIdentity
     packed: dict[str, Any] = field(default_factory=dict)  # the packed settings' values: {"optim.lr": 0.25, …}
+
+    @property
+    def fingerprint(self) -> str:
+        return self.identity.fingerprint
 
 
 @dataclass(frozen=True)
@@ -91,7 +95,7 @@ class Members:
             [single_lr(opt, OmegaConf.select(cfg, "arch.name"), OmegaConf.select(cfg, "variant.scales"))]
         seeds = [int(s) for s in cfg.train.seed] if seeds_packed else [int(cfg.train.seed)]
         if not (lrs_packed or seeds_packed):
-            return cls((Member(lrs[0], seeds[0], cfg, run_dir, fingerprint(cfg)),), packed=False)
+            return cls((Member(lrs[0], seeds[0], cfg, run_dir, RunIdentity.of(cfg, lrs[0], seeds[0])),), packed=False)
         folder = member_dir or default_member_dir(run_dir)
         items = []
         for lr, seed in itertools.product(lrs, seeds):
@@ -101,7 +105,7 @@ class Members:
                     member_cfg.optim.lr = lr
                 member_cfg.train.seed = seed
             packed = {**({"optim.lr": lr} if lrs_packed else {}), **({"train.seed": seed} if seeds_packed else {})}
-            items.append(Member(lr, seed, member_cfg, folder(packed), fingerprint(member_cfg), packed))
+            items.append(Member(lr, seed, member_cfg, folder(packed), RunIdentity.of(member_cfg, lr, seed), packed))
         return cls(tuple(items), packed=True)
 
     def __len__(self) -> int:

@@ -72,6 +72,12 @@ def variant_of(cfg: Any) -> Variant:
     return Variant(**(OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node))
 
 
+def iterations(steps: int, variant: Variant) -> int:
+    """The training iterations of a run of ``train.steps=steps``: and in the paper variant one more at LR 0, as
+    its reference loop runs steps + 1 (the schedule is 0 past the end)."""
+    return steps + int(variant.extra_step)
+
+
 def variant_name(variant: Variant) -> str:
     """``modular``, ``paper``, or ``custom`` for a mixture (the report then names the fields that differ)."""
     return next((name for name, known in VARIANTS.items() if known == variant), "custom")

@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 
 from ..config.identity import experiment_settings
 from ..models.variant import HISTORICAL as HISTORICAL_VARIANT
-from .knobs import KNOBS, SERIES
+from ..config.identity import KNOBS, SERIES
 from .manifest import Manifest
 from .status import PENDING, STATUSES
 from .summary import as_seen, read_summary

@@ -18,7 +18,7 @@ from ..config.schema import TrainConfig
 from ..data import Dataset, build_dataset
 from ..models import is_import_path
 from ..models.config import ArchConfig
-from ..models.variant import Variant, explain_scope, variant_of
+from ..models.variant import Variant, explain_scope, iterations, variant_of
 from ..nn import Module, layer_roles
 from ..nn.loss import grads_of, losses_and_hits
 from ..optim import MODES, OptimConfig, build_network, init_state
@@ -75,9 +75,8 @@ class RunContext:
 
     @property
     def iterations(self) -> int:
-        """Training iterations: train.steps, and in the paper variant one more at LR 0, as its reference loop
-        runs steps + 1 (``schedule_factor`` is 0 past the end)."""
-        return self.train.steps + int(self.variant.extra_step)
+        """Training iterations: train.steps, and in the paper variant one more at LR 0 (``variant.iterations``)."""
+        return iterations(self.train.steps, self.variant)
 
     @property
     def units(self) -> str:

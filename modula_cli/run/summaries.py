@@ -11,7 +11,6 @@ import torch
 
 from ..config.members import Members, member_overrides
 from ..optim import MODES
-from ..results.knobs import knobs_of
 from ..results.status import COMPLETED, DIVERGED, FAILED, RUNNING
 from ..results.summary import Summary, summary_record, write_summary
 from .state import RunState
@@ -41,7 +40,7 @@ def write_failed(members: Members, error: Exception, record: Provenance) -> None
 
     for k, member in enumerate(members):
         write_summary(member.run_dir, summary_record(
-            FAILED, member.run_dir, knobs_of(member.cfg, member.lr, member.seed), member.fingerprint,
+            FAILED, member.run_dir, member.identity.knobs, member.fingerprint,
             error=f"{type(error).__name__}: {error}",
             traceback=traceback.format_exc(), **record.fields(members, k)))
 
@@ -66,8 +65,7 @@ def write_summaries(ctx: RunContext, state: RunState, record: Provenance, final:
         if ctx.data.kind == "image":
             fields["test_acc"] = state.last_eval[k].get("test_acc") if done else None
         fields.update(MODES[ctx.opt.mode].summary_fields(ctx.opt, ctx.device))
-        knobs = knobs_of(member.cfg, member.lr, member.seed)
-        summaries.append(summary_record(status, member.run_dir, knobs, member.fingerprint, **fields))
+        summaries.append(summary_record(status, member.run_dir, member.identity.knobs, member.fingerprint, **fields))
         if write:
             write_summary(member.run_dir, summaries[-1])
     return summaries

@@ -18,7 +18,6 @@ from ..config.members import Members, pack_arguments, sweep_member_dir
 from ..config.overrides import apply_overrides
 from ..config.validate import check_config
 from ..optim import OptimConfig
-from ..results.knobs import knobs_of
 
 
 def grid_overrides(config: DictConfig) -> list[list[str]]:
@@ -34,8 +33,7 @@ def planned_runs(job: list[str], job_cfg: DictConfig) -> dict[str, dict]:
     """The run folders one job trains (one per (LR, seed) when packed) and the knobs of each."""
     members = Members.of(job_cfg, OptimConfig.of(job_cfg.optim), Path(run_name(job)),
                          sweep_member_dir(Path(), job))
-    return {member.run_dir.name: {**knobs_of(member.cfg, member.lr, member.seed), "fingerprint": member.fingerprint}
-            for member in members}
+    return {member.run_dir.name: member.identity.planned() for member in members}
 
 
 class JobComposer:

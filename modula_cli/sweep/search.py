@@ -33,7 +33,8 @@ from ..plumbing import atomic
 from ..plumbing.environment import launch_of
 from ..plumbing.settings import checked
 from ..plumbing.signals import STOP
-from ..results.knobs import KNOB_KEYS, SCALE_KNOBS
+from ..config.identity import KNOB_KEYS
+from ..results.knobs import SCALE_KNOBS
 from ..results.manifest import add_to_launch
 from ..results.search_file import write_search
 from ..results.status import COMPLETED

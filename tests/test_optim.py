@@ -1,4 +1,4 @@
-"""The optimiser's pieces against values worked out by hand: the schedule, the EMA weights, the base
+"""The optimiser (modula_cli/optim/) against values worked out by hand: the schedule, the EMA weights, the base
 directions, one whole step in each mode on a two-atom network, its state and checkpoints, the modes' grids
 and defaults, and every problem ``validate_optim`` names (the exact line a user reads)."""
 

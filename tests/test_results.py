@@ -1,5 +1,7 @@
-"""The run and launch records' less travelled paths, exactly: a launch's counts read from disk, a job that
-ended before its run started, a refused launch taken back, and a run settled by the scheduler's word."""
+"""The on-disk records (modula_cli/results/): run summaries, the manifest and the launch records, the knobs and
+the table of a sweep folder, on their less travelled paths, exactly: a launch's counts read from disk, a job that
+ended before its run started, a refused launch taken back, a run settled by the scheduler's word, and unreadable or
+foreign files."""
 
 from __future__ import annotations
 
@@ -10,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from modula_cli.plumbing.locks import HOST, OWNER_FILE
-from modula_cli.results.knobs import knobs_of, swept_axes
+from modula_cli.config.identity import RunIdentity
+from modula_cli.results.knobs import swept_axes
 from modula_cli.results.manifest import LaunchRecord, Manifest, add_to_launch, forget_launch, read_launch, record_launch
 from modula_cli.results.status import FAILED, INTERRUPTED, PENDING, RUNNING, SKIPPED
 from modula_cli.results.summary import (Outcome, is_finished, mark_abandoned, read_summary, record_failed_start,
@@ -113,7 +116,7 @@ def test_settling_a_run_with_an_unreadable_summary_says_nothing(tmp_path, caplog
 
 @pytest.fixture
 def compose():
-    from conftest import compose_config
+    from helpers import compose_config
 
     return compose_config
 
@@ -121,7 +124,7 @@ def compose():
 def test_the_knobs_of_a_composed_config(compose):
     cfg = compose("arch=resmlp", "data=cifar10", "optim=sgd", "optim.mode=dualized", "variant=modular",
                   "arch.width=48", "arch.depth=3", "train.steps=7", "train.batch_size=5", "optim.wd=0.01")
-    knobs = knobs_of(cfg, 0.5, 2)
+    knobs = RunIdentity.of(cfg, 0.5, 2).knobs
     assert {key: knobs[key] for key in ("arch", "data", "optimizer", "mode", "variant", "lr", "seed")} == \
         {"arch": "resmlp", "data": "cifar10", "optimizer": "sgd", "mode": "dualized", "variant": "modular",
          "lr": 0.5, "seed": 2}
@@ -129,7 +132,7 @@ def test_the_knobs_of_a_composed_config(compose):
     assert "heads" not in knobs and "context" not in knobs  # a ResMLP on images has neither
     assert isinstance(knobs["lr"], float) and isinstance(knobs["seed"], int)
     assert knobs["settings"] and "lr" not in knobs["settings"]
-    gpt = knobs_of(compose("arch=gpt", "arch.heads=2", "data.context=32"), 1, 0)
+    gpt = RunIdentity.of(compose("arch=gpt", "arch.heads=2", "data.context=32"), 1, 0).knobs
     assert (gpt["arch"], gpt["heads"], gpt["context"], gpt["variant"], gpt["lr"]) == ("gpt", 2, 32, "paper", 1.0)
 
 
@@ -278,3 +281,50 @@ def test_a_launch_into_a_folder_of_another_experiment_is_told_how_to_keep_them_a
     assert another_experiment_line(sweep, seeded) == (
         f"{sweep} already holds another experiment (1 run: steps=300 there, 400 here); the report shows each as a "
         "series of its own and its plots gain panels; this launch joins its own experiment's 2 runs there")
+
+
+# --- an LR search's search.json ------------------------------------------------------------------------------
+
+def test_search_json_keeps_other_launches_rounds_and_other_series_scales(tmp_path):
+    """A second launch into the folder replaces its own rounds only; a scale searched by another launch (another
+    mode) keeps its entry; the totals add every kept round's time, to the millisecond."""
+    from modula_cli.results.search_file import read_search, write_search
+
+    assert read_search(tmp_path) is None  # no search here
+    settings = {"grid": [0.5, 1.0], "substeps": 2}
+    write_search(tmp_path, settings, {"adam | 32": {"state": "searching"}, "sgd | 32": {"state": "stopped"}},
+                 [{"launch": "A", "planning_s": 0.25, "launched_s": 1.5}])
+    write_search(tmp_path, {**settings, "substeps": 1}, {"adam | 32": {"state": "stopped"}},
+                 [{"launch": "B", "planning_s": 0.1234, "launched_s": 2.0},
+                  {"launch": "B", "planning_s": 0.0002, "launched_s": None}])
+    body = read_search(tmp_path)
+    assert body["settings"] == {"grid": [0.5, 1.0], "substeps": 1}  # the latest launch's settings
+    assert body["scales"] == {"adam | 32": {"state": "stopped"}, "sgd | 32": {"state": "stopped"}}
+    assert [r["launch"] for r in body["rounds"]] == ["A", "B", "B"]  # earlier launches' rounds first
+    assert (body["planning_s"], body["launched_s"]) == (0.374, 3.5)
+    write_search(tmp_path, settings, {}, [{"launch": "A", "planning_s": 1.0, "launched_s": 1.0}])
+    again = read_search(tmp_path)
+    assert [r["launch"] for r in again["rounds"]] == ["B", "B", "A"]  # A's rounds replaced, B's kept
+    assert (again["planning_s"], again["launched_s"]) == (1.124, 3.0) and again["scales"] == body["scales"]
+    (tmp_path / "search.json").write_text('{"scales": [], "rounds": "x"}')
+    assert read_search(tmp_path) is None  # foreign: no search table rather than a wrong one
+    (tmp_path / "search.json").write_text('{"scales": {}, "rounds": ["junk", {"launch": "C"}]}')
+    write_search(tmp_path, settings, {}, [])
+    assert read_search(tmp_path)["rounds"] == [{"launch": "C"}]  # what is not a round is dropped
+    (tmp_path / "search.json").write_text("{cut sho")
+    assert read_search(tmp_path) is None
+
+
+# --- the best LR of a packed job ---------------------------------------------------------------------------------
+
+def test_the_best_lr_is_the_lowest_mean_over_seeds_of_finite_losses():
+    from modula_cli.results.summary import best_lr
+
+    pairs = [(0.25, 2.31), (0.25, 2.01), (0.5, 2.062), (0.5, 2.051), (1, float("nan")), (2, float("inf")),
+             (4, None), (0.125, 2.2)]
+    lr, mean, seeds = best_lr(pairs)
+    assert (lr, seeds) == (0.5, 2) and mean == pytest.approx(2.0565) and isinstance(lr, float)
+    assert best_lr([(1, 3.0)]) == (1.0, 3.0, 1)
+    assert best_lr([(1, 3), (2, 3)]) == (1.0, 3.0, 1)  # a tie: the first LR given; integers count as losses
+    assert best_lr([(0.5, 2.0), (0.25, 2.0), (0.25, 1.0)]) == (0.25, 1.5, 2)
+    assert best_lr([(1, float("nan")), (2, None)]) is None and best_lr([]) is None
