@@ -81,10 +81,9 @@ class Launch:
         carry_launch(config, launch_id, _hydra_quoted(launch_id))
         launch = cls(launch_id, _pin_sweep_dir(config), host)
         before = [] if space is not None else sorted(finished_runs(config, plan.runs))
-        if space is None:
-            record_launch(launch.sweep_dir, launch_id, plan.runs, before, plan.jobs)
-        else:  # the search records its runs batch by batch (search.py)
-            record_launch(launch.sweep_dir, launch_id, {}, [], [])
+        # a search records its runs batch by batch (search.py)
+        runs, jobs = (plan.runs, plan.jobs) if space is None else ({}, [])
+        record_launch(launch.sweep_dir, launch_id, runs, before, jobs)
         launch.opened.enter_context(STOP.installed())
         # jobs in other processes or on other machines learn of a stop from a marker in the sweep folder
         launch.opened.enter_context(STOP.telling(launch._write_stop_marker))
