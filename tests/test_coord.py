@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from modula_cli.coord import check as coord
-from modula_cli.coord.check import fitted_slope, judge, measure, run_coord_check, verdicts
+from modula_cli.coord.check import measure, run_coord_check
+from modula_cli.coord.verdict import fitted_slope, judge, span_warning, verdict_text, verdicts
 from modula_cli.run.geometry import direction_change, stable_rank
 from modula_cli.nn import GPT, Embed, Linear, ResMLP, ResNet, StandardGPT, layer_names, layer_roles
 from modula_cli.optim import OptimConfig
@@ -210,20 +211,20 @@ def test_verdicts_name_the_worst_layers():
 
 
 def test_span_warning_below_8x_or_3_points():
-    assert coord.span_warning("width", [16, 32, 64, 128]) is None
-    assert coord.span_warning("width", [32, 64, 128, 256, 512]) is None
-    assert coord.span_warning("width", [32, 64, 128]) == (
+    assert span_warning("width", [16, 32, 64, 128]) is None
+    assert span_warning("width", [32, 64, 128, 256, 512]) is None
+    assert span_warning("width", [32, 64, 128]) == (
         "widths span only 4× (32–128): slopes over a short span are noisy; the verdict is reliable from 8× with at "
         "least 3 widths (e.g. coord.widths=[32,64,128,256])")
     # Depth: the same rule in its own words; two points are warned about, not refused (a quick look).
-    assert coord.span_warning("depth", [2, 1]) == (
+    assert span_warning("depth", [2, 1]) == (
         "depths span only 2× (1–2): slopes over a short span are noisy; only 2 depths: a slope through two points "
         "cannot show a bending curve; the verdict is reliable from 8× with at least 3 depths "
         "(e.g. coord.depths=[1,2,4,8])")
-    assert coord.span_warning("width", [16, 128]).startswith("only 2 widths: a slope through two points")
+    assert span_warning("width", [16, 128]).startswith("only 2 widths: a slope through two points")
     # Floored, so 7.95× never reads 8×; the example keeps the given widths (re-runs reuse them).
-    assert coord.span_warning("width", [20, 159]).startswith("widths span only 7.9× (20–159)")
-    assert coord.span_warning("width", [20, 48, 100]).endswith("(e.g. coord.widths=[20,40,48,80,100,160])")
+    assert span_warning("width", [20, 159]).startswith("widths span only 7.9× (20–159)")
+    assert span_warning("width", [20, 48, 100]).endswith("(e.g. coord.widths=[20,40,48,80,100,160])")
 
 
 # --- end to end ----------------------------------------------------------------------------------------
@@ -340,7 +341,7 @@ def test_short_span_warns_and_the_plot_highlights_every_named_layer(tiny_text_ro
               "from 8× with at least 3 widths (e.g. coord.widths=[16,32,64,128])"
     assert (tmp_path / "verdict.txt").read_text().splitlines() == [
         *(f"{mode}: {text}" for mode, text in verdict.items()), warning]
-    assert coord.verdict_text(verdict, warning[9:]).splitlines()[-1] == "  " + warning
+    assert verdict_text(verdict, warning[9:]).splitlines()[-1] == "  " + warning
 
     judged = judge(slope_table, 0.3, scales=[16, 32, 64])
     named = {mode: v.layers for mode, v in judged.items()}
@@ -373,6 +374,8 @@ def test_bad_settings_are_all_reported_before_any_work(tiny_text_root):
     assert any(p.startswith("train.seed=[0, 1]") for p in problems)
     assert coord.coord_problems(tiny_gpt_coord(tiny_text_root, "coord.axis=length")) == [
         "coord.axis='length'; allowed: width, depth"]
+    assert coord.coord_problems(tiny_gpt_coord(tiny_text_root, "coord.tolerance=0")) == [
+        "coord.tolerance=0; must be a finite number > 0"]
     # A point's own config is checked too: width 48 is not divisible by 5 heads.
     problems = coord.coord_problems(tiny_gpt_coord(tiny_text_root, "arch.heads=5", "coord.widths=[20,48]"))
     assert problems == ["arch.width=48 is not divisible by arch.heads=5"]

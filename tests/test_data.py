@@ -5,6 +5,7 @@ import multiprocessing
 import pickle
 import shutil
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -12,7 +13,8 @@ import pytest
 import torch
 
 from modula_cli.data import DATASETS, DataUnavailable, build_dataset
-from modula_cli.data.storage import prepare_once
+from modula_cli.data.storage import REPO_DATA, data_root, prepare_once
+from modula_cli.plumbing import environment
 from modula_cli.data.tokenizers import byte_encoding
 
 def test_real_shakespeare_facts(tmp_path, real_shakespeare):
@@ -51,6 +53,15 @@ def test_the_real_text_is_looked_for_where_readme_puts_it(tmp_path, monkeypatch)
     with pytest.raises(pytest.fail.Exception) as failed:
         helpers.require_shakespeare()
     assert str(failed.value.msg) == str(skipped.value.msg)
+
+
+def test_the_data_folder_is_the_setting_then_the_environment_then_the_repository(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv(environment.DATA, raising=False)
+    assert data_root() == REPO_DATA
+    monkeypatch.setenv(environment.DATA, "~/corpora")  # as a shell leaves it when quoted, or in a .env file
+    assert data_root() == tmp_path / "corpora"
+    assert data_root("~/mine") == tmp_path / "mine" and data_root("/abs") == Path("/abs")
 
 
 def test_language_batches_are_windows_and_reproducible(tiny_text_root):

@@ -3,6 +3,7 @@ layers, ``set_base_shapes`` + ``MuAdam`` / ``MuSGD``, and every layer's learning
 multiplier and first step compared with ours; then the rules by hand, the refusals and the coordinate check."""
 
 import math
+from types import SimpleNamespace
 
 import mup
 import pytest
@@ -16,7 +17,8 @@ from modula_cli.models import ModelError, build_model
 from modula_cli.models.variant import VARIANTS
 from modula_cli.nn import Conv2D, Embed, Flatten, FunctionalAttention, Linear, ReLU, layer_roles, with_role
 from modula_cli.optim import MODES, OptimConfig, build_network, init_state, optimizer_step
-from modula_cli.optim.modes.mup import init_rms, modules, rules_of
+from modula_cli.optim.modes.mup import (LayerRule, MupError, fans, init_rms, layer_rule, modules,
+                                        refuse_stray_readouts, rules_of)
 
 from helpers import compose_config
 
@@ -204,7 +206,9 @@ def test_refusals_name_the_value_and_the_layers(tmp_path):
     assert problems("optim.mode=mup", "arch.width=16") == [
         "optim.mup_base_width=32 is above arch.width=16: μP scales up from its base; set optim.mup_base_width to "
         "the sweep's smallest width or below"]
-    assert problems("optim.mode=mup", "optim.mup_base_width=0")[0].startswith("optim.mup_base_width=0")
+    assert problems("optim.mode=mup", "optim.mup_base_width=0") == ["optim.mup_base_width=0; must be an integer >= 1"]
+    assert problems("optim.mode=mup", "optim.mup_base_width=1", "arch.width=16") == []  # the smallest base there is
+    assert problems("optim.mode=mup", "optim.mup_base_width=16", "arch.width=16") == []  # the base width itself
     assert problems("optim.mode=mup", "arch=resmlp", "data=cifar10", "optim.mup_query_zero=true")[0].startswith(
         "optim.mup_query_zero=true: no layer has the role 'attn.q'")
     assert problems("optim.mode=mup") == [] and problems("optim.mode=normed", "arch.width=16") == []
@@ -258,3 +262,78 @@ def test_coordinate_check_mup_is_width_stable(tiny_text_root, tmp_path):
     assert verdict["mup"].startswith("width-stable"), verdict["mup"]  # unnormed: not (test_coord.py, docs)
     hidden = slope_table[(slope_table["mode"] == "mup") & (slope_table["quantity"] == "own_delta_rms")]
     assert hidden["slope"].abs().max() <= 0.3
+
+
+# --- exact values of the rules and refusals, derived by hand (written against a mutation pass's survivors) ----------
+
+def test_fans_and_sizes_of_each_layer_kind_by_hand():
+    """A layer of two fixed sizes is "fixed" (every multiplier 1, both optimisers); m_in and m_out are kept."""
+    fixed = layer_rule(Linear(10, 7), Linear(10, 7), "sgd")
+    assert fixed == LayerRule("fixed", 1.0, 1.0, 1.0, 1.0, 1.0)
+    hidden = layer_rule(Linear(96, 64), Linear(48, 16), "sgd")  # m_out = 2, m_in = 4
+    assert (hidden.kind, hidden.fan_out_mult, hidden.fan_in_mult, hidden.lr) == ("hidden", 2.0, 4.0, 0.5)
+    gain = SimpleNamespace(describe=lambda: "Gain(4)")  # a user's atom that is neither a matrix nor an embedding
+    with pytest.raises(MupError, match=r"^μP needs each layer's fan-in and fan-out; Gain\(4\) is neither a matrix nor "
+                                       r"an embedding \(modula_cli.nn.MatrixAtom or Embed\)$"):
+        fans(gain)
+    with pytest.raises(MupError, match=r"^μP cannot size the initialisation of Gain\(4\)$"):
+        init_rms(SimpleNamespace(describe=gain.describe, init_std=None))
+
+
+def test_the_stray_readout_check_by_hand():
+    """Layers are named input first: linear1 reads the input, linear3 is the readout."""
+    net = with_role(Linear(10, 64), "output") @ ReLU() @ Linear(64, 64) @ ReLU() @ Linear(64, 192)
+    base = Linear(10, 32) @ ReLU() @ Linear(32, 32) @ ReLU() @ Linear(32, 192)
+    # Adam by default: a hidden layer's LR is 1/m_in (SGD's would be m_out/m_in = 1)
+    assert [rule.lr for rule in refuse_stray_readouts(net, base)] == [1.0, 0.5, 1.0]
+    with pytest.raises(MupError, match=r"^the base network has 2 layers and this one 3: μP needs the same layers at "
+                                       r"every width \(only their sizes may change\)$"):
+        refuse_stray_readouts(net, Linear(10, 32) @ Linear(32, 192))
+    with pytest.raises(MupError, match=r"^the base network has 3 layers and this one 3: μP needs the same layers"):
+        refuse_stray_readouts(net, Linear(10, 32) @ ReLU() @ Linear(32, 32) @ ReLU() @ Embed(32, 192))
+    two = Linear(10, 64) @ Linear(64, 8) @ Linear(8, 64) @ Linear(64, 192)
+    two_base = Linear(10, 32) @ Linear(32, 8) @ Linear(8, 32) @ Linear(32, 192)  # two fan-ins grow, not their fan-outs
+    with pytest.raises(MupError, match=r"^optim.mode=mup: linear2 Linear\(8, 64\), linear4 Linear\(10, 64\) map a "
+                                       r"width-sized input"):
+        refuse_stray_readouts(two, two_base)
+
+
+def test_a_prepared_network_is_asked_for_twice_the_base_width_and_its_rules_hold_per_member():
+    asked = []
+
+    def at_width(width):
+        asked.append(width)
+        return build_model(arch_at("standard_gpt", width), LANGUAGE)
+
+    cfg = OptimConfig(mode="mup", mup_base_width=16)
+    net = MODES["mup"].network(build_model(arch_at("standard_gpt", 64), LANGUAGE), at_width, cfg)
+    assert asked == [16, 32]
+    assert MODES["mup"].summary_fields(cfg, torch.device("cpu")) == {"mup_base_width": 16}
+    rules = rules_of(net)
+    # packed: one LR per member (K = 2), each piece scaled by its member's LR times its layer's multiplier
+    pieces = [torch.ones(2, *w.shape) for w in net.initialize(seed=0)]
+    lrs = torch.tensor([0.5, 2.0])
+    stepped = MODES["mup"].update(net, [], pieces, lrs, None, cfg)
+    for piece, rule in zip(stepped, rules):
+        assert piece[0].unique().tolist() == [0.5 * rule.lr] and piece[1].unique().tolist() == [2.0 * rule.lr]
+    with pytest.raises(ValueError):  # a piece per layer, never a silent truncation
+        MODES["mup"].update(net, [], pieces[:-1], lrs, None, cfg)
+    weights = [torch.ones(2, *w.shape) for w in net.initialize(seed=0)]
+    decayed = MODES["mup"].regularize(net, weights, torch.tensor([0.1, 0.5]))
+    assert all(d[0].unique().tolist() == [pytest.approx(0.9)] and d[1].unique().tolist() == [0.5] for d in decayed)
+    with pytest.raises(ValueError):
+        MODES["mup"].regularize(net, weights[:-1], torch.tensor([0.1, 0.5]))
+    with pytest.raises(ValueError):
+        MODES["mup"].initial_weights(net, weights[:-1])
+    with pytest.raises(RuntimeError, match="^optim.mode=mup on a network that Mup.network did not prepare$"):
+        rules_of(build_model(arch_at("standard_gpt", 64), LANGUAGE))
+
+
+def test_mode_problems_by_hand():
+    mup, cfg = MODES["mup"], OptimConfig(mode="mup")
+    assert mup.problems(cfg, None) == [] and mup.problems(cfg, ("output", "hidden")) == []  # nothing to zero
+    no_width = OmegaConf.create({"name": "mine:net"})
+    assert mup.problems(cfg, None, no_width) == [
+        "optim.mode=mup needs arch.width (μP scales each layer from the base width); arch.name=mine:net has none"]
+    assert mup.problems(OptimConfig(mode="mup", mup_query_zero=True), ("input", "output")) == [
+        "optim.mup_query_zero=true: no layer has the role 'attn.q' (roles: input, output)"]

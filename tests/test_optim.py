@@ -15,8 +15,11 @@ from modula_cli.nn import Embed, Linear, PowerIterationState
 from modula_cli.nn.manifold import ManifoldState
 from modula_cli.optim import (MODES, OptimConfig, apply_update, ema_weight, init_state, lr_grid, optimizer_step,
                               schedule_factor, single_lr, validate_optim)
-from modula_cli.optim.directions import adam_direction, sgd_direction
-from modula_cli.optim.modes import Mode
+from modula_cli.nn.orthogonalize import ITER_DTYPES, METHODS
+from modula_cli.optim.config import OPTIMIZERS, ORTHO_DTYPES, ORTHO_METHODS
+from modula_cli.optim.directions import DIRECTIONS, adam_direction, sgd_direction
+from modula_cli.plumbing.settings import checked
+from modula_cli.optim.modes import Mode, unknown_mode
 from modula_cli.optim.modes.dualized import dualize_settings
 from modula_cli.optim.state import OptimState, StepScalars
 
@@ -42,6 +45,25 @@ def test_warmup_ramps_then_the_schedule_runs_over_the_steps_after_it():
     assert schedule_factor("cosine", 7, 10, warmup=4) == pytest.approx(0.5)
     assert schedule_factor("constant", 2, 10, warmup=4) == 0.75
     assert schedule_factor("linear", 4, 5, warmup=5) == 1.0  # the run is all warm-up
+
+
+def test_the_modes_own_defaults_and_names_by_hand():
+    sgd = dict(name="sgd", lr=None)
+    assert single_lr(OptimConfig(mode="unnormed", **sgd), "resmlp", "weights") == 2.0**-7  # its own exception
+    assert single_lr(OptimConfig(mode="unnormed", **sgd), "resmlp", None) == MODES["unnormed"].default_lrs["sgd"]
+    assert single_lr(OptimConfig(mode="mup", **sgd), "resmlp", "weights") == 2.0**-8  # any scales
+    assert single_lr(OptimConfig(mode="mup", **sgd), "gpt", "weights") == MODES["mup"].default_lrs["sgd"]
+    assert single_lr(OptimConfig(lr=[0.25, 0.5])) == 0.25 and single_lr(OptimConfig(lr=2)) == 2.0
+    assert unknown_mode("NORMED") == f"optim.mode='NORMED'; did you mean normed? allowed: {MODE_LIST}"
+    with pytest.raises(ValueError, match=rf"^optim.mode='normd'; did you mean normed\? allowed: {MODE_LIST}$"):
+        lr_grid("adam", "normd")
+
+
+def test_a_modes_state_starts_from_the_weights(monkeypatch):
+    seen = []
+    monkeypatch.setattr(MODES["unnormed"], "init_state", lambda weights, cfg: seen.append(weights) or "mine")
+    weights = [torch.ones(2, 3)]
+    assert init_state(weights, OptimConfig(mode="unnormed")).mode_state == "mine" and seen == [weights]
 
 
 def test_unknown_schedule_names_the_allowed_ones():
@@ -330,7 +352,9 @@ def test_settings_are_read_from_a_composed_node_with_interpolations_resolved():
 
 
 def problems(**settings) -> list[str]:
-    return validate_optim(dataclasses.replace(OptimConfig(), **settings))
+    """As before a launch: each setting against the schema (its type, range and choices), then the rest."""
+    found, values = checked("optim", {**dataclasses.asdict(OptimConfig()), **settings}, OptimConfig)
+    return found + validate_optim(OptimConfig(**values))
 
 
 MODE_LIST = "unnormed, normed, dualized, manifold, mup"
@@ -350,21 +374,22 @@ MODE_LIST = "unnormed, normed, dualized, manifold, mup"
     ({"lr": "1/0"}, "optim.lr=1/0; every learning rate must be a number > 0"),
     ({"lr": "a/b"}, "optim.lr=a/b; every learning rate must be a number > 0"),
     ({"lr": [0.5, 0.25, 0.5]}, "optim.lr=[0.5, 0.25, 0.5]; a packed list must not repeat a learning rate"),
-    ({"beta1": 1.0}, "optim.beta1=1.0; must be in [0, 1)"),
-    ({"beta2": -0.1}, "optim.beta2=-0.1; must be in [0, 1)"),
-    ({"eps": -1.0}, "optim.eps=-1.0, optim.wd=0.0; both must be >= 0"),
-    ({"wd": -0.1}, "optim.eps=0.0, optim.wd=-0.1; both must be >= 0"),
+    ({"beta1": 1.0}, "optim.beta1=1.0; must be a number in [0, 1)"),
+    ({"beta2": -0.1}, "optim.beta2=-0.1; must be a number in [0, 1)"),
+    ({"eps": -1.0}, "optim.eps=-1.0; must be a finite number >= 0"),
+    ({"wd": -0.1}, "optim.wd=-0.1; must be a finite number >= 0"),
+    ({"wd": float("nan")}, "optim.wd=nan; must be a finite number >= 0"),
     ({"schedule": "step"}, "optim.schedule='step'; allowed: linear, cosine, constant"),
-    ({"warmup_fraction": 1.0}, "optim.warmup_fraction=1.0; must be in [0, 1) or null"),
-    ({"warmup_fraction": -0.1}, "optim.warmup_fraction=-0.1; must be in [0, 1) or null"),
-    ({"warmup_fraction": "a"}, "optim.warmup_fraction=a; must be in [0, 1) or null"),
+    ({"warmup_fraction": 1.0}, "optim.warmup_fraction=1.0; must be a number in [0, 1)"),
+    ({"warmup_fraction": -0.1}, "optim.warmup_fraction=-0.1; must be a number in [0, 1)"),
+    ({"warmup_fraction": "a"}, "optim.warmup_fraction='a'; must be a number in [0, 1)"),
     ({"warmup_fraction": 0.1, "warmup_steps": 5},
      "optim.warmup_fraction=0.1 and optim.warmup_steps=5; set one of them (the other to null / 0)"),
     ({"ortho": "qr"}, "optim.ortho='qr'; allowed: polar_express, muon, cubic, svd"),
     ({"ortho_dtype": "fp16"}, "optim.ortho_dtype='fp16'; allowed: auto, float32, bfloat16"),
-    ({"ortho_steps": 0}, "optim.ortho_steps=0; must be >= 1 or null"),
-    ({"manifold_step": 0.0}, "optim.manifold_step=0.0, optim.manifold_tolerance=0.001; both must be > 0"),
-    ({"manifold_tolerance": 0.0}, "optim.manifold_step=1.0, optim.manifold_tolerance=0.0; both must be > 0"),
+    ({"ortho_steps": 0}, "optim.ortho_steps=0; must be an integer >= 1"),
+    ({"manifold_step": 0.0}, "optim.manifold_step=0.0; must be a finite number > 0"),
+    ({"manifold_tolerance": 0.0}, "optim.manifold_tolerance=0.0; must be a finite number > 0"),
     ({"mode": "manifold", "wd": 0.1},
      "optim.wd=0.1 with optim.mode=manifold; each weight's size is held on its manifold (a fixed radius, or a "
      "radius it learns), never decayed, so weight decay must be 0"),
@@ -381,6 +406,11 @@ def test_each_bad_setting_is_one_exact_line(settings, expected):
 ])
 def test_good_settings_at_the_edges_pass(settings):
     assert problems(**settings) == []
+
+
+def test_the_schemas_choices_are_what_the_code_implements():
+    """The schema names them without importing torch (the command line checks them before torch loads)."""
+    assert OPTIMIZERS == tuple(DIRECTIONS) and ORTHO_METHODS == METHODS and ORTHO_DTYPES == ITER_DTYPES
 
 
 def test_every_problem_is_reported_at_once():

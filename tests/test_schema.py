@@ -10,7 +10,8 @@ from omegaconf import OmegaConf
 
 from helpers import compose_config, tiny_gpt
 from modula_cli.analysis.tables import CurvePoint, OptimalPoint, Transfer, table
-from modula_cli.config.schema import CoordConfig, SweepConfig, TrainConfig
+from modula_cli.config.run_config import RunConfig
+from modula_cli.config.schema import CoordConfig, LoggerConfig, SweepConfig, TrainConfig
 from modula_cli.config.validate import config_problems
 from modula_cli.models.variant import Variant
 from modula_cli.nn import Linear
@@ -30,8 +31,29 @@ def test_the_yaml_defaults_are_the_schemas():
     assert plain(compose_config("optim=sgd").optim) == {**dataclasses.asdict(OptimConfig()), "name": "sgd",
                                                          "power_iterations": 1}
     # every field has its one-line doc
-    for schema in (TrainConfig, SweepConfig, CoordConfig, OptimConfig):
+    for schema in (TrainConfig, SweepConfig, CoordConfig, OptimConfig, LoggerConfig):
         assert all(f.metadata.get("doc") for f in dataclasses.fields(schema)), schema
+
+
+def test_the_logger_schema_is_its_yaml():
+    assert OmegaConf.to_container(compose_config().logger) == {"name": "jsonl"}
+    wandb = OmegaConf.to_container(compose_config("logger=wandb").logger)
+    assert wandb == dataclasses.asdict(LoggerConfig(name="wandb"))
+
+
+@pytest.mark.parametrize(("overrides", "rerun"), [((), False), (("train.rerun=true",), True),
+                                                  (("sweep.rerun=true",), True)])
+def test_a_run_is_configured_once_with_typed_values(overrides, rerun):
+    """``RunConfig``: what the trainer reads, typed; the builder still gets every key of the arch YAML."""
+    cfg = compose_config("arch=gpt", "arch.width=24", "optim.lr=0.5", "logger=wandb", "logger.tags=[a]",
+                         "variant=modular", "data.context=16", *overrides)
+    run = RunConfig.of(cfg, OptimConfig.of(cfg.optim))
+    assert (run.train.steps, run.arch.width, run.optim.lr, run.rerun) == (cfg.train.steps, 24, 0.5, rerun)
+    assert (run.logger.name, run.logger.tags, run.logger.mode) == ("wandb", ["a"], None)
+    assert run.variant == Variant() and run.data.name == "shakespeare" and run.data_options["context"] == 16
+    assert OmegaConf.to_container(run.builder_arch) == OmegaConf.to_container(cfg.arch, resolve=True)
+    with pytest.raises(Exception, match="widht"):  # a builder's misspelt key is an error, not None
+        _ = run.builder_arch.widht
 
 
 def test_values_keep_the_type_they_were_given():
@@ -44,7 +66,9 @@ def test_values_keep_the_type_they_were_given():
 
 @pytest.mark.parametrize("override, problem", [
     ("train.compile=maybe", "train.compile='maybe'; must be true or false"),
-    ("optim.beta1=abc", "optim.beta1='abc'; must be a number"),
+    ("optim.beta1=abc", "optim.beta1='abc'; must be a number in [0, 1)"),
+    ("optim.wd=inf", "optim.wd=inf; must be a finite number >= 0"),
+    ("arch.blocks_mass=0", "arch.blocks_mass=0; must be a finite number > 0"),
     ("train.steps=abc", "train.steps='abc'; must be an integer >= 1"),
     ("train.device=gpu", "train.device='gpu'; allowed: auto, cpu, cuda"),
     ("sweep.metric=acc", "sweep.metric='acc'; allowed: train_loss, test_loss, test_acc"),
@@ -59,7 +83,8 @@ def test_a_wrong_type_is_one_line_naming_the_value_and_what_is_allowed(override,
 def test_a_mistyped_value_is_named_once_and_the_rest_is_still_checked():
     problems = config_problems(compose_config("optim.mode=manifold", "optim.beta2=high", "optim.wd=0.1",
                                               "train.diverge_factor=1"))
-    assert problems == ["optim.beta2='high'; must be a number", "train.diverge_factor=1; must be > 1",
+    assert problems == ["train.diverge_factor=1; must be a finite number > 1",
+                        "optim.beta2='high'; must be a number in [0, 1)",
                         "optim.wd=0.1 with optim.mode=manifold; each weight's size is held on its manifold (a fixed "
                         "radius, or a radius it learns), never decayed, so weight decay must be 0"]
 

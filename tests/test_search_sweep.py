@@ -148,7 +148,11 @@ def space(*overrides: str):
     (["sweep.search_low=0.5", "sweep.search_high=0.6"], "the bounds must leave room for a bracket"),
     (["sweep.search_high=0.01"], "the starting LR 0.0625 lies outside the bounds [0, 0.0078125]"),
     (["sweep.search_substeps=3"], "sweep.search_substeps=3; allowed: 1, 2, 4, 8"),
-    (["sweep.search_start=-1"], "sweep.search_start=-1: must be a positive LR"),
+    (["sweep.search_start=-1"], "sweep.search_start=-1; must be a finite number > 0"),
+    (["sweep.search_low=0"], "sweep.search_low=0; must be a finite number > 0"),
+    (["sweep.search_high=-0.5"], "sweep.search_high=-0.5; must be a finite number > 0"),
+    (["sweep.search_resolution=0"], "sweep.search_resolution=0; must be a finite number > 0"),
+    (["sweep.search_resolution=inf"], "sweep.search_resolution=inf; must be a finite number > 0"),
     (["optim.lr=0.1,0.2,0.8"], "evenly spaced in log2"),
 ])
 def test_settings_a_search_cannot_run_with_are_named_in_one_line(overrides, message):

@@ -72,6 +72,14 @@ def test_every_environment_variable_is_named_in_one_module():
     assert spelled == ["modula_cli/plumbing/environment.py"]
 
 
+def test_the_trainer_reads_typed_settings():
+    """The Hydra config reaches ``run/`` only at its entry point (``trainer.train``), which builds the typed
+    ``RunConfig`` once; the rooms below read fields, not ``cfg.group.key`` strings."""
+    reading_dictconfig = [path.name for path in (PACKAGE / "run").glob("*.py")
+                          if "DictConfig" in path.read_text() and path.name != "trainer.py"]
+    assert reading_dictconfig == []
+
+
 def _imports(path: Path) -> set[str]:
     """Sibling modules of ``modula_cli/nn`` that a module imports, at any depth (lazy imports count too)."""
     found = set()

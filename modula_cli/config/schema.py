@@ -54,7 +54,7 @@ class TrainConfig:
     checkpoint_every: int = setting(100, "steps between checkpoints; 0: only on SIGTERM / SIGUSR1", minimum=0)
     keep_checkpoint: bool = setting(False, "keep the final weights (checkpoint.pt) after the run finishes")
     diverge_factor: float = setting(3.0, "stop as diverged once a step's train loss exceeds this multiple of the "
-                                         "first (checked at every step)")
+                                         "first (checked at every step)", above=1)
     rerun: bool = setting(False, "retrain even if the run folder holds a finished run")
     progress: bool = setting(True, "progress bar (only when stderr is a terminal)")
     layer_stats_every: int = setting(0, "N > 0: each layer's geometry every N steps into layer_stats.jsonl",
@@ -72,12 +72,25 @@ class SweepConfig:
     search_budget: int | None = setting(None, "search: LRs per scale at most, each with every seed (null: the "
                                               "grid's size)")
     search_resolution: float = setting(0.75, "search: stop at a scale once the optimum's 95 % interval is at most "
-                                            "this many grid steps wide")
+                                            "this many grid steps wide", above=0)
     search_substeps: int = setting(1, "search: lattice points per grid step (1: grid LRs only; 2: half steps)",
                                    minimum=1, choices=(1, 2, 4, 8))
-    search_low: float | None = setting(None, "search: the lowest LR it may try (null: no bound)")
-    search_high: float | None = setting(None, "search: the highest LR it may try (null: no bound)")
-    search_start: float | None = setting(None, "search: the first scale's middle LR (null: the grid's middle)")
+    search_low: float | None = setting(None, "search: the lowest LR it may try (null: no bound)", above=0)
+    search_high: float | None = setting(None, "search: the highest LR it may try (null: no bound)", above=0)
+    search_start: float | None = setting(None, "search: the first scale's middle LR (null: the grid's middle)",
+                                         above=0)
+
+
+@dataclass
+class LoggerConfig:
+    """Where a run's metrics go besides metrics.jsonl (configs/logger/*.yaml)."""
+    name: str = setting("jsonl", "jsonl (metrics.jsonl only) | wandb (Weights & Biases as well)")
+    project: str = setting("modula-sweep", "wandb: the project")
+    entity: str | None = setting(None, "wandb: the team or user (null: the credentials' default)")
+    group: str | None = setting(None, "wandb: the group (null: the sweep folder's name inside a sweep)")
+    mode: str | None = setting(None, "wandb: online | offline | disabled (null: online with credentials, else "
+                                     "offline)")
+    tags: list[str] = setting([], "wandb: the run's tags")
 
 
 @dataclass
@@ -88,7 +101,8 @@ class CoordConfig:
     modes: list[str] = setting(["unnormed", "normed", "dualized"], "the modes compared")
     steps: int = setting(4, "updates on the fixed batch (measured after each, and before the first)", minimum=1)
     batch_size: int = setting(8, "sequences or images of the fixed batch", minimum=1)
-    tolerance: float = setting(0.3, "width-stable: every layer's |slope| of delta_rms and own_delta_rms <= it")
+    tolerance: float = setting(0.3, "width-stable: every layer's |slope| of delta_rms and own_delta_rms <= it",
+                               above=0)
 
     @property
     def scales(self) -> tuple[int, ...]:

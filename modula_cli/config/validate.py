@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
@@ -51,8 +50,6 @@ def _arch_problems(arch: Any, data: Any) -> list[str]:
         problems.append(problem)
     if shape.heads and shape.width and shape.width % shape.heads:
         problems.append(f"arch.width={shape.width} is not divisible by arch.heads={shape.heads}")
-    if shape.blocks_mass is not None and not 0 < shape.blocks_mass < math.inf:
-        problems.append(f"arch.blocks_mass={shape.blocks_mass}; must be a finite number > 0")
     return problems
 
 
@@ -78,8 +75,6 @@ def data_problems(data: Any) -> list[str]:
 
 def _train_problems(train: TrainConfig, devices_here: bool = True) -> list[str]:
     problems = _seed_problems(train.seed)
-    if not train.diverge_factor > 1:
-        problems.append(f"train.diverge_factor={train.diverge_factor}; must be > 1")
     if problem := threads_problem(train.threads):
         problems.append(problem)
     if not devices_here:  # a cluster's jobs check their own node's GPU when they start

@@ -16,10 +16,7 @@ import dataclasses
 import hashlib
 import json
 import logging
-import math
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +46,7 @@ from ..plumbing.signals import STOP, StopRequested
 from ..plumbing.threads import configure_threads
 from ..run.geometry import QUANTITIES, captured, layer_geometry
 from .plot import plot_coord
+from .verdict import judge, slopes, span_warning, verdict_text
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +75,6 @@ def coord_problems(cfg: Any) -> list[str]:
         problems.append(problem)
     if not coord.modes or any(m not in MODES for m in coord.modes) or len(set(coord.modes)) < len(coord.modes):
         problems.append(f"coord.modes={cfg.coord.modes}; a list of distinct modes from: {', '.join(MODES)}")
-    if not coord.tolerance > 0:
-        problems.append(f"coord.tolerance={coord.tolerance}; must be a number > 0")
     order = [f"coord.{f.name}" for f in dataclasses.fields(CoordConfig)]  # one line per setting, in schema order
     problems.sort(key=lambda p: next((i for i, key in enumerate(order) if p.startswith(key)), len(order)))
     if listed(cfg.train.seed):
@@ -137,128 +133,6 @@ def measure(net: Module, weights: list[torch.Tensor], x: torch.Tensor, y: torch.
         lr = float(optimizer_step(net, weights, grads, state, opt, t, steps))
         updates = [b - w.detach() for b, w in zip(before, weights)]
     return rows
-
-
-# --- slopes and the verdict --------------------------------------------------------------------------------
-
-def fitted_slope(scales: np.ndarray, values: np.ndarray) -> float:
-    """Least-squares slope of log(value) against log(scale); 0 when the value is 0 at every scale (nothing
-    changed anywhere), NaN when some values are 0, negative or missing (no power law to fit)."""
-    values = np.asarray(values, dtype=float)
-    if len(values) >= 2 and np.all(values == 0):
-        return 0.0
-    if len(values) < 2 or not np.all(np.isfinite(values)) or np.any(values <= 0):
-        return math.nan
-    return float(np.polyfit(np.log(np.asarray(scales, dtype=float)), np.log(values), 1)[0])
-
-
-def slopes(frame: pd.DataFrame, axis: str) -> pd.DataFrame:
-    """Per mode, layer and quantity: the slope at the last step. Along depth, layers differ between
-    depths, so a role's layers (every block's ``attn.q``) are averaged first and the role is the layer."""
-    last = frame[frame["step"] == frame["step"].max()]
-    key = "layer" if axis == "width" else "role"
-    order = {name: i for i, name in enumerate(dict.fromkeys(last.sort_values(["point", "index"])[key]))}
-    rows = []
-    for (mode, layer), group in last.groupby(["mode", key], sort=False):
-        by_scale = group.groupby(axis)[list(QUANTITIES)].mean().sort_index()
-        for quantity in QUANTITIES:
-            values = by_scale[quantity].to_numpy()
-            rows.append({"mode": mode, "layer": layer, "quantity": quantity,
-                         "slope": fitted_slope(by_scale.index.to_numpy(), values),
-                         "smallest": values[0], "largest": values[-1], "points": int(np.isfinite(values).sum()),
-                         "_order": order[layer]})
-    result = pd.DataFrame(rows)
-    if result.empty:
-        return result
-    modes = {m: i for i, m in enumerate(dict.fromkeys(frame["mode"]))}
-    result["_mode"] = result["mode"].map(modes)
-    return result.sort_values(["_mode", "_order"], kind="stable").drop(columns=["_mode", "_order"]) \
-        .reset_index(drop=True)
-
-
-VERDICT_QUANTITIES = ("delta_rms", "own_delta_rms")
-RELIABLE_SPAN, RELIABLE_POINTS = 8, 3  # below either, slopes are noisy and the verdict is tentative
-
-
-def _scale_caveats(axis: str, scales: Sequence[int]) -> list[tuple[str, str]]:
-    """Why slopes over ``scales`` are not to be trusted yet, as (short tag, explanation); empty when they are.
-    Measured (GPT on Shakespeare, seed 0): normed Adam's attn.out[2] reads +0.41 over widths 32–128, every
-    layer is within ±0.21 over 32–256, and over 32–512 three seeds' largest is 0.18 (docs/coord_check.md)."""
-    low, high, count = min(scales), max(scales), len(set(scales))
-    caveats = []
-    if high < RELIABLE_SPAN * low:
-        span = f"{axis}s span only {math.floor(10 * high / low) / 10:g}×"  # floored: 7.96 must not read 8
-        caveats.append((span, f"{span} ({low}–{high}): slopes over a short span are noisy"))
-    if count < RELIABLE_POINTS:
-        few = f"only {count} {axis}s"
-        caveats.append((few, f"{few}: a slope through two points cannot show a bending curve"))
-    return caveats
-
-
-def span_warning(axis: str, scales: Sequence[int]) -> str | None:
-    """The warning printed beside a tentative verdict (None when the scales are enough), with scales that
-    would do: the given ones, doubled from the smallest up to 8× (measured points are reused on a re-run)."""
-    caveats = _scale_caveats(axis, scales)
-    if not caveats:
-        return None
-    low = min(scales)
-    example = sorted(set(scales) | {low * 2**k for k in range(4)})
-    return (f"{'; '.join(text for _, text in caveats)}; the verdict is reliable from {RELIABLE_SPAN}× with at "
-            f"least {RELIABLE_POINTS} {axis}s (e.g. coord.{axis}s=[{','.join(map(str, example))}])")
-
-
-@dataclass(frozen=True)
-class Verdict:
-    head: str  # "width-stable", "not width-stable (tentative: widths span only 4×)", "no verdict"
-    detail: str
-    layers: tuple[str, ...]  # every layer the detail names (the plot highlights them)
-
-    def __str__(self) -> str:
-        return f"{self.head}: {self.detail}"
-
-
-def _judge_mode(group: pd.DataFrame, tolerance: float, axis: str, tag: str, shown: int) -> Verdict:
-    layers = group["layer"].nunique()
-    measured = group[np.isfinite(group["slope"])]
-    unmeasured = sorted(set(group["layer"]) - set(measured["layer"]))
-    worst = measured.reindex(measured["slope"].abs().sort_values(ascending=False).index)
-    worst = worst.drop_duplicates("layer")  # a layer's worst quantity only
-    bad = worst[worst["slope"].abs() > tolerance]
-    note = (f"; no slope for {', '.join(unmeasured)} (a zero or non-finite value at some {axis}s: a frozen "
-            f"layer or a diverged point)" if unmeasured else "")
-    if bad.empty and unmeasured:  # a layer that could not be measured may be the one that fails
-        return Verdict("no verdict", f"every measured layer is within ±{tolerance:g}{note}", tuple(unmeasured))
-    if bad.empty and not measured.empty:
-        top = worst.iloc[0]
-        return Verdict(f"{axis}-stable{tag}", f"every layer's delta_rms and own_delta_rms slopes are within "
-                       f"±{tolerance:g} (largest {top['slope']:+.2f}, {top['layer']} {top['quantity']}){note}",
-                       (top["layer"], *unmeasured))
-    if bad.empty:
-        return Verdict("no verdict", f"no layer has a delta_rms slope{note}", tuple(unmeasured))
-    named = bad.head(shown)
-    names = ", ".join(f"{r['layer']} {r['quantity']} {r['slope']:+.2f}" for _, r in named.iterrows())
-    more = f", … ({len(bad)} of {layers} layers)" if len(bad) > shown else ""
-    return Verdict(f"not {axis}-stable{tag}", f"slope beyond ±{tolerance:g} in {names}{more}{note}",
-                   (*named["layer"], *unmeasured))
-
-
-def judge(slope_table: pd.DataFrame, tolerance: float, axis: str = "width", shown: int = 4,
-          scales: Sequence[int] = ()) -> dict[str, Verdict]:
-    """Per mode: stable along the axis when every layer's ``delta_rms`` and ``own_delta_rms`` slopes are
-    within ±tolerance (the second catches a layer's own growing update hidden under a large change from
-    below); else the worst layers, by |slope|, with the quantity that failed. Tentative when ``scales``
-    span less than 8× or are fewer than 3 (``span_warning`` says why)."""
-    caveats = _scale_caveats(axis, scales) if scales else []
-    tag = f" (tentative: {', '.join(short for short, _ in caveats)})" if caveats else ""
-    checked = slope_table[slope_table["quantity"].isin(VERDICT_QUANTITIES)]
-    return {mode: _judge_mode(group, tolerance, axis, tag, shown)
-            for mode, group in checked.groupby("mode", sort=False)}
-
-
-def verdicts(slope_table: pd.DataFrame, tolerance: float, axis: str = "width", shown: int = 4,
-             scales: Sequence[int] = ()) -> dict[str, str]:
-    """``judge`` as one line per mode: ``<head>: <detail>``."""
-    return {mode: str(v) for mode, v in judge(slope_table, tolerance, axis, shown, scales).items()}
 
 
 # --- the command ----------------------------------------------------------------------------------------
@@ -367,12 +241,6 @@ def _title(cfg: Any, settings: CoordConfig) -> str:
     steps = f"{settings.steps} step{'s' if settings.steps > 1 else ''}"
     return (f"{cfg.arch.name} on {cfg.data.name}, {cfg.optim.name}, {fixed}, {lr}, {steps} on one batch of "
             f"{settings.batch_size}, seed {cfg.train.seed}")
-
-
-def verdict_text(verdict: dict[str, str], warning: str | None = None) -> str:
-    width = max(map(len, verdict), default=0)
-    lines = [f"  {mode:<{width}}  {text}" for mode, text in verdict.items()]
-    return "\n".join(lines + ([f"  warning: {warning}"] if warning else []))
 
 
 def check(cfg: DictConfig, overrides: list[str]) -> None:

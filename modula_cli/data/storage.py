@@ -74,10 +74,9 @@ def reachable(url: str, timeout: float = NETWORK_TIMEOUT_S) -> bool:
 
 
 def data_root(root: str | os.PathLike | None = None) -> Path:
-    """``root`` if given, else ``$MODULA_DATA``, else the repository's ``data/``."""
-    if root:
-        return Path(root).expanduser()
-    return Path(os.environ.get(environment.DATA) or REPO_DATA)
+    """``root`` if given, else ``$MODULA_DATA``, else the repository's ``data/`` (``~`` expanded: a shell leaves
+    it as typed in ``MODULA_DATA=~/data`` and in a quoted path)."""
+    return Path(root or os.environ.get(environment.DATA) or REPO_DATA).expanduser()
 
 
 def sha256_file(path: Path, chunk: int = 2**22) -> str:

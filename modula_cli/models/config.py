@@ -17,7 +17,7 @@ class ArchConfig:
     depth: int | None = setting(None, "residual blocks", minimum=1)
     heads: int | None = setting(None, "attention heads (GPT)", minimum=1)
     block_depth: int | None = setting(None, "layers per residual block (ResMLP, ResNet)", minimum=1)
-    blocks_mass: float | None = setting(None, "the residual blocks' total mass")
+    blocks_mass: float | None = setting(None, "the residual blocks' total mass", above=0)
     loss_window: int = setting(1, "a run's final train loss: the mean of the last N steps' losses", minimum=1)
     data_kind: str | None = setting(None, "your own network: language | image (leave out: both)")
     kernel_size: int | None = setting(None, "convolution kernel size (ResNet)", minimum=1)

@@ -6,8 +6,8 @@ from ..plumbing.lazy import exports_of, lazy_exports
 
 _EXPORTS = exports_of({
     ".checks": ("validate_optim",),
-    ".config": ("OptimConfig",),
-    ".directions": ("OPTIMIZERS", "ema_weight"),
+    ".config": ("OPTIMIZERS", "OptimConfig"),
+    ".directions": ("ema_weight",),
     ".modes": ("MODES", "Mode", "build_network", "lr_grid", "single_lr"),
     ".schedule": ("SCHEDULES", "schedule_factor"),
     ".state": ("OptimState", "init_state"),

@@ -8,6 +8,12 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from ..plumbing.settings import setting
+from .schedule import SCHEDULES
+
+OPTIMIZERS = ("sgd", "adam")  # each with its direction in directions.py (DIRECTIONS)
+# nn/orthogonalize.py's methods and iteration dtypes, named here too: the command line checks them without torch
+ORTHO_METHODS = ("polar_express", "muon", "cubic", "svd")
+ORTHO_DTYPES = ("auto", "float32", "bfloat16")
 
 # Manifold mode's defaults (measured in docs/manifold.md): the temperatures (readout, attention
 # scores) free, every other layer on its manifold with a learned radius.
@@ -18,28 +24,30 @@ MANIFOLD_SCALED = ["embed.token", "embed.position", "attn.v", "attn.out", "mlp.i
 
 @dataclass
 class OptimConfig:
-    name: str = setting("adam", "the base optimiser: sgd (momentum) | adam")
+    name: str = setting("adam", "the base optimiser: sgd (momentum) | adam", choices=OPTIMIZERS)
     mode: str = setting("normed", "a mode registered in optim/modes/ (MODES); built in: unnormed | normed (update "
                                   "of modular norm LR) | dualized (duality map) | manifold (weights on manifolds) | "
                                   "mup (μP: per-layer LRs and multipliers)")
     lr: Any = setting(None, "a number > 0; a list: one packed member per LR; null: the mode's default")
-    beta1: float = setting(0.9, "momentum (SGD and Adam)")
-    beta2: float = setting(0.99, "Adam's second-moment average")
-    eps: float = setting(0.0, "Adam's ε (the paper's: none, NaN/inf entries set to 0)")
-    wd: float = setting(0.0, "weight decay (× the step's LR), split over the network as a step is")
-    schedule: str = setting("linear", "linear (decay to 0, the paper's) | cosine | constant")
+    beta1: float = setting(0.9, "momentum (SGD and Adam)", minimum=0, below=1)
+    beta2: float = setting(0.99, "Adam's second-moment average", minimum=0, below=1)
+    eps: float = setting(0.0, "Adam's ε (the paper's: none, NaN/inf entries set to 0)", minimum=0)
+    wd: float = setting(0.0, "weight decay (× the step's LR), split over the network as a step is", minimum=0)
+    schedule: str = setting("linear", "linear (decay to 0, the paper's) | cosine | constant", choices=SCHEDULES)
     warmup_steps: int = setting(0, "linear warm-up steps", minimum=0)
-    warmup_fraction: float | None = setting(None, "a fraction of train.steps instead (stretches with the run)")
+    warmup_fraction: float | None = setting(None, "a fraction of train.steps instead (stretches with the run)",
+                                            minimum=0, below=1)
     ortho: str = setting("polar_express", "dualized (and manifold's free layers): polar_express | muon | cubic "
-                                          "| svd")
-    ortho_steps: int | None = setting(None, "iterations of the polar factor; null: the method's default")
+                                          "| svd", choices=ORTHO_METHODS)
+    ortho_steps: int | None = setting(None, "iterations of the polar factor; null: the method's default", minimum=1)
     ortho_dtype: str = setting("auto", "the iteration's dtype: auto (bfloat16 on CUDA, else float32) | float32 "
-                                       "| bfloat16")
+                                       "| bfloat16", choices=ORTHO_DTYPES)
     power_iterations: int = setting(2, "normed: warm-started power-iteration steps per update", minimum=1)
     manifold_iterations: int = setting(0, "manifold: most dual-ascent steps per update (0: the projected start; "
                                           "docs/manifold.md)", minimum=0)
-    manifold_step: float = setting(1.0, "manifold: first multiplier step, decaying linearly to 0")
-    manifold_tolerance: float = setting(1e-3, "manifold: a matrix stops once RMS(WᵀA + AᵀW) is below this")
+    manifold_step: float = setting(1.0, "manifold: first multiplier step, decaying linearly to 0", above=0)
+    manifold_tolerance: float = setting(1e-3, "manifold: a matrix stops once RMS(WᵀA + AᵀW) is below this",
+                                        above=0)
     manifold_warm_start: bool = setting(True, "manifold: start from the previous step's multiplier")
     mup_base_width: int = setting(32, "mup: the width whose network μP trains exactly as unnormed (every multiplier "
                                       "1); each layer's LR, initial scale and readout multiplier scale from it "

@@ -36,4 +36,3 @@ def adam_direction(state: OptimState, grads: list[Tensor], cfg: OptimConfig) -> 
 
 DIRECTIONS: dict[str, Callable[[OptimState, list[Tensor], OptimConfig], list[Tensor]]] = {
     "sgd": sgd_direction, "adam": adam_direction}
-OPTIMIZERS = tuple(DIRECTIONS)

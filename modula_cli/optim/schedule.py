@@ -14,7 +14,7 @@ def schedule_factor(kind: str, t: int, total: int, warmup: int = 0) -> float:
         return 0.0
     if t < warmup:
         return (t + 1) / warmup
-    progress = (t - warmup) / max(1, total - warmup)
+    progress = (t - warmup) / (total - warmup)  # warmup <= t < total: at least one step after warm-up
     if kind == "linear":
         return 1.0 - progress
     if kind == "cosine":

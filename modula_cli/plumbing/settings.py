@@ -4,6 +4,7 @@ check of a config node's values against such a dataclass, and the dataclass of a
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from typing import Any
@@ -11,11 +12,13 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 
-def setting(default: Any, doc: str, *, minimum: int | None = None, choices: tuple | None = None,
-            items: str | None = None) -> Any:
-    """A schema field: its default, a one-line doc, and for an integer its minimum, for text its choices, for a
-    list what its items are (said when it is not such a list)."""
-    metadata = {"doc": doc, "minimum": minimum, "choices": choices, "items": items}
+def setting(default: Any, doc: str, *, minimum: float | None = None, above: float | None = None,
+            below: float | None = None, choices: tuple | None = None, items: str | None = None) -> Any:
+    """A schema field: its default, a one-line doc, and for a number its range (``minimum`` included, ``above``
+    and ``below`` excluded; a float must also be finite), for text its choices, for a list what its items are
+    (said when it is not such a list)."""
+    metadata = {"doc": doc, "minimum": minimum, "above": above, "below": below, "choices": choices,
+                "items": items}
     if isinstance(default, list):
         return dataclasses.field(default_factory=lambda: list(default), metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -58,7 +61,26 @@ def _value_problem(key: str, value: Any, hint: Any, metadata: typing.Mapping[str
         if not _instance(value, int) or value < minimum:
             return f"{key}={value!r}; must be an integer >= {minimum}{_as_integer(key, value)}"
         return None
+    if kind is float and (bounds := _range_words(metadata)) is not None:
+        return None if _in_range(value, metadata) else f"{key}={value!r}; must be {bounds}"
     return None if _instance(value, kind) else f"{key}={value!r}; must be {_TYPE_WORDS[kind]}{_as_integer(key, value)}"
+
+
+def _range_words(metadata: typing.Mapping[str, Any]) -> str | None:
+    """``a number in [0, 1)``, ``a finite number > 0``, ``a finite number >= 0``; None for a number without a range."""
+    low, above, below = metadata.get("minimum"), metadata.get("above"), metadata.get("below")
+    if below is not None:
+        left = f"[{low:g}" if low is not None else f"({above:g}" if above is not None else "(-inf"
+        return f"a number in {left}, {below:g})"
+    if low is not None:
+        return f"a finite number >= {low:g}"
+    return f"a finite number > {above:g}" if above is not None else None
+
+
+def _in_range(value: Any, metadata: typing.Mapping[str, Any]) -> bool:
+    low, above, below = metadata.get("minimum"), metadata.get("above"), metadata.get("below")
+    return (_instance(value, float) and math.isfinite(value) and (low is None or value >= low)
+            and (above is None or value > above) and (below is None or value < below))
 
 
 def _as_integer(key: str, value: Any) -> str:

@@ -11,20 +11,18 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import torch
-from omegaconf import DictConfig, OmegaConf
-
 from ..config.members import Members
+from ..config.run_config import RunConfig
 from ..config.schema import TrainConfig
 from ..data import Dataset, build_dataset
 from ..models import is_import_path
 from ..models.config import ArchConfig
-from ..models.variant import Variant, explain_scope, iterations, variant_of
+from ..models.variant import Variant, explain_scope, iterations
 from ..nn import Module, layer_roles
 from ..nn.loss import grads_of, losses_and_hits
 from ..optim import MODES, OptimConfig, build_network, init_state
 from ..plumbing import environment
 from ..plumbing.device import resolve_device
-from ..plumbing.settings import typed
 from .state import RunState
 
 log = logging.getLogger(__name__)
@@ -32,9 +30,9 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class RunContext:
-    """What stays fixed while a run trains: config, device, data, network and the compiled step."""
+    """What stays fixed while a run trains: settings, device, data, network and the compiled step."""
 
-    cfg: DictConfig
+    config: RunConfig
     train: TrainConfig
     arch: ArchConfig
     opt: OptimConfig
@@ -50,22 +48,21 @@ class RunContext:
     seed_index: torch.Tensor | None = None  # packed: each member's position among the run's seeds
 
     @classmethod
-    def build(cls, cfg: DictConfig, opt: OptimConfig, members: Members, rank: int, world: int) -> RunContext:
-        train = typed(TrainConfig, cfg.train)
+    def build(cls, config: RunConfig, members: Members, rank: int, world: int) -> RunContext:
+        train, opt, variant = config.train, config.optim, config.variant
         device = run_device(train.device, world)
         if train.batch_size % world:
             raise ValueError(f"train.batch_size={train.batch_size} must divide evenly over {world} processes")
-        data = build_dataset(cfg.data.name, **OmegaConf.to_container(cfg.data, resolve=True))
-        variant = variant_of(cfg)
-        ctx = cls(cfg, train, typed(ArchConfig, cfg.arch), opt, members, rank, world, device, data,
-                  build_network(cfg.arch, data, variant, opt), compute=None,
+        data = build_dataset(config.data.name, **config.data_options)
+        ctx = cls(config, train, config.arch, opt, members, rank, world, device, data,
+                  build_network(config.builder_arch, data, variant, opt), compute=None,
                   eval_batches=data.eval_batches(train.eval_batches, train.batch_size, device),
                   variant=variant, seed_index=members.seed_index(device) if members.packed else None)
-        if rank == 0 and (scope := explain_scope(cfg.arch.name, variant, ctx.net)):
+        if rank == 0 and (scope := explain_scope(config.arch.name, variant, ctx.net)):
             say_once(scope)
         if members.packed:
             ctx.eval_batches = [members.shared(x, y) for x, y in ctx.eval_batches]
-        if is_import_path(cfg.arch.name):  # a user's layer roles are known once it is built
+        if is_import_path(config.arch.name):  # a user's layer roles are known once it is built
             if problems := MODES[opt.mode].problems(opt, tuple(layer_roles(ctx.net))):
                 raise ValueError("; ".join(problems))
         if train.compile:  # a sweep compiles many configurations in one process: start each afresh

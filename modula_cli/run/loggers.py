@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 from tqdm import tqdm
 
 from ..config.members import Members
+from ..config.schema import LoggerConfig, TrainConfig
 from ..plumbing import atomic
 from ..results.summary import best_lr
 from .state import RunState
@@ -236,14 +237,14 @@ class RunLoggers:
     """A run's outputs while it trains: one metrics.jsonl (and wandb run) per member, and the progress bar.
     A context manager: everything is closed on every way out, errors and signals included."""
 
-    def __init__(self, cfg: DictConfig, members: Members, state: RunState, lead: bool, show_bar: bool,
-                 sweep_dir: Path | None, total: int | None = None):
+    def __init__(self, logger: LoggerConfig, train: TrainConfig, members: Members, state: RunState, lead: bool,
+                 show_bar: bool, sweep_dir: Path | None, total: int | None = None):
         self._stack = ExitStack()
         self.metrics: list[JsonlLogger | None] = [None] * len(members)
         self.wandbs: list[WandbLogger | None] = [None] * len(members)
         self.layers: list[JsonlLogger | None] = [None] * len(members)  # layer_stats.jsonl, when measured
         self.name = pack_label(members)
-        self.total = total or cfg.train.steps
+        self.total = total or train.steps
         self._last_beat = time.monotonic()
         self.bar = self._stack.enter_context(
             tqdm(total=self.total, initial=state.step, desc=self.name,
@@ -251,11 +252,11 @@ class RunLoggers:
                  leave=sweep_dir is None))  # in a sweep the job's progress line stays instead
         if not lead:  # ranks > 0 of a distributed run write nothing
             return
-        mode = wandb_mode(cfg.logger.get("mode"), sweep_dir) if cfg.logger.name == "wandb" else None
+        mode = wandb_mode(logger.mode, sweep_dir) if logger.name == "wandb" else None
         for k, member in enumerate(members):
             self.metrics[k] = JsonlLogger(member.run_dir / "metrics.jsonl", truncate_at=state.metrics_offsets[k])
             self._stack.callback(self.metrics[k].close)
-            if cfg.train.layer_stats_every:
+            if train.layer_stats_every:
                 path = member.run_dir / LAYER_STATS_FILE
                 keep_until(path, state.step)  # a resumed run logs its later records again
                 resumed = state.step and path.exists()  # (the setting may be new to a resumed run)
@@ -263,10 +264,10 @@ class RunLoggers:
                 self._stack.callback(self.layers[k].close)
             if mode is not None:
                 self.wandbs[k] = WandbLogger(
-                    project=cfg.logger.project, entity=cfg.logger.entity,
-                    group=cfg.logger.group or (sweep_group(sweep_dir) if sweep_dir else None),
+                    project=logger.project, entity=logger.entity,
+                    group=logger.group or (sweep_group(sweep_dir) if sweep_dir else None),
                     name=member.run_dir.name, config=OmegaConf.to_container(member.cfg, resolve=True),
-                    run_dir=member.run_dir, mode=mode, tags=list(cfg.logger.tags), resume_id=state.wandb_ids[k])
+                    run_dir=member.run_dir, mode=mode, tags=list(logger.tags), resume_id=state.wandb_ids[k])
                 self._stack.callback(self.wandbs[k].close)
 
     def __enter__(self) -> RunLoggers:

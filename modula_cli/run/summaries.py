@@ -35,17 +35,17 @@ class Provenance:
                 **({"resumed_from": self.resumed_from} if self.resumed_from else {})}
 
 
-def write_failed(members: Members, error: Exception, record: Provenance) -> None:
+def write_failed(members: Members, error: Exception, provenance: Provenance) -> None:
     import traceback
 
     for k, member in enumerate(members):
         write_summary(member.run_dir, summary_record(
             FAILED, member.run_dir, member.identity.knobs, member.fingerprint,
             error=f"{type(error).__name__}: {error}",
-            traceback=traceback.format_exc(), **record.fields(members, k)))
+            traceback=traceback.format_exc(), **provenance.fields(members, k)))
 
 
-def write_summaries(ctx: RunContext, state: RunState, record: Provenance, final: str | None,
+def write_summaries(ctx: RunContext, state: RunState, provenance: Provenance, final: str | None,
                      write: bool = True) -> list[Summary]:
     """Each member's summary: still-running members get ``final`` (or ``running`` when None); diverged
     members stay diverged."""
@@ -61,7 +61,7 @@ def write_summaries(ctx: RunContext, state: RunState, record: Provenance, final:
                   "throughput": round(steps_done * ctx.units_per_step / max(state.elapsed, 1e-9), 1),
                   "throughput_unit": f"{ctx.units}/s", "device": str(ctx.device), "world_size": ctx.world,
                   "threads": torch.get_num_threads(),
-                  "packed_with": len(ctx.members) if ctx.members.packed else 1, **record.fields(ctx.members, k)}
+                  "packed_with": len(ctx.members) if ctx.members.packed else 1, **provenance.fields(ctx.members, k)}
         if ctx.data.kind == "image":
             fields["test_acc"] = state.last_eval[k].get("test_acc") if done else None
         fields.update(MODES[ctx.opt.mode].summary_fields(ctx.opt, ctx.device))

@@ -12,6 +12,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from ..config.members import MemberDir, Members
+from ..config.run_config import RunConfig
 from ..config.validate import checked_optim
 from ..data import DataUnavailable
 from ..models import ModelError
@@ -49,9 +50,10 @@ def train(cfg: DictConfig, run_dir: Path, *, member_dir: MemberDir | None = None
     members = Members.of(cfg, opt, run_dir, member_dir)
     if opt.lr is None:  # the mode's default for this architecture, as the members took it
         opt = dataclasses.replace(opt, lr=members.items[0].lr)
-    rerun = bool(cfg.train.rerun or cfg.sweep.rerun)
+    config = RunConfig.of(cfg, opt)
+    rerun = config.rerun
     rank, world = distributed()
-    record, locks = Provenance(overrides or [], sweep_dir, launch), RunLocks(members.run_dirs)
+    provenance, locks = Provenance(overrides or [], sweep_dir, launch), RunLocks(members.run_dirs)
     knob = "sweep.rerun" if sweep_dir is not None else "train.rerun"
     skipped = decided_by_lead(lambda: already_finished(members, run_dir.name, rerun, knob), rank, world)
     if skipped is not None:
@@ -64,9 +66,9 @@ def train(cfg: DictConfig, run_dir: Path, *, member_dir: MemberDir | None = None
     ctx: RunContext | None = None
     try:  # the data and the network are built under the run's locks: nobody else is training it
         with STOP.at_once("preparing the data"):  # no step to stop after: a signal stops it where it is
-            ctx = RunContext.build(cfg, opt, members, rank, world)
+            ctx = RunContext.build(config, members, rank, world)
         with STOP.installed():
-            summaries = train_from_checkpoint(ctx, run_dir, rerun, record)
+            summaries = train_from_checkpoint(ctx, run_dir, rerun, provenance)
     except StopRequested as stop:
         if ctx is None:  # stopped before its first step: nothing of this run to keep or resume
             stop.trained = False
@@ -77,7 +79,7 @@ def train(cfg: DictConfig, run_dir: Path, *, member_dir: MemberDir | None = None
         if isinstance(error, ONE_LINE_ERRORS) and sweep_dir is None:  # a single run: nothing written or left
             locks.discard()
         elif rank == 0:
-            write_failed(members, error, record)
+            write_failed(members, error, provenance)
         raise
     finally:
         locks.release()
@@ -99,36 +101,36 @@ def start_state(ctx: RunContext, path: Path, rerun: bool) -> RunState:
     return state
 
 
-def train_from_checkpoint(ctx: RunContext, run_dir: Path, rerun: bool, record: Provenance) -> list[Summary]:
-    cfg, members = ctx.cfg, ctx.members
+def train_from_checkpoint(ctx: RunContext, run_dir: Path, rerun: bool, provenance: Provenance) -> list[Summary]:
+    members = ctx.members
     path = run_dir / checkpoint.CHECKPOINT_FILE
     state = start_state(ctx, path, rerun)
-    record = dataclasses.replace(record, resumed_from=state.step)
+    provenance = dataclasses.replace(provenance, resumed_from=state.step)
     lead = ctx.rank == 0
     if lead:
         for member in members:
             atomic.write_text(member.run_dir / "config.yaml", OmegaConf.to_yaml(member.cfg, resolve=True))
-        write_summaries(ctx, state, record, final=None)
+        write_summaries(ctx, state, provenance, final=None)
 
     def save(out: RunLoggers, running: bool = True) -> None:
         if lead:
             state.metrics_offsets, state.wandb_ids = out.offsets(), out.wandb_ids()
             checkpoint.save(path, state.state_dict(), members.fingerprint)
             if running:  # the step a relaunch would resume from, should this process be killed
-                write_summaries(ctx, state, record, final=None)
+                write_summaries(ctx, state, provenance, final=None)
 
-    loggers = RunLoggers(cfg, members, state, lead=lead, show_bar=lead and ctx.train.progress,
-                         sweep_dir=record.sweep_dir, total=ctx.iterations)
+    loggers = RunLoggers(ctx.config.logger, ctx.train, members, state, lead=lead,
+                         show_bar=lead and ctx.train.progress, sweep_dir=provenance.sweep_dir, total=ctx.iterations)
     with loggers as out, Prefetcher(ctx.batch_for, state.step, ctx.iterations) as batches:
         try:
             run_loop(ctx, state, out, batches, save)
         except StopRequested:
             save(out, running=False)
             if lead:
-                write_summaries(ctx, state, record, final=INTERRUPTED)
+                write_summaries(ctx, state, provenance, final=INTERRUPTED)
             STOP.chain()  # e.g. submitit's handler, which requeues the job
             raise
-        summaries = write_summaries(ctx, state, record, final=COMPLETED, write=False)
+        summaries = write_summaries(ctx, state, provenance, final=COMPLETED, write=False)
         out.finish(summaries)
     if lead:
         for member, summary in zip(members, summaries):

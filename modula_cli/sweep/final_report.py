@@ -9,6 +9,8 @@ from pathlib import Path
 from filelock import FileLock
 from omegaconf import DictConfig
 
+from ..config.schema import LoggerConfig
+from ..plumbing.settings import typed
 from ..results.files import SWEEP_LOCK
 
 log = logging.getLogger(__name__)
@@ -21,22 +23,23 @@ def write_sweep_report(config: DictConfig, sweep_dir: Path) -> None:
     try:
         with FileLock(str(sweep_dir / SWEEP_LOCK)):
             write_report(sweep_dir, metric=config.sweep.metric)
-        if config.logger.name == "wandb":
-            log_report_to_wandb(config, sweep_dir)
+        logger = typed(LoggerConfig, config.get("logger") or {})
+        if logger.name == "wandb":
+            log_report_to_wandb(logger, sweep_dir)
     except Exception as error:  # noqa: BLE001 - a report problem must not hide the runs' results
         log.warning("report not written: %s: %s", type(error).__name__, error)
 
 
-def log_report_to_wandb(config: DictConfig, sweep_dir: Path) -> None:
+def log_report_to_wandb(logger: LoggerConfig, sweep_dir: Path) -> None:
     from ..run.loggers import sweep_group, wandb_location, wandb_mode, wandb_settings
 
-    mode = wandb_mode(config.logger.get("mode"), sweep_dir)
+    mode = wandb_mode(logger.mode, sweep_dir)
     try:
         import pandas as pd
         import wandb
 
-        run = wandb.init(project=config.logger.project, entity=config.logger.entity,
-                         group=config.logger.group or sweep_group(sweep_dir), name=f"{sweep_dir.name}-report",
+        run = wandb.init(project=logger.project, entity=logger.entity, group=logger.group or sweep_group(sweep_dir),
+                         name=f"{sweep_dir.name}-report",
                          job_type="report", dir=str(sweep_dir), mode=mode,
                          settings=wandb_settings(wandb))
         if where := wandb_location(run):

@@ -107,8 +107,6 @@ class SearchSettings:
         """One line per bad setting (``start``: the first scale's starting index, checked against the bounds)."""
         name = (lambda k: f"{lattice.lr(k):g}") if lattice else str
         problems = []
-        if not (isinstance(self.resolution, (int, float)) and 0 < self.resolution < math.inf):
-            problems.append(f"sweep.search_resolution={self.resolution!r}: must be a positive number of grid steps")
         if isinstance(self.budget, bool) or not isinstance(self.budget, int) or self.budget < 3:
             problems.append(f"sweep.search_budget={self.budget!r}: a bracket needs at least 3 LRs per scale")
         if self.low is not None and self.high is not None and self.high - self.low < 2 * self.per_grid:

@@ -135,23 +135,17 @@ def search_space(config: DictConfig) -> SearchSpace:
     lattice = Lattice.of_grid(lrs, substeps)
     bounds = []
     for name in ("search_low", "search_high"):
-        value = sweep.get(name)
-        if value is not None and not (isinstance(value, (int, float)) and value > 0):
-            problems.append(f"sweep.{name}={value!r}: must be a positive LR (or null: no bound)")
-            value = None
+        value = values.get(name)
         # a bound on a lattice point keeps it; one between points keeps the points inside it
         if value is not None:
             position = _position(lattice, value)
             bounds.append(math.ceil(position - 1e-4) if name == "search_low" else math.floor(position + 1e-4))
         else:
             bounds.append(None)
-    budget = sweep.get("search_budget")
-    settings = SearchSettings(per_grid=substeps, resolution=sweep.get("search_resolution", 0.75),
+    budget = values.get("search_budget")
+    settings = SearchSettings(per_grid=substeps, resolution=values.get("search_resolution", 0.75),
                               budget=len(lattice.grid) if budget is None else budget, low=bounds[0], high=bounds[1])
-    start_lr = sweep.get("search_start")
-    if start_lr is not None and not (isinstance(start_lr, (int, float)) and start_lr > 0):
-        problems.append(f"sweep.search_start={start_lr!r}: must be a positive LR (or null: the grid's middle)")
-        start_lr = None
+    start_lr = values.get("search_start")
     start = (len(lattice.grid) - 1) / 2 if start_lr is None else _position(lattice, start_lr) / substeps
     problems += settings.problems(round(start) * substeps, lattice)
     if problems:

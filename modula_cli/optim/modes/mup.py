@@ -196,10 +196,8 @@ class Mup(Unnormed):
 
     def problems(self, cfg: OptimConfig, roles: tuple[str, ...] | None, arch: Any = None) -> list[str]:
         problems = []
-        base = cfg.mup_base_width
-        if isinstance(base, bool) or not isinstance(base, int) or base < 1:
-            problems.append(f"optim.mup_base_width={base!r}; must be an integer >= 1 (the width μP scales from)")
-        elif arch is not None and "width" not in arch:
+        base = cfg.mup_base_width  # an integer >= 1: the schema's check comes first
+        if arch is not None and "width" not in arch:
             problems.append(f"optim.mode=mup needs arch.width (μP scales each layer from the base width); "
                             f"arch.name={arch.name} has none")
         elif arch is not None and isinstance(arch.width, int) and arch.width < base:
