@@ -8,7 +8,7 @@ import logging
 import os
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from ..config.members import Members
@@ -33,9 +33,6 @@ class RunContext:
     """What stays fixed while a run trains: settings, device, data, network and the compiled step."""
 
     config: RunConfig
-    train: TrainConfig
-    arch: ArchConfig
-    opt: OptimConfig
     members: Members
     rank: int
     world: int
@@ -44,31 +41,46 @@ class RunContext:
     net: Module
     compute: Callable[..., tuple[torch.Tensor, list[torch.Tensor]]]
     eval_batches: list[tuple[torch.Tensor, torch.Tensor]]  # shared by every member (and seed)
-    variant: Variant = field(default_factory=Variant)
     seed_index: torch.Tensor | None = None  # packed: each member's position among the run's seeds
 
     @classmethod
     def build(cls, config: RunConfig, members: Members, rank: int, world: int) -> RunContext:
-        train, opt, variant = config.train, config.optim, config.variant
+        train = config.train
         device = run_device(train.device, world)
         if train.batch_size % world:
             raise ValueError(f"train.batch_size={train.batch_size} must divide evenly over {world} processes")
         data = build_dataset(config.data.name, **config.data_options)
-        ctx = cls(config, train, config.arch, opt, members, rank, world, device, data,
-                  build_network(config.builder_arch, data, variant, opt), compute=None,
+        ctx = cls(config, members, rank, world, device, data,
+                  build_network(config.builder_arch, data, config.variant, config.optim), compute=None,
                   eval_batches=data.eval_batches(train.eval_batches, train.batch_size, device),
-                  variant=variant, seed_index=members.seed_index(device) if members.packed else None)
-        if rank == 0 and (scope := explain_scope(config.arch.name, variant, ctx.net)):
+                  seed_index=members.seed_index(device) if members.packed else None)
+        if rank == 0 and (scope := explain_scope(config.arch.name, config.variant, ctx.net)):
             say_once(scope)
         if members.packed:
             ctx.eval_batches = [members.shared(x, y) for x, y in ctx.eval_batches]
         if is_import_path(config.arch.name):  # a user's layer roles are known once it is built
-            if problems := MODES[opt.mode].problems(opt, tuple(layer_roles(ctx.net))):
+            if problems := MODES[ctx.opt.mode].problems(ctx.opt, tuple(layer_roles(ctx.net))):
                 raise ValueError("; ".join(problems))
         if train.compile:  # a sweep compiles many configurations in one process: start each afresh
             torch.compiler.reset()
         ctx.compute = torch.compile(ctx.loss_and_grads) if train.compile else ctx.loss_and_grads
         return ctx
+
+    @property
+    def train(self) -> TrainConfig:
+        return self.config.train
+
+    @property
+    def arch(self) -> ArchConfig:
+        return self.config.arch
+
+    @property
+    def opt(self) -> OptimConfig:
+        return self.config.optim
+
+    @property
+    def variant(self) -> Variant:
+        return self.config.variant
 
     @property
     def iterations(self) -> int:
