@@ -3,6 +3,8 @@ checked against; a mode is one registered class; a run's outcome is typed; each 
 its row's fields."""
 
 import dataclasses
+import math
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -16,6 +18,7 @@ from modula_cli.config.validate import config_problems
 from modula_cli.models.variant import Variant
 from modula_cli.nn import Linear
 from modula_cli.optim import MODES, Mode, OptimConfig, init_state, optimizer_step
+from modula_cli.plumbing.settings import checked, setting
 from modula_cli.results.status import BUSY, PACKED
 from modula_cli.results.summary import Outcome
 from modula_cli.run.trainer import train
@@ -56,6 +59,32 @@ def test_a_run_is_configured_once_with_typed_values(overrides, rerun):
         _ = run.builder_arch.widht
 
 
+@dataclass
+class Ranges:
+    rate: float = setting(0.5, "in [0, 1)", minimum=0, below=1)
+    size: float = setting(1.0, "> 0, finite", above=0)
+    factor: float = setting(3.0, "> 1, inf allowed", above=1, finite=False)
+    bound: float | None = setting(None, "> 0 or null", above=0)
+
+
+@pytest.mark.parametrize(("values", "problem"), [
+    ({"rate": 0, "size": 1e-9, "factor": math.inf, "bound": None}, None),  # the edges that are allowed
+    ({"rate": 1.0}, "x.rate=1.0; must be a number in [0, 1)"),
+    ({"rate": -1e-9}, "x.rate=-1e-09; must be a number in [0, 1)"),
+    ({"rate": math.nan}, "x.rate=nan; must be a number in [0, 1)"),
+    ({"size": 0}, "x.size=0; must be a finite number > 0"),
+    ({"size": math.inf}, "x.size=inf; must be a finite number > 0"),
+    ({"size": True}, "x.size=True; must be a finite number > 0"),
+    ({"size": "1"}, "x.size='1'; must be a finite number > 0"),
+    ({"factor": 1}, "x.factor=1; must be a number > 1"),
+    ({"factor": math.nan}, "x.factor=nan; must be a number > 1"),
+    ({"bound": -2}, "x.bound=-2; must be a finite number > 0"),
+])
+def test_a_numbers_range_is_the_schemas(values, problem):
+    problems, _ = checked("x", values, Ranges)
+    assert problems == ([problem] if problem else [])
+
+
 def test_values_keep_the_type_they_were_given():
     """Plain nodes: Hydra does not turn 0 into 0.0, so a fingerprint hashes what the user typed (pinned in
     test_identity.py); the schema still says which type is allowed."""
@@ -83,7 +112,7 @@ def test_a_wrong_type_is_one_line_naming_the_value_and_what_is_allowed(override,
 def test_a_mistyped_value_is_named_once_and_the_rest_is_still_checked():
     problems = config_problems(compose_config("optim.mode=manifold", "optim.beta2=high", "optim.wd=0.1",
                                               "train.diverge_factor=1"))
-    assert problems == ["train.diverge_factor=1; must be a finite number > 1",
+    assert problems == ["train.diverge_factor=1; must be a number > 1",
                         "optim.beta2='high'; must be a number in [0, 1)",
                         "optim.wd=0.1 with optim.mode=manifold; each weight's size is held on its manifold (a fixed "
                         "radius, or a radius it learns), never decayed, so weight decay must be 0"]

@@ -54,7 +54,7 @@ class TrainConfig:
     checkpoint_every: int = setting(100, "steps between checkpoints; 0: only on SIGTERM / SIGUSR1", minimum=0)
     keep_checkpoint: bool = setting(False, "keep the final weights (checkpoint.pt) after the run finishes")
     diverge_factor: float = setting(3.0, "stop as diverged once a step's train loss exceeds this multiple of the "
-                                         "first (checked at every step)", above=1)
+                                         "first (checked at every step); inf: never", above=1, finite=False)
     rerun: bool = setting(False, "retrain even if the run folder holds a finished run")
     progress: bool = setting(True, "progress bar (only when stderr is a terminal)")
     layer_stats_every: int = setting(0, "N > 0: each layer's geometry every N steps into layer_stats.jsonl",

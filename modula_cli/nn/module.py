@@ -126,8 +126,9 @@ class Module(WeightMaps):
     def parametrisation(self) -> object | None:
         return self._parametrisation
 
-    def set_parametrisation(self, record: object) -> Module:
-        self._parametrisation = record
+    def set_parametrisation(self, parametrisation: object) -> Module:
+        """Keep what a mode worked out for this network (μP's per-layer rules): its own, read back by the mode."""
+        self._parametrisation = parametrisation
         return self
 
     # --- operators (docs/design.md, "Combining modules"): Composite or Tuple plus the Add and Mul bonds -------

@@ -43,7 +43,7 @@ def captured(net: Module) -> Iterator[Captured]:
 
     The module tree is a pure description, so this wraps each atom's ``forward`` on the instance for
     the duration and restores it after; an atom applied twice in one pass keeps its last call."""
-    record = Captured()
+    seen = Captured()
     atoms = list(net.atoms())
 
     def recorder(index: int, atom: Atom):
@@ -51,14 +51,14 @@ def captured(net: Module) -> Iterator[Captured]:
 
         def forward(x, w):
             y = original(x, w)
-            record.inputs[index], record.outputs[index] = x.detach(), y.detach()
+            seen.inputs[index], seen.outputs[index] = x.detach(), y.detach()
             return y
         return forward
 
     for index, atom in enumerate(atoms):
         atom.forward = recorder(index, atom)
     try:
-        yield record
+        yield seen
     finally:
         for atom in atoms:
             atom.__dict__.pop("forward", None)

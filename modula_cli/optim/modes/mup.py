@@ -214,9 +214,9 @@ class Mup(Unnormed):
 
 
 def _prepared(net: Module) -> MupParametrisation:
-    if not isinstance(record := net.parametrisation, MupParametrisation):
+    if not isinstance(prepared := net.parametrisation, MupParametrisation):
         raise RuntimeError("optim.mode=mup on a network that Mup.network did not prepare")
-    return record
+    return prepared
 
 
 def rules_of(net: Module) -> list[LayerRule]:
