@@ -1,6 +1,7 @@
 """The optimiser (modula_cli/optim/) against values worked out by hand: the schedule, the EMA weights, the base
 directions, one whole step in each mode on a two-atom network, its state and checkpoints, the modes' grids
-and defaults, and every problem ``validate_optim`` names (the exact line a user reads)."""
+and defaults, and every problem of the optim settings (the exact line a user reads): the schema's, then
+``validate_optim``'s."""
 
 from __future__ import annotations
 
@@ -380,14 +381,14 @@ MODE_LIST = "unnormed, normed, dualized, manifold, mup"
     ({"wd": -0.1}, "optim.wd=-0.1; must be a finite number >= 0"),
     ({"wd": float("nan")}, "optim.wd=nan; must be a finite number >= 0"),
     ({"schedule": "step"}, "optim.schedule='step'; allowed: linear, cosine, constant"),
-    ({"warmup_fraction": 1.0}, "optim.warmup_fraction=1.0; must be a number in [0, 1)"),
-    ({"warmup_fraction": -0.1}, "optim.warmup_fraction=-0.1; must be a number in [0, 1)"),
-    ({"warmup_fraction": "a"}, "optim.warmup_fraction='a'; must be a number in [0, 1)"),
+    ({"warmup_fraction": 1.0}, "optim.warmup_fraction=1.0; must be a number in [0, 1) or null"),
+    ({"warmup_fraction": -0.1}, "optim.warmup_fraction=-0.1; must be a number in [0, 1) or null"),
+    ({"warmup_fraction": "a"}, "optim.warmup_fraction='a'; must be a number in [0, 1) or null"),
     ({"warmup_fraction": 0.1, "warmup_steps": 5},
      "optim.warmup_fraction=0.1 and optim.warmup_steps=5; set one of them (the other to null / 0)"),
     ({"ortho": "qr"}, "optim.ortho='qr'; allowed: polar_express, muon, cubic, svd"),
     ({"ortho_dtype": "fp16"}, "optim.ortho_dtype='fp16'; allowed: auto, float32, bfloat16"),
-    ({"ortho_steps": 0}, "optim.ortho_steps=0; must be an integer >= 1"),
+    ({"ortho_steps": 0}, "optim.ortho_steps=0; must be an integer >= 1 or null"),
     ({"manifold_step": 0.0}, "optim.manifold_step=0.0; must be a finite number > 0"),
     ({"manifold_tolerance": 0.0}, "optim.manifold_tolerance=0.0; must be a finite number > 0"),
     ({"mode": "manifold", "wd": 0.1},

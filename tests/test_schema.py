@@ -15,7 +15,7 @@ from modula_cli.analysis.tables import CurvePoint, OptimalPoint, Transfer, table
 from modula_cli.config.run_config import RunConfig
 from modula_cli.config.schema import CoordConfig, LoggerConfig, SweepConfig, TrainConfig
 from modula_cli.config.validate import config_problems
-from modula_cli.models.variant import Variant
+from modula_cli.models.variant import VARIANTS, Variant
 from modula_cli.nn import Linear
 from modula_cli.optim import MODES, Mode, OptimConfig, init_state, optimizer_step
 from modula_cli.plumbing.settings import checked, setting
@@ -49,11 +49,12 @@ def test_the_logger_schema_is_its_yaml():
 def test_a_run_is_configured_once_with_typed_values(overrides, rerun):
     """``RunConfig``: what the trainer reads, typed; the builder still gets every key of the arch YAML."""
     cfg = compose_config("arch=gpt", "arch.width=24", "optim.lr=0.5", "logger=wandb", "logger.tags=[a]",
-                         "variant=modular", "data.context=16", *overrides)
+                         "variant=paper", "data.context=16", "train.steps=7", *overrides)
     run = RunConfig.of(cfg, OptimConfig.of(cfg.optim))
-    assert (run.train.steps, run.arch.width, run.optim.lr, run.rerun) == (cfg.train.steps, 24, 0.5, rerun)
+    assert (run.train.steps, run.arch.width, run.optim.lr, run.rerun) == (7, 24, 0.5, rerun)
     assert (run.logger.name, run.logger.tags, run.logger.mode) == ("wandb", ["a"], None)
-    assert run.variant == Variant() and run.data.name == "shakespeare" and run.data_options["context"] == 16
+    assert run.variant == VARIANTS["paper"] != Variant()
+    assert run.data.name == "shakespeare" and run.data_options["context"] == 16
     assert OmegaConf.to_container(run.builder_arch) == OmegaConf.to_container(cfg.arch, resolve=True)
     with pytest.raises(Exception, match="widht"):  # a builder's misspelt key is an error, not None
         _ = run.builder_arch.widht
@@ -65,6 +66,9 @@ class Ranges:
     size: float = setting(1.0, "> 0, finite", above=0)
     factor: float = setting(3.0, "> 1, inf allowed", above=1, finite=False)
     bound: float | None = setting(None, "> 0 or null", above=0)
+    share: float = setting(0.5, "in (0, 1)", above=0, below=1)
+    cap: float = setting(0.0, "below 1", below=1)
+    count: int | None = setting(None, ">= 2 or null", minimum=2)
 
 
 @pytest.mark.parametrize(("values", "problem"), [
@@ -78,7 +82,12 @@ class Ranges:
     ({"size": "1"}, "x.size='1'; must be a finite number > 0"),
     ({"factor": 1}, "x.factor=1; must be a number > 1"),
     ({"factor": math.nan}, "x.factor=nan; must be a number > 1"),
-    ({"bound": -2}, "x.bound=-2; must be a finite number > 0"),
+    ({"bound": -2}, "x.bound=-2; must be a finite number > 0 or null"),
+    ({"share": 0}, "x.share=0; must be a number in (0, 1)"),
+    ({"cap": 1}, "x.cap=1; must be a number in (-inf, 1)"),
+    ({"cap": -math.inf}, "x.cap=-inf; must be a number in (-inf, 1)"),
+    ({"count": 1}, "x.count=1; must be an integer >= 2 or null"),
+    ({"count": 3.0}, "x.count=3.0; must be an integer >= 2 or null (write x.count=3)"),
 ])
 def test_a_numbers_range_is_the_schemas(values, problem):
     problems, _ = checked("x", values, Ranges)
@@ -97,16 +106,19 @@ def test_values_keep_the_type_they_were_given():
     ("train.compile=maybe", "train.compile='maybe'; must be true or false"),
     ("optim.beta1=abc", "optim.beta1='abc'; must be a number in [0, 1)"),
     ("optim.wd=inf", "optim.wd=inf; must be a finite number >= 0"),
-    ("arch.blocks_mass=0", "arch.blocks_mass=0; must be a finite number > 0"),
+    ("arch.blocks_mass=0", "arch.blocks_mass=0; must be a finite number > 0 or null"),
     ("train.steps=abc", "train.steps='abc'; must be an integer >= 1"),
     ("train.device=gpu", "train.device='gpu'; allowed: auto, cpu, cuda"),
     ("sweep.metric=acc", "sweep.metric='acc'; allowed: train_loss, test_loss, test_acc"),
     ("optim.manifold_free=output", "optim.manifold_free=output; must be a list of layer roles, e.g. [output, attn.q]"),
-    ("arch.width=0", "arch.width=0; must be an integer >= 1"),
-    ("data.context=abc", "data.context='abc'; must be an integer >= 1"),
+    ("arch.width=0", "arch.width=0; must be an integer >= 1 or null"),
+    ("data.context=abc", "data.context='abc'; must be an integer >= 1 or null"),
+    ("logger.name=wandbb", "logger.name='wandbb'; allowed: jsonl, wandb"),
+    ("logger=wandb logger.mode=onlin", "logger.mode='onlin'; allowed: online, offline, disabled"),
+    ("logger=wandb logger.tags=foo", "logger.tags=foo; must be a list of names"),
 ])
 def test_a_wrong_type_is_one_line_naming_the_value_and_what_is_allowed(override, problem):
-    assert config_problems(compose_config(override)) == [problem]
+    assert config_problems(compose_config(*override.split())) == [problem]
 
 
 def test_a_mistyped_value_is_named_once_and_the_rest_is_still_checked():

@@ -30,7 +30,7 @@ class RunConfig:
     data: DataConfig
     data_options: dict[str, Any]
     builder_arch: DictConfig
-    rerun: bool  # train.rerun, or sweep.rerun in a sweep
+    rerun: bool  # train.rerun or sweep.rerun: retrain a finished run
 
     @classmethod
     def of(cls, cfg: DictConfig, optim: OptimConfig) -> RunConfig:

@@ -1,9 +1,9 @@
-"""The config's schema: every setting with its type, default and a one-line doc, in one place per group
-(train, sweep, coord here; optim in optim/config.py, variant in models/variant.py, arch in models/config.py,
-data in data/config.py).
+"""The config's schema: every setting with its type, default, allowed values and a one-line doc, in one place
+per group (train, sweep, logger, coord here; optim in optim/config.py, variant in models/variant.py, arch in
+models/config.py, data in data/config.py).
 
-Each dataclass is registered in Hydra's ConfigStore (``register_schemas``) and is where the YAML defaults
-come from: configs/config.yaml, coord_check.yaml, optim/*.yaml and variant/*.yaml list the schema first
+Each dataclass but the logger's is registered in Hydra's ConfigStore (``register_schemas``) and is where the
+YAML defaults come from: configs/config.yaml, coord_check.yaml, optim/*.yaml and variant/*.yaml list the schema first
 and set only what differs. The schema is stored as plain values, not as a typed node: Hydra would turn a
 typed ``optim.wd=0`` into ``0.0``, and a run's fingerprint hashes its settings as given, so a run finished
 before the schema existed keeps its fingerprint. Types are checked before launch instead
@@ -37,6 +37,8 @@ def searches(cfg: Any) -> bool:
 METRICS = ("train_loss", "test_loss", "test_acc")  # what a report may optimise (sweep.metric)
 DTYPES = ("float32", "bfloat16")
 AXES = ("width", "depth")
+LOGGERS = ("jsonl", "wandb")
+WANDB_MODES = ("online", "offline", "disabled")
 
 
 @dataclass
@@ -84,12 +86,12 @@ class SweepConfig:
 @dataclass
 class LoggerConfig:
     """Where a run's metrics go besides metrics.jsonl (configs/logger/*.yaml)."""
-    name: str = setting("jsonl", "jsonl (metrics.jsonl only) | wandb (Weights & Biases as well)")
+    name: str = setting("jsonl", "jsonl (metrics.jsonl only) | wandb (Weights & Biases as well)", choices=LOGGERS)
     project: str = setting("modula-sweep", "wandb: the project")
     entity: str | None = setting(None, "wandb: the team or user (null: the credentials' default)")
     group: str | None = setting(None, "wandb: the group (null: the sweep folder's name inside a sweep)")
     mode: str | None = setting(None, "wandb: online | offline | disabled (null: online with credentials, else "
-                                     "offline)")
+                                     "offline)", choices=WANDB_MODES)
     tags: list[str] = setting([], "wandb: the run's tags")
 
 
@@ -112,7 +114,7 @@ class CoordConfig:
 
 # the groups whose values are checked against a schema before launch (variant: models/variant.py's own check)
 GROUP_SCHEMAS: dict[str, type] = {"arch": ArchConfig, "data": DataConfig, "train": TrainConfig,
-                                  "sweep": SweepConfig, "optim": OptimConfig}
+                                  "sweep": SweepConfig, "optim": OptimConfig, "logger": LoggerConfig}
 
 
 # --- the ConfigStore ---------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import pandas as pd
 
 from ..run.geometry import QUANTITIES
 
+
 def fitted_slope(scales: np.ndarray, values: np.ndarray) -> float:
     """Least-squares slope of log(value) against log(scale); 0 when the value is 0 at every scale (nothing
     changed anywhere), NaN when some values are 0, negative or missing (no power law to fit)."""

@@ -74,8 +74,8 @@ def reachable(url: str, timeout: float = NETWORK_TIMEOUT_S) -> bool:
 
 
 def data_root(root: str | os.PathLike | None = None) -> Path:
-    """``root`` if given, else ``$MODULA_DATA``, else the repository's ``data/`` (``~`` expanded: a shell leaves
-    it as typed in ``MODULA_DATA=~/data`` and in a quoted path)."""
+    """``root`` if given, else ``$MODULA_DATA``, else the repository's ``data/``; ``~`` expanded (a shell leaves it
+    as typed when quoted, and a ``.env`` file or a scheduler's environment never expands it)."""
     return Path(root or os.environ.get(environment.DATA) or REPO_DATA).expanduser()
 
 

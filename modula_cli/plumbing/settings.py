@@ -1,5 +1,5 @@
-"""Typed settings: a dataclass field with a one-line doc (and an integer's minimum, a text's choices), the
-check of a config node's values against such a dataclass, and the dataclass of a checked node."""
+"""Typed settings: a dataclass field with a one-line doc (and a number's range, a text's choices, a list's
+items), the check of a config node's values against such a dataclass, and the dataclass of a checked node."""
 
 from __future__ import annotations
 
@@ -46,8 +46,10 @@ def _value_problem(key: str, value: Any, hint: Any, metadata: typing.Mapping[str
     """The one-line problem of one setting's value against its schema type, or None."""
     options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
     kinds = [kind for kind in options if kind is not type(None)]
+    nullable = len(kinds) < len(options)
     if value is None:
-        return None if len(kinds) < len(options) or Any in kinds else f"{key}=null; must be set"
+        return None if nullable or Any in kinds else f"{key}=null; must be set"
+    null = " or null" if nullable else ""
     kind = kinds[0]
     if kind is Any:
         return None
@@ -60,10 +62,10 @@ def _value_problem(key: str, value: Any, hint: Any, metadata: typing.Mapping[str
         return None
     if kind is int and (minimum := metadata.get("minimum")) is not None:
         if not _instance(value, int) or value < minimum:
-            return f"{key}={value!r}; must be an integer >= {minimum}{_as_integer(key, value)}"
+            return f"{key}={value!r}; must be an integer >= {minimum}{null}{_as_integer(key, value)}"
         return None
     if kind is float and (bounds := _range_words(metadata)) is not None:
-        return None if _in_range(value, metadata) else f"{key}={value!r}; must be {bounds}"
+        return None if _in_range(value, metadata) else f"{key}={value!r}; must be {bounds}{null}"
     return None if _instance(value, kind) else f"{key}={value!r}; must be {_TYPE_WORDS[kind]}{_as_integer(key, value)}"
 
 

@@ -11,6 +11,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
+
 from ..config.members import Members
 from ..config.run_config import RunConfig
 from ..config.schema import TrainConfig

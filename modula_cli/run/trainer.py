@@ -68,7 +68,7 @@ def train(cfg: DictConfig, run_dir: Path, *, member_dir: MemberDir | None = None
         with STOP.at_once("preparing the data"):  # no step to stop after: a signal stops it where it is
             ctx = RunContext.build(config, members, rank, world)
         with STOP.installed():
-            summaries = train_from_checkpoint(ctx, run_dir, rerun, provenance)
+            summaries = train_from_checkpoint(ctx, run_dir, provenance)
     except StopRequested as stop:
         if ctx is None:  # stopped before its first step: nothing of this run to keep or resume
             stop.trained = False
@@ -101,10 +101,10 @@ def start_state(ctx: RunContext, path: Path, rerun: bool) -> RunState:
     return state
 
 
-def train_from_checkpoint(ctx: RunContext, run_dir: Path, rerun: bool, provenance: Provenance) -> list[Summary]:
+def train_from_checkpoint(ctx: RunContext, run_dir: Path, provenance: Provenance) -> list[Summary]:
     members = ctx.members
     path = run_dir / checkpoint.CHECKPOINT_FILE
-    state = start_state(ctx, path, rerun)
+    state = start_state(ctx, path, ctx.config.rerun)
     provenance = dataclasses.replace(provenance, resumed_from=state.step)
     lead = ctx.rank == 0
     if lead:

@@ -107,7 +107,7 @@ class SearchSettings:
         """One line per bad setting (``start``: the first scale's starting index, checked against the bounds)."""
         name = (lambda k: f"{lattice.lr(k):g}") if lattice else str
         problems = []
-        if isinstance(self.budget, bool) or not isinstance(self.budget, int) or self.budget < 3:
+        if self.budget < 3:  # the setting's type is the schema's; this rule holds for a grid-sized budget too
             problems.append(f"sweep.search_budget={self.budget!r}: a bracket needs at least 3 LRs per scale")
         if self.low is not None and self.high is not None and self.high - self.low < 2 * self.per_grid:
             problems.append(f"sweep.search_low={name(self.low)}, sweep.search_high={name(self.high)}: the bounds "
