@@ -328,3 +328,59 @@ def test_the_best_lr_is_the_lowest_mean_over_seeds_of_finite_losses():
     assert best_lr([(1, 3), (2, 3)]) == (1.0, 3.0, 1)  # a tie: the first LR given; integers count as losses
     assert best_lr([(0.5, 2.0), (0.25, 2.0), (0.25, 1.0)]) == (0.25, 1.5, 2)
     assert best_lr([(1, float("nan")), (2, None)]) is None and best_lr([]) is None
+
+
+# --- exact values on the paths a mutation pass found open ----------------------------------------------------------
+
+def test_the_experiments_a_folder_holds_by_hand(tmp_path):
+    """Runs on disk besides the planned ones: the launch's own experiment (only swept settings differ, a dict
+    setting's key order aside) or another one, each differing setting with its values there (numbers first, in
+    order) and its value here. Planned runs, runs never started and foreign entries are not counted."""
+    from modula_cli.results.manifest import FolderExperiments, other_experiments
+
+    planned = {"p1": {"settings": {"optim.lr": 0.5, "train.steps": 100, "opts": {"b": 1, "a": 2}}},
+               "p2": {"settings": {"optim.lr": 1.0, "train.steps": 100, "opts": {"a": 2, "b": 1}}}}
+    there = {"same": {"optim.lr": 2.0, "train.steps": 100, "opts": {"a": 2, "b": 1}},
+             "longer": {"optim.lr": 0.5, "train.steps": 150, "opts": {"a": 2, "b": 1}},
+             "named": {"optim.lr": 0.5, "train.steps": "x", "opts": {"a": 2, "b": 1}},
+             "shorter": {"optim.lr": 0.5, "train.steps": 50, "opts": {"a": 2, "b": 1}, "train.extra": 3}}
+    record_launch(tmp_path, "old", {**{name: {"settings": s} for name, s in there.items()},
+                                    "p1": planned["p1"], "never": {"settings": {"train.steps": 999}},
+                                    "foreign": {"settings": "junk"}})
+    for name in [*there, "p1", "foreign"]:
+        _summary(tmp_path / name, "completed")
+    found = other_experiments(tmp_path, planned)
+    assert found == FolderExperiments(1, 3, {"train.steps": ([50, 150, "x"], 100), "train.extra": ([3], None)})
+    alone = other_experiments(tmp_path, {"p1": planned["p1"]})  # one planned run: its LR is not swept
+    assert alone == FolderExperiments(0, 4, {"optim.lr": ([2.0], 0.5), "train.steps": ([50, 150, "x"], 100),
+                                             "train.extra": ([3], None)})
+    assert other_experiments(tmp_path, {"p": {"width": 32}}) == FolderExperiments(0, 0, {})  # nothing to compare
+
+
+def test_a_search_batch_keeps_its_launchs_start_and_notes(tmp_path):
+    from modula_cli.results.manifest import add_note
+
+    record_launch(tmp_path, "S", {})
+    started = read_launch(tmp_path, "S").started
+    add_note(tmp_path, "S", "cancelled: the partition is down")
+    add_to_launch(tmp_path, "S", {"a": {"width": 32}}, [(["w=32"], ["a"])])
+    record = read_launch(tmp_path, "S")
+    assert (record.started, record.notes, record.runs) == (started, ("cancelled: the partition is down",), ("a",))
+
+
+def test_a_stop_marker_is_per_launch():
+    from modula_cli.results.files import stop_marker
+
+    assert stop_marker(Path("/s"), "L1") == Path("/s/.stop.L1")
+    assert stop_marker(Path("/s"), None) == Path("/s/.stop.none")
+
+
+def test_search_json_totals_to_the_millisecond_and_reads_as_one_line_per_key(tmp_path):
+    from modula_cli.results.search_file import write_search
+
+    write_search(tmp_path, {}, {}, [{"launch": "A", "planning_s": 0.00049, "launched_s": 0.0006},
+                                    {"launch": "A", "planning_s": None}])
+    text = (tmp_path / "search.json").read_text()
+    body = json.loads(text)
+    assert (body["planning_s"], body["launched_s"]) == (0.0, 0.001)  # a missing time counts 0
+    assert text.startswith('{\n "settings": {},\n "scales": {},\n')  # indented by one: readable, diffable
