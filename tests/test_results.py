@@ -384,3 +384,73 @@ def test_search_json_totals_to_the_millisecond_and_reads_as_one_line_per_key(tmp
     body = json.loads(text)
     assert (body["planning_s"], body["launched_s"]) == (0.0, 0.001)  # a missing time counts 0
     assert text.startswith('{\n "settings": {},\n "scales": {},\n')  # indented by one: readable, diffable
+
+
+def test_how_a_launch_sees_each_run(tmp_path):
+    """Run by run: this launch's own, finished before it, finished or failed by another process since it started
+    (the same instant counts as since), or left earlier (pending until this launch gets to it)."""
+    record = LaunchRecord("L", started=1000.0, runs=("mine", "before", "now", "same", "failed", "old", "none"),
+                          finished_before=("before",))
+    seen = {"mine": {"status": "diverged", "launch": "L"},
+            "before": {"status": "completed", "launch": "E", "written_at": 10.0},
+            "now": {"status": "completed", "launch": "X", "written_at": 1001.0},
+            "same": {"status": "completed", "launch": "X", "written_at": 1000.0},
+            "failed": {"status": FAILED, "launch": "X", "written_at": 1002.0},
+            "old": {"status": "completed", "launch": "E", "written_at": 999.0}, "none": None}
+    assert {name: record.status(name, summary) for name, summary in seen.items()} == {
+        "mine": "diverged", "before": SKIPPED, "now": SKIPPED, "same": SKIPPED, "failed": FAILED, "old": PENDING,
+        "none": PENDING}
+
+
+def test_a_launchs_summaries_are_read_quietly_and_only_those_asked_for(tmp_path, caplog):
+    record_launch(tmp_path, "L", {"a": {}, "b": {}, "c": {}})
+    _summary(tmp_path / "a", "completed", launch="L")
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "summary.json").write_text("{cut")
+    caplog.set_level("WARNING")
+    record = read_launch(tmp_path, "L")
+    assert list(record.summaries(tmp_path, ["a", "b"])) == ["a", "b"]
+    assert record.summaries(tmp_path, ["b"]) == {"b": None} and caplog.records == []  # the trainer warns, once
+
+
+def test_an_abandoned_run_keeps_the_word_it_ended_with(tmp_path):
+    from modula_cli.results.summary import ABANDONED, as_seen
+
+    run = tmp_path / "run"
+    run.mkdir()
+    running = {"status": RUNNING, "steps_done": 3}
+    assert as_seen(run, running) == {"status": INTERRUPTED, "steps_done": 3, "ended": ABANDONED}
+    told = {**running, "ended": "SLURM job 4 ended: NODE_FAIL"}
+    assert as_seen(run, told)["ended"] == "SLURM job 4 ended: NODE_FAIL"
+
+
+def test_the_manifest_keeps_a_newer_writers_fields_and_a_relaunch_starts_its_record_afresh(tmp_path):
+    from modula_cli.results.manifest import add_note
+
+    manifest = Manifest(launches={"L": {"runs": ["x"], "from_a_newer_version": 1}})
+    manifest.put(LaunchRecord("L", 5.0, runs=("y",)))
+    assert manifest.launches["L"]["from_a_newer_version"] == 1 and manifest.launches["L"]["runs"] == ["y"]
+    manifest.write(tmp_path)
+    assert (tmp_path / "sweep.json").read_text().startswith('{\n "runs": {},\n "launches": {\n  "L": {')
+    record_launch(tmp_path, "L", {"z": {}})
+    add_note(tmp_path, "L", "cancelled")
+    record_launch(tmp_path, "L", {"z": {}})  # the same launch id again: its old notes do not carry over
+    launch = json.loads((tmp_path / "sweep.json").read_text())["launches"]["L"]
+    assert "notes" not in launch and "from_a_newer_version" not in launch and launch["runs"] == ["z"]
+
+
+def test_the_table_reads_an_old_runs_settings_from_its_config_and_joins_the_swept_axes(tmp_path):
+    from omegaconf import OmegaConf
+
+    from helpers import compose_config
+    from modula_cli.config.identity import experiment_settings
+
+    record_launch(tmp_path, "W", {"old": {**KNOBS, "width": 64}, "w": {**KNOBS, "width": 32}})
+    record_launch(tmp_path, "D", {"d1": {**KNOBS, "depth": 2}, "d2": {**KNOBS, "depth": 4}})
+    _summary(tmp_path / "old", "completed", launch="W")  # written before summaries held their settings
+    cfg = compose_config("train.steps=7")
+    (tmp_path / "old" / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+    frame = collect(tmp_path).set_index("run")
+    settings = frame.loc["old", "settings"]
+    assert settings == experiment_settings(cfg) and settings["train.steps"] == 7
+    assert set(frame["axes"]) == {"depth,width"}
