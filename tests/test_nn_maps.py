@@ -163,3 +163,43 @@ def test_a_kept_vector_on_another_device_is_drawn_again():
     matrix = torch.diag(torch.tensor([3.0, 1.0, 0.5]))
     assert float(state.spectral_norms({0: matrix})[0]) == pytest.approx(3.0, rel=1e-2)
     assert state.vectors[0].device.type == "cpu"
+
+
+# --- the maps' contracts, exactly (written against the survivors of the mutation pass after the restructuring) ------
+
+def test_every_map_takes_one_tensor_per_atom_and_says_so():
+    """A list one tensor short is an error, never a silent truncation to the shorter list."""
+    from modula_cli.nn import Linear
+    from modula_cli.nn.weight_maps import effective_weights, stored_weights
+
+    net = Linear(4, 8) @ Linear(8, 3)
+    w = net.initialize(seed=0)
+    short = w[:1]
+    for call in (lambda: effective_weights(net.atom_list(), short), lambda: stored_weights(net.atom_list(), short),
+                 lambda: net.regularize(short, 0.1), lambda: net.project(short)):
+        with pytest.raises(ValueError):
+            call()
+    with pytest.raises(ValueError, match=r"^normalize: expected 2 update tensors, got 1$"):
+        net.normalize(short)
+
+
+def test_the_maps_default_target_is_a_unit_modular_norm():
+    from modula_cli.nn import Linear
+
+    net = Linear(4, 8) @ Linear(8, 3)
+    shapes = [w.shape for w in net.initialize(seed=0)]
+    g = [torch.randn(*shape, generator=torch.Generator().manual_seed(i)) for i, shape in enumerate(shapes)]
+    assert net.norm(net.normalize(g)) == pytest.approx(1.0, rel=1e-4)
+    assert net.norm(net.dualize(g, method="svd")) == pytest.approx(1.0, rel=1e-4)
+    assert net.norm(net.normalize(g, 0.25)) == pytest.approx(0.25, rel=1e-4)
+
+
+def test_an_atoms_mass_and_sensitivity_default_to_one():
+    from modula_cli.nn.atom import Atom
+
+    class Gain(Atom):
+        def forward(self, x, w):
+            return x
+
+    atom = Gain()
+    assert (atom.mass, atom.sensitivity) == (1.0, 1.0)
