@@ -110,9 +110,10 @@ IMAGES = SimpleNamespace(name="cifar10", kind="image", input_shape=(3, 32, 32), 
 
 
 @pytest.mark.parametrize("function, message", [
-    ("not_a_module", "arch.name='bad_models:not_a_module' returned int, not a modula_cli.nn.Module"),
-    ("wrong_output", "arch.name='bad_models:wrong_output' outputs (2, 7) for input (2, 3, 32, 32) of data=cifar10; "
-                     "the logits must have shape (2, 10)"),
+    ("not_a_module", "arch.name='bad_models:not_a_module' returned int, neither a torch.nn.Module nor a "
+                     "modula_cli.nn.Module (return your torch model, or build one from modula_cli.nn's atoms)"),
+    ("wrong_output", "arch.name='bad_models:wrong_output': expected (B, 10) logits for cifar10 (input (B, 3, 32, "
+                     "32)), got (B, 7)"),
     ("wrong_input", "arch.name='bad_models:wrong_input' does not fit data=cifar10 (input (2, 3, 32, 32)): "
                     "RuntimeError: "),
     ("raises", "arch.name='bad_models:raises' failed to build for data=cifar10 (image data): RuntimeError: no such "
@@ -154,8 +155,8 @@ def test_a_run_of_an_unfit_architecture_stops_with_one_line_and_leaves_nothing(b
         with pytest.raises(SystemExit) as stop:
             run_or_exit(cfg, run_dir)
         assert str(stop.value.code) == (
-            "modula-sweep: arch.name='bad_models:wrong_output' outputs (2, 7) for input (2, 3, 32, 32) of "
-            "data=cifar10; the logits must have shape (2, 10)")
+            "modula-sweep: arch.name='bad_models:wrong_output': expected (B, 10) logits for cifar10 (input (B, 3, "
+            "32, 32)), got (B, 7)")
     assert not fresh.exists()
     assert [p.name for p in earlier.iterdir()] == ["notes.txt"]
 
@@ -170,7 +171,7 @@ def test_a_sweep_records_an_unfit_architecture_as_failed(bad_models, cifar_root)
     with pytest.raises(ModelError):
         train(cfg, run_dir, sweep_dir=run_dir.parent)
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["status"] == "failed" and "the logits must have shape (2, 10)" in summary["error"]
+    assert summary["status"] == "failed" and "expected (B, 10) logits for cifar10" in summary["error"]
 
 
 # --- batch size, horizon and weight decay as scale axes ------------------------------------------------------

@@ -301,7 +301,9 @@ def test_lr_grids_and_single_run_defaults():
     assert single_lr(OptimConfig(mode="normed")) == single_lr(OptimConfig(name="sgd", mode="dualized")) == 0.25
     assert single_lr(OptimConfig(lr=[0.5, 0.125])) == 0.5 and single_lr(OptimConfig(lr=(3,))) == 3.0
     assert single_lr(OptimConfig(lr=2)) == 2.0 and isinstance(single_lr(OptimConfig(lr=2)), float)
-    assert list(MODES) == ["unnormed", "normed", "dualized", "manifold", "mup"]
+    assert list(MODES) == ["unnormed", "normed", "dualized", "manifold", "mup", "muon"]
+    assert lr_grid("adam", "muon") == lr_grid("sgd", "muon") == [2.0**e for e in range(-12, 1)]
+    assert single_lr(OptimConfig(mode="muon")) == 2.0**-6
 
 
 def test_the_base_mode_hooks_do_nothing():
@@ -358,7 +360,7 @@ def problems(**settings) -> list[str]:
     return found + validate_optim(OptimConfig(**values))
 
 
-MODE_LIST = "unnormed, normed, dualized, manifold, mup"
+MODE_LIST = "unnormed, normed, dualized, manifold, mup, muon"
 
 
 @pytest.mark.parametrize("settings, expected", [

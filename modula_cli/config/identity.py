@@ -14,6 +14,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from ..models.source import source_digest
 from ..models.variant import differences, name_of, variant_of
 from ..optim import MODES
 
@@ -66,6 +67,9 @@ def numeric_settings(cfg: DictConfig) -> dict[str, dict[str, Any]]:
         relevant["optim"]["lr"] = float(lr)
     if variant := differences(variant_of(cfg)):
         relevant["variant"] = variant
+    if ":" in str(relevant["arch"].get("name", "")):  # a user's builder: an edited file is another network
+        if (digest := source_digest(relevant["arch"]["name"])) is not None:
+            relevant["arch"]["source"] = digest
     return relevant
 
 

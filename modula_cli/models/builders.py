@@ -12,19 +12,20 @@ import difflib
 import functools
 import importlib
 import math
-import os
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from omegaconf import DictConfig, OmegaConf
+from torch import nn
 
 from ..data import DATASETS, cause_text
 from ..nn import GPT, Module, ResMLP, ResNet, StandardGPT, layer_roles
+from ..nn.torch_network import TorchNetwork
 from ..plumbing.settings import typed
 from .config import ArchConfig
+from .source import importable_from_here
 from .variant import Variant, apply_variant
 
 DATA_KINDS = ("language", "image")
@@ -71,13 +72,12 @@ def is_import_path(name: str) -> bool:
     return ":" in name
 
 
-def import_builder(path: str) -> Callable[[Any, Any], Module]:
+def import_builder(path: str) -> Callable[[Any, Any], Module | nn.Module]:
     """``package.module:function`` → the function, importable from the working directory or PYTHONPATH."""
     module_name, _, function_name = path.partition(":")
     if not module_name or not function_name:
         raise ModelError(f"arch.name={path!r}: an import path needs both parts, e.g. my_models:my_mlp")
-    if os.getcwd() not in sys.path and "" not in sys.path:  # console scripts do not put the working folder there
-        sys.path.insert(0, os.getcwd())
+    importable_from_here()
     try:
         module = importlib.import_module(module_name)
     except Exception as error:  # noqa: BLE001 - any failure while importing the user's file is reported as one line
@@ -133,26 +133,42 @@ def _builder_arch(arch: Any) -> Any:
 
 def build_model(arch: Any, data: Any, variant: Variant | None = None) -> Module:
     """The network for this arch config, dataset and variant (default: modular); a user's function is checked
-    for its type and, by a two-sample forward pass on the CPU, for shapes that fit the dataset."""
+    for its type and, by a two-sample forward pass on the CPU, for shapes that fit the dataset. A user's function
+    that returns a plain ``torch.nn.Module`` gets it wrapped as a ``TorchNetwork`` (each seed's weights from the
+    function called again under that seed)."""
     entry = architecture(arch.name)
     variant = variant or Variant()
     if problem := data_kind_problem(arch, data.name, data.kind):
         raise ModelError(problem)
-    try:
-        net = entry.build(_builder_arch(arch), data, variant)
-    except ModelError:
-        raise
-    except Exception as error:  # noqa: BLE001 - a user's builder may fail in any way: one line, then stop
-        if entry.data_kind is not None:
+    builder_arch = _builder_arch(arch)
+
+    def build() -> Module | nn.Module:
+        try:
+            return entry.build(builder_arch, data, variant)
+        except ModelError:
             raise
-        raise ModelError(_build_failure(arch, data, error)) from error
-    if not isinstance(net, Module):
-        raise ModelError(f"arch.name={arch.name!r} returned {type(net).__name__}, not a modula_cli.nn.Module "
-                         f"(build it from the atoms, bonds and compounds of modula_cli.nn)")
-    apply_variant(net, variant)
+        except Exception as error:  # noqa: BLE001 - a user's builder may fail in any way: one line, then stop
+            if entry.data_kind is not None:
+                raise
+            raise ModelError(_build_failure(arch, data, error)) from error
+
+    net = build()
+    if isinstance(net, nn.Module):
+        readout = OmegaConf.select(arch, "readout", default=None) if isinstance(arch, DictConfig) else None
+        net = TorchNetwork(build, model=net, readout=readout, logits=output_size(data))
+    elif not isinstance(net, Module):
+        raise ModelError(f"arch.name={arch.name!r} returned {type(net).__name__}, neither a torch.nn.Module nor a "
+                         f"modula_cli.nn.Module (return your torch model, or build one from modula_cli.nn's atoms)")
+    else:
+        apply_variant(net, variant)
     if entry.data_kind is None:
         check_fits(net, arch.name, data)
     return net
+
+
+def output_size(data: Any) -> int:
+    """The logits a sample's output has: the vocabulary's size or the number of classes."""
+    return data.vocab_size if data.kind == "language" else data.num_classes
 
 
 def _build_failure(arch: Any, data: Any, error: Exception) -> str:
@@ -167,11 +183,13 @@ def _build_failure(arch: Any, data: Any, error: Exception) -> str:
 
 def check_fits(net: Module, name: str, data: Any, samples: int = 2) -> None:
     """Run ``samples`` blank inputs of the dataset's shape through ``net``; its output must be the logits:
-    (samples, context, vocab) for language, (samples, classes) for images."""
+    (B, T, vocab) for language, (B, classes) for images."""
     if data.kind == "language":
         x, expected = torch.zeros(samples, data.context, dtype=torch.long), (samples, data.context, data.vocab_size)
+        symbols = ((samples, "B"), (data.context, "T"))
     else:
         x, expected = torch.zeros(samples, *data.input_shape), (samples, data.num_classes)
+        symbols = ((samples, "B"),)
     try:
         with torch.no_grad():
             y = net(x, net.initialize(seed=0))
@@ -179,9 +197,17 @@ def check_fits(net: Module, name: str, data: Any, samples: int = 2) -> None:
         raise ModelError(f"arch.name={name!r} does not fit data={data.name} (input {tuple(x.shape)}): "
                          f"{type(error).__name__}: {str(error).splitlines()[0]}") from None
     if not isinstance(y, torch.Tensor) or tuple(y.shape) != expected:
-        shape = tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
-        raise ModelError(f"arch.name={name!r} outputs {shape} for input {tuple(x.shape)} of data={data.name}; "
-                         f"the logits must have shape {expected}")
+        shape = _symbolic(tuple(y.shape), symbols) if isinstance(y, torch.Tensor) else type(y).__name__
+        raise ModelError(f"arch.name={name!r}: expected {_symbolic(expected, symbols)} logits for {data.name} "
+                         f"(input {_symbolic(tuple(x.shape), symbols)}), got {shape}")
+
+
+def _symbolic(shape: tuple[int, ...], symbols: tuple[tuple[int, str], ...]) -> str:
+    """``(2, 256, 65)`` → ``(B, T, 65)``: the batch and context sizes by name where they stand, as a user thinks
+    of them (``symbols``: each leading position's size and name)."""
+    shown = [name if index < len(symbols) and size == symbols[index][0] else str(size)
+             for index, (size, name) in enumerate(zip(shape, [n for _, n in symbols] + [""] * len(shape)))]
+    return f"({', '.join(shown)})"
 
 
 @functools.cache

@@ -133,6 +133,11 @@ def explain_scope(arch_name: str, variant: Variant, net: Any = None) -> str | No
                 f"and no embedding sphere, so only the training loop's differences apply (final LR-0 step, power "
                 f"iterations); the reference code has no standard GPT")
     from ..nn import Conv2D, Embed, FunctionalAttention  # here: the config checks import this module without torch
+    from ..nn.torch_network import TorchNetwork
+
+    if isinstance(net, TorchNetwork):
+        return (f"variant={name} with arch.name={arch_name}, a torch.nn.Module: the model's code is its own, so only "
+                f"the training loop's differences apply (a final LR-0 step; variant=modular leaves it out)")
 
     kinds = {type(module) for module in net.walk()} if net is not None else None
 

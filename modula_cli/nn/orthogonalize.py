@@ -52,12 +52,13 @@ def iteration_dtype(setting: str, device: torch.device | str) -> torch.dtype | N
 
 
 def orthogonalize(G: Tensor, method: str = "polar_express", steps: int | None = None,
-                  iter_dtype: torch.dtype | None = None) -> Tensor:
+                  iter_dtype: torch.dtype | None = None, margin: float = FROBENIUS_MARGIN) -> Tensor:
     """Approximate ``U Vᵀ`` of ``G = U Σ Vᵀ`` over the last two dimensions (any leading batch).
 
     The normalisation is float32; ``iter_dtype=torch.bfloat16`` runs the iteration in bfloat16 (fast on
     CUDA tensor cores; ``svd`` ignores it, being the exact reference).
-    Zero singular values stay zero, so an all-zero input gives zeros.
+    Zero singular values stay zero, so an all-zero input gives zeros. ``margin``: δ of the normalisation
+    (Muon as practised divides by the Frobenius norm itself: 0).
     """
     if method not in METHODS:
         raise ValueError(f"unknown orthogonalize method {method!r}; allowed: {', '.join(METHODS)}")
@@ -77,7 +78,7 @@ def orthogonalize(G: Tensor, method: str = "polar_express", steps: int | None = 
     peak = X.abs().amax(dim=(-2, -1), keepdim=True)
     X = X / torch.where(peak > 0, peak, torch.ones_like(peak))
     frob = torch.linalg.matrix_norm(X, ord="fro", keepdim=True)
-    X = X / (frob * (1 + FROBENIUS_MARGIN) + 1e-30)
+    X = X / (frob * (1 + margin) + 1e-30)
     if iter_dtype is not None:
         X = X.to(iter_dtype)
 

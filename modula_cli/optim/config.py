@@ -14,6 +14,7 @@ OPTIMIZERS = ("sgd", "adam")  # each with its direction in directions.py (DIRECT
 # nn/orthogonalize.py's methods and iteration dtypes, named here too: the command line checks them without torch
 ORTHO_METHODS = ("polar_express", "muon", "cubic", "svd")
 ORTHO_DTYPES = ("auto", "float32", "bfloat16")
+MUON_SCALES = ("original", "match_rms_adamw", "spectral")  # modes/muon.py's muon_scale
 
 # Manifold mode's defaults (measured in docs/manifold.md): the temperatures (readout, attention
 # scores) free, every other layer on its manifold with a learned radius.
@@ -27,7 +28,8 @@ class OptimConfig:
     name: str = setting("adam", "the base optimiser: sgd (momentum) | adam", choices=OPTIMIZERS)
     mode: str = setting("normed", "a mode registered in optim/modes/ (MODES); built in: unnormed | normed (update "
                                   "of modular norm LR) | dualized (duality map) | manifold (weights on manifolds) | "
-                                  "mup (μP: per-layer LRs and multipliers)")
+                                  "mup (μP: per-layer LRs and multipliers) | muon (Muon as practised: orthogonalised "
+                                  "hidden matrices, the base optimiser elsewhere)")
     lr: Any = setting(None, "a number > 0; a list: one packed member per LR; null: the mode's default")
     beta1: float = setting(0.9, "momentum (SGD and Adam)", minimum=0, below=1)
     beta2: float = setting(0.99, "Adam's second-moment average", minimum=0, below=1)
@@ -54,6 +56,14 @@ class OptimConfig:
                                       "(docs/mup.md)", minimum=1)
     mup_readout_zero: bool = setting(False, "mup: the readout starts at zero")
     mup_query_zero: bool = setting(False, "mup: the attention's query starts at zero")
+    muon_scale: str = setting("original", "muon: each hidden matrix's factor: original √max(1, out/in) (Keller "
+                                          "Jordan's) | match_rms_adamw 0.2·√max(out, in) (Moonshot's) | spectral "
+                                          "√(out/in) (the modular norm's)", choices=MUON_SCALES)
+    muon_momentum: float = setting(0.95, "muon: the hidden matrices' Nesterov momentum", minimum=0, below=1)
+    muon_ns_steps: int = setting(5, "muon: Newton–Schulz steps (Keller Jordan's quintic)", minimum=1)
+    muon_adam_ratio: float | None = setting(None, "muon: the base optimiser's LR (embeddings, readout, gains, "
+                                                  "biases) / the swept LR; null: the scale rule's (2^-6 for original "
+                                                  "and spectral, 1 for match_rms_adamw; docs/own_model.md)", above=0)
     manifold_scaled: list[str] = setting(MANIFOLD_SCALED, "manifold: the roles whose radius is learned",
                                          items=ROLES)
     manifold_free: list[str] = setting(MANIFOLD_FREE, "manifold: the roles trained off the manifold (dualized)",

@@ -39,6 +39,11 @@ class OptimState:
     mode_state: Any = None  # what the mode's init_state made (power-iteration vectors, multipliers), or None
     scalars: StepScalars | None = None
 
+    def subset(self, indices: list[int]) -> OptimState:
+        """The state of the weights at ``indices`` (the same tensors: an in-place step on it is a step on this)."""
+        pick = lambda tensors: [tensors[i] for i in indices] if tensors else []  # noqa: E731
+        return OptimState(pick(self.momentum), pick(self.second_moment), self.mode, self.mode_state, self.scalars)
+
     def state_dict(self) -> dict:
         # every mode's key is present (None when not this mode's): checkpoints of any mode share one layout
         saved = {"momentum": self.momentum, "second_moment": self.second_moment,

@@ -12,7 +12,7 @@ from torch import Tensor
 from ..nn import Module
 from ..nn.packed import per_member
 from .config import OptimConfig
-from .directions import DIRECTIONS, ema_weight
+from .directions import ema_weight
 from .modes import MODES, single_lr
 from .schedule import schedule_factor
 from .state import OptimState
@@ -44,7 +44,7 @@ def apply_update(net: Module, weights: list[Tensor], grads: list[Tensor], state:
     lr = state.scalars.schedule * base_lr
     if active is not None:  # frozen members take no step and no weight decay
         lr = torch.where(active, lr, torch.zeros_like(lr))
-    u = DIRECTIONS[cfg.name](state, grads, cfg)
+    u = mode.direction(net, state, grads, cfg)
     delta = mode.update(net, weights, u, lr, state.mode_state, cfg)
     if active is not None:
         delta = [torch.where(per_member(active, d).bool(), d, torch.zeros_like(d)) for d in delta]

@@ -16,11 +16,12 @@ from ..config.members import Members
 from ..config.run_config import RunConfig
 from ..config.schema import TrainConfig
 from ..data import Dataset, build_dataset
-from ..models import is_import_path
+from ..models import ModelError, is_import_path
 from ..models.config import ArchConfig
 from ..models.variant import Variant, explain_scope, iterations
 from ..nn import Module, layer_roles
 from ..nn.loss import grads_of, losses_and_hits
+from ..nn.torch_network import TorchNetwork
 from ..optim import MODES, OptimConfig, build_network, init_state
 from ..plumbing import environment
 from ..plumbing.device import resolve_device
@@ -59,7 +60,11 @@ class RunContext:
             say_once(scope)
         if members.packed:
             ctx.eval_batches = [members.shared(x, y) for x, y in ctx.eval_batches]
-        if is_import_path(config.arch.name):  # a user's layer roles are known once it is built
+        if isinstance(ctx.net, TorchNetwork):
+            ctx.net.to_device(device)
+            if members.packed:
+                check_packable(ctx.net, ctx.eval_batches[0][0], len(members), config.arch.name)
+        elif is_import_path(config.arch.name):  # a user's layer roles are known once it is built
             if problems := MODES[ctx.opt.mode].problems(ctx.opt, tuple(layer_roles(ctx.net))):
                 raise ValueError("; ".join(problems))
         if train.compile:  # a sweep compiles many configurations in one process: start each afresh
@@ -131,7 +136,29 @@ class RunContext:
         k = len(self.members)
         weights = [w.requires_grad_() for w in self.initial_weights()]
         window = self.arch.loss_window
-        return RunState(weights, init_state(weights, self.opt), torch.zeros(window, k, device=self.device), k)
+        buffers = self.net.buffers() if isinstance(self.net, TorchNetwork) else []
+        return RunState(weights, init_state(weights, self.opt), torch.zeros(window, k, device=self.device), k,
+                        buffers=buffers)
+
+
+def check_packable(net: TorchNetwork, x: torch.Tensor, members: int, name: str) -> None:
+    """A packed run stacks its members' weights and runs the model under ``torch.func.vmap``: try one training
+    pass of two samples, and refuse in one line what vmap cannot do (batch norm's running statistics, which
+    every member would update in place, are the usual cause). The model's buffers are put back after."""
+    saved = [b.clone() for b in net.model.buffers()]
+    weights = [w.unsqueeze(0).expand(members, *w.shape).clone().requires_grad_()
+               for w in net.initialize(seed=0, device=x.device)]
+    try:
+        with torch.enable_grad():
+            net(x[:, :2], weights).float().sum().backward()
+    except Exception as error:  # noqa: BLE001 - whatever vmap refuses, said in one line
+        raise ModelError(f"arch.name={name!r} cannot be packed (torch.func.vmap over the members' weights: "
+                         f"{type(error).__name__}: {str(error).splitlines()[0][:160]}); run it with "
+                         f"sweep.pack=false") from None
+    finally:
+        with torch.no_grad():
+            for buffer, value in zip(net.model.buffers(), saved):
+                buffer.copy_(value)
 
 
 def run_device(name: str, world: int) -> torch.device:

@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from ..nn import Atom, Module
+from ..nn.torch_network import TorchNetwork
 
 QUANTITIES = ("act_rms", "delta_rms", "own_delta_rms", "dir_change", "update_ratio", "stable_rank",
               "update_stable_rank")
@@ -44,6 +45,10 @@ def captured(net: Module) -> Iterator[Captured]:
     The module tree is a pure description, so this wraps each atom's ``forward`` on the instance for
     the duration and restores it after; an atom applied twice in one pass keeps its last call."""
     seen = Captured()
+    if isinstance(net, TorchNetwork):
+        with _hooked(net, seen):
+            yield seen
+        return
     atoms = list(net.atoms())
 
     def recorder(index: int, atom: Atom):
@@ -62,6 +67,33 @@ def captured(net: Module) -> Iterator[Captured]:
     finally:
         for atom in atoms:
             atom.__dict__.pop("forward", None)
+
+
+@contextmanager
+def _hooked(net: TorchNetwork, seen: Captured) -> Iterator[None]:
+    """A plain torch model's version of ``captured``: a forward hook on each module that holds parameters records
+    its input and output for every parameter it holds (as ``mup.coord_check`` records each module's output)."""
+    held: dict[str, list[int]] = {}
+    for index, atom in enumerate(net.atom_list()):
+        held.setdefault(atom.module_path, []).append(index)
+    modules = dict(net.model.named_modules())
+
+    def hook(indices: list[int]):
+        def record(module, args, output):
+            x = args[0] if args else None
+            y = output if isinstance(output, Tensor) else next((o for o in output if isinstance(o, Tensor)), None) \
+                if isinstance(output, (tuple, list)) else getattr(output, "last_hidden_state", None)
+            if isinstance(x, Tensor) and isinstance(y, Tensor):
+                for index in indices:
+                    seen.inputs[index], seen.outputs[index] = x.detach(), y.detach()
+        return record
+
+    handles = [modules[path].register_forward_hook(hook(indices)) for path, indices in held.items()]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 def rms(x: Tensor) -> float:
@@ -112,6 +144,9 @@ def layer_geometry(net: Module, weights: Sequence[Tensor], now: Captured, initia
     shares = net.target_shares()
     records = []
     for index, (atom, weight, share) in enumerate(zip(net.atoms(), weights, shares, strict=True)):
+        if index not in now.outputs:  # a torch model's parameter whose module gave no tensor to record
+            records.append(dict.fromkeys(QUANTITIES, float("nan")))
+            continue
         h = now.outputs[index]
         h0 = initial.outputs[index] if initial is not None else h
         x = now.inputs[index]

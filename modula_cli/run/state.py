@@ -29,6 +29,7 @@ class RunState:
     last_eval: list[dict] = field(default_factory=list)
     metrics_offsets: list[int | None] = field(default_factory=list)
     wandb_ids: list[str | None] = field(default_factory=list)
+    buffers: list[Tensor] = field(default_factory=list)  # a torch model's running statistics (the model's own)
 
     def __post_init__(self) -> None:
         k = self.members
@@ -57,7 +58,8 @@ class RunState:
         return {"weights": [w.detach() for w in self.weights], "optim": self.optim.state_dict(),
                 "recent": self.recent, "step": self.step, "elapsed": self.elapsed, "statuses": self.statuses,
                 "stopped_at": self.stopped_at, "initial_loss": self.initial_loss, "last_loss": self.last_loss,
-                "last_eval": self.last_eval, "metrics_offsets": self.metrics_offsets, "wandb_ids": self.wandb_ids}
+                "last_eval": self.last_eval, "metrics_offsets": self.metrics_offsets, "wandb_ids": self.wandb_ids,
+                "buffers": [b.detach().clone() for b in self.buffers]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a saved state; ``ValueError`` when it does not fit this run (shapes, member count)."""
@@ -71,6 +73,12 @@ class RunState:
                 w.copy_(s)
         self.optim.load_state_dict(state["optim"], self.recent.device)
         self.recent.copy_(state["recent"])
+        saved_buffers = state.get("buffers", [])
+        if len(saved_buffers) != len(self.buffers):
+            raise ValueError("the saved state has other buffers than this model")
+        with torch.no_grad():
+            for buffer, value in zip(self.buffers, saved_buffers):
+                buffer.copy_(value)
         for name in ("step", "elapsed", "statuses", "stopped_at", "initial_loss", "last_loss", "last_eval",
                      "metrics_offsets", "wandb_ids"):
             setattr(self, name, state[name])

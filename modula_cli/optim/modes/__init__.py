@@ -14,15 +14,17 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from ...nn import Module
+from ...nn.torch_network import TorchNetwork
 from ..config import OptimConfig
 from .base import Mode
 from .dualized import Dualized
 from .manifold import Manifold
 from .mup import Mup
+from .muon import Muon
 from .normed import Normed
 from .unnormed import Unnormed
 
-MODES: dict[str, Mode] = {mode.name: mode for mode in (Unnormed(), Normed(), Dualized(), Manifold(), Mup())}
+MODES: dict[str, Mode] = {mode.name: mode for mode in (Unnormed(), Normed(), Dualized(), Manifold(), Mup(), Muon())}
 
 
 def build_network(arch: Any, data: Any, variant: Any, cfg: OptimConfig) -> Module:
@@ -41,6 +43,12 @@ def build_network(arch: Any, data: Any, variant: Any, cfg: OptimConfig) -> Modul
                              f"cannot be built there: {error}") from None
 
     net = build_model(arch, data, variant)
+    mode = MODES[cfg.mode]
+    if mode.needs_modular_norm and isinstance(net, TorchNetwork):
+        plain = ", ".join(name for name, m in MODES.items() if not m.needs_modular_norm)
+        raise ModelError(f"optim.mode={cfg.mode} needs the modular norm's tree of masses and sensitivities, and "
+                         f"arch.name={arch.name} returns a plain torch.nn.Module; its modes: {plain} (or build it "
+                         f"from modula_cli.nn's atoms, docs/extending.md)")
     try:
         return MODES[cfg.mode].network(net, at_width, cfg)
     except ValueError as error:  # a network the mode's rules do not cover: one line, before any step

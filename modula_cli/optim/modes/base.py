@@ -32,6 +32,8 @@ class Mode:
     # the mode holds every weight on its own constraint set: the paper variant's embedding renormalisation
     # (which would undo it) is skipped
     holds_norms: ClassVar[bool] = False
+    # the mode reads the modular norm's tree of masses and sensitivities, which a plain torch model has not
+    needs_modular_norm: ClassVar[bool] = False
 
     def default_lr(self, optimizer: str, arch: str | None = None, scales: str | None = None) -> float:
         """The LR of a run with ``optim.lr=null``: the optimiser's, unless the architecture (under the variant's
@@ -54,6 +56,13 @@ class Mode:
         """The network this mode trains, from the one the architecture built (μP sets its multipliers);
         ``at_width(n)`` builds the same architecture at width n."""
         return net
+
+    def direction(self, net: Module, state: Any, grads: list[Tensor], cfg: OptimConfig) -> list[Tensor]:
+        """The base optimiser's direction u from the gradients (``optim.name``'s: SGD's momentum, Adam's ratio);
+        a mode with its own per-layer optimiser (Muon) replaces it where it applies."""
+        from ..directions import DIRECTIONS  # here: directions reads the optimiser state, which imports the modes
+
+        return DIRECTIONS[cfg.name](state, grads, cfg)
 
     def regularize(self, net: Module, weights: list[Tensor], strength: Tensor) -> list[Tensor]:
         """Weight decay at ``strength`` (LR × optim.wd): split over the network as a step is."""

@@ -21,6 +21,7 @@ def dualize_settings(cfg: OptimConfig, device: torch.device) -> dict[str, Any]:
 
 class Dualized(Mode):
     name = "dualized"
+    needs_modular_norm = True
 
     def update(self, net: Module, weights: list[Tensor], u: list[Tensor], lr: Tensor, state: Any,
                cfg: OptimConfig) -> list[Tensor]:

@@ -21,6 +21,7 @@ from .dualized import dualize_settings
 
 class Manifold(Mode):
     name = "manifold"
+    needs_modular_norm = True
     own_settings = ("manifold_",)
     state_key = "manifold"  # the dual ascent's multipliers, and each atom's kind once known
     holds_norms = True

@@ -37,11 +37,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from ...nn import Atom, Embed, FunctionalAttention, MatrixAtom, Module, layer_names, layer_roles
 from ...nn.packed import per_member
+from ...nn.torch_network import TorchNetwork
 from ..config import OptimConfig
+from .muon import readout_of
 from .unnormed import Unnormed
 
 READOUT_ROLE = "output"
@@ -98,9 +100,10 @@ def init_rms(atom: Atom) -> float:
     raise MupError(f"μP cannot size the initialisation of {atom.describe()}")
 
 
-def layer_rule(atom: Atom, base: Atom, optimizer: str) -> LayerRule:
-    """The rule of one atom from its shape and the base atom's (Tensor Programs V, Table 3; ``mup``)."""
-    (fan_out, fan_in), (base_out, base_in) = fans(atom), fans(base)
+def shape_rule(fan: tuple[int, int], base_fan: tuple[int, int], optimizer: str) -> tuple[str, float, float, float]:
+    """(kind, m_in, m_out, LR multiplier) of a layer of (fan-out, fan-in) ``fan`` beside its base's (Tensor
+    Programs V, Table 3; ``mup``'s MuAdam and MuSGD)."""
+    (fan_out, fan_in), (base_out, base_in) = fan, base_fan
     m_out, m_in = fan_out / base_out, fan_in / base_in
     grows_out, grows_in = fan_out != base_out, fan_in != base_in
     kind = ("hidden" if grows_in and grows_out else "readout" if grows_in else "input" if grows_out else "fixed")
@@ -109,8 +112,67 @@ def layer_rule(atom: Atom, base: Atom, optimizer: str) -> LayerRule:
         lr = 1 / m_in if kind == "hidden" else 1.0
     else:  # SGD: gradients already shrink with width, so vectors speed up
         lr = m_out / m_in if kind == "hidden" else width_mult
+    return kind, m_in, m_out, lr
+
+
+def layer_rule(atom: Atom, base: Atom, optimizer: str) -> LayerRule:
+    """The rule of one atom from its shape and the base atom's."""
+    kind, m_in, m_out, lr = shape_rule(fans(atom), fans(base), optimizer)
     init = {"hidden": m_in ** -0.5, "readout": 1 / m_in}.get(kind, 1.0) * init_rms(base) / init_rms(atom)
     return LayerRule(kind, m_in, m_out, lr, init, 1 / m_in if kind == "readout" else 1.0)
+
+
+LINEAR_OR_CONV = (nn.Linear, nn.modules.conv._ConvNd)  # the layers whose bias mup's set_base_shapes rescales
+
+
+def torch_rules(net: TorchNetwork, base: TorchNetwork, twice: TorchNetwork, cfg: OptimConfig) -> list[LayerRule]:
+    """μP on a plain torch model as ``mup`` does it to a model whose readout is a ``MuReadout``: each parameter's
+    LR from its growth (``shape_rule``), its initialisation the model's own except the readout's, scaled by
+    √m_in (``MuReadout._rescale_parameters`` after ``set_base_shapes``) and every linear or convolution bias by
+    √(its layer's m_in) (``rescale_linear_bias``), and the readout's input multiplied by 1/m_in (here: its
+    weight, the same function). Which layers grow is read between the base and twice it."""
+    atoms, base_atoms, twice_atoms = net.atom_list(), base.atom_list(), twice.atom_list()
+    names = [a.role for a in atoms]
+    if names != [a.role for a in base_atoms] or names != [a.role for a in twice_atoms]:
+        raise MupError(f"optim.mode=mup: {net.describe()} has other parameters at width {cfg.mup_base_width} than "
+                       f"at this width; μP needs the same parameters at every width (only their sizes may change)")
+    if all(a.shape == b.shape for a, b in zip(twice_atoms, base_atoms)):
+        raise MupError(f"optim.mode=mup: no parameter of {net.describe()} changes size with arch.width; μP scales "
+                       f"the layers that grow with it (map your width key to arch.width, e.g. n_embd: ${{.width}})")
+    if tied := [", ".join(paths) for paths in net.tied.values()]:
+        raise MupError(f"optim.mode=mup: {'; '.join(tied)} are one tied parameter (an embedding and the readout), "
+                       f"which needs mup's MuSharedReadout; untie them in the model (GPT-2: tie_word_embeddings: "
+                       f"false) or use optim.mode=unnormed or muon")
+    if cfg.mup_query_zero:
+        raise MupError("optim.mup_query_zero=true: a torch model's attention query sits inside its own code; set it "
+                       "to zero in the model, or leave mup_query_zero false")
+    growing = {i for i, (a, b) in enumerate(zip(twice_atoms, base_atoms))
+               if a.is_matrix and not a.embedding and a.fan_in != b.fan_in and a.fan_out == b.fan_out}
+    try:
+        readout = set(readout_of(net, growing))
+    except ValueError as error:
+        raise MupError(f"optim.mode=mup: {error}") from None
+    if stray := [atoms[i].role for i in sorted(growing - readout)]:
+        raise MupError(f"optim.mode=mup: {', '.join(stray)} map{'s' if len(stray) == 1 else ''} a width-sized input "
+                       f"to a fixed-size output, which μP allows only for the readout ("
+                       f"{atoms[min(readout)].module_path}); make its output grow with width")
+    weight_of = {atom.module_path: i for i, atom in enumerate(atoms) if atom.local_name == "weight"}
+    rules = []
+    for index, (atom, base_atom) in enumerate(zip(atoms, base_atoms)):
+        kind, m_in, m_out, lr = shape_rule((atom.fan_out, atom.fan_in), (base_atom.fan_out, base_atom.fan_in),
+                                           cfg.name)
+        if index in readout:  # weight and bias: the readout's input width multiplier
+            m = atoms[min(readout)].fan_in / base_atoms[min(readout)].fan_in
+            rules.append(LayerRule(kind, m_in, m_out, lr, 0.0 if cfg.mup_readout_zero else m**0.5,
+                                   1 / m if atom.is_matrix else 1.0))
+        elif atom.local_name == "bias" and isinstance(atom.module, LINEAR_OR_CONV) and atom.module_path in weight_of:
+            # mup's rescale_linear_bias: PyTorch draws a bias ∝ 1/√fan-in, μP wants it of order 1
+            weight = weight_of[atom.module_path]
+            rules.append(LayerRule(kind, m_in, m_out, lr, (atoms[weight].fan_in / base_atoms[weight].fan_in)**0.5,
+                                   1.0))
+        else:
+            rules.append(LayerRule(kind, m_in, m_out, lr, 1.0, 1.0))
+    return rules
 
 
 def modules(module: Module) -> Iterator[Module]:
@@ -171,6 +233,11 @@ class Mup(Unnormed):
 
     def network(self, net: Module, at_width: Callable[[int], Module], cfg: OptimConfig) -> Module:
         base = at_width(cfg.mup_base_width)
+        if isinstance(net, TorchNetwork):
+            rules = tuple(torch_rules(net, base, at_width(2 * cfg.mup_base_width), cfg))
+            for atom, rule in zip(net.atom_list(), rules):
+                atom.forward_scale = rule.output
+            return net.set_parametrisation(MupParametrisation(rules, frozenset()))
         # which layers grow is seen only beside another width: at the base width itself, compare 2× base
         refuse_stray_readouts(at_width(2 * cfg.mup_base_width), base, named=net)
         rules = tuple(parametrise(net, base, cfg.name))

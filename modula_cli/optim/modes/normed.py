@@ -12,6 +12,7 @@ from .base import Mode
 
 class Normed(Mode):
     name = "normed"
+    needs_modular_norm = True
     state_key = "power"  # the warm-started power iteration's vectors
 
     def init_state(self, weights: list[Tensor], cfg: OptimConfig) -> PowerIterationState:

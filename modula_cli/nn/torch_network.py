@@ -1,0 +1,195 @@
+"""A plain ``torch.nn.Module`` as a network of this library: each of its parameters an atom, its forward pass
+``torch.func.functional_call`` with the weight list (docs/extending.md, "Your PyTorch model, unchanged").
+
+The model keeps its own code, initialisation and buffers; what this adds is the weight list the optimiser and
+the checkpoints work on, and what a per-parameter rule (μP, Muon) needs to know of each parameter: the module
+that holds it, its fan-out and fan-in, and whether it is an embedding table. There is no tree of masses and
+sensitivities, so the modes that need the modular norm (normed, dualized, manifold) do not apply
+(``Mode.needs_modular_norm``).
+
+The model runs in train mode when gradients are on (training steps) and in eval mode when they are off
+(evaluation, the shape check), so dropout and batch norm behave as in the user's own loop.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from .atom import Atom
+from .module import Module
+
+MATRIX_MODULES = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
+
+
+def hf_conv1d(module: nn.Module) -> bool:
+    """Hugging Face's ``Conv1D`` (GPT-2): a linear layer whose weight is stored (fan-in, fan-out)."""
+    return type(module).__name__ == "Conv1D" and hasattr(module, "nf")
+
+
+def parameter_fans(module: nn.Module, local_name: str, shape: torch.Size) -> tuple[int, int]:
+    """(fan-out, fan-in) of one parameter: a linear or convolution weight's output and input size (its kernel
+    flattened into the input: the matrix Muon orthogonalises), an embedding table's width and number of rows
+    (its input is one of them), a vector's length and 1; any other tensor of two or more dimensions as mup reads
+    it, dimension 0 out and the rest in."""
+    if len(shape) < 2:
+        return (shape[0] if len(shape) else 1), 1
+    if isinstance(module, nn.Embedding) and local_name == "weight":
+        return shape[1], shape[0]
+    if hf_conv1d(module) and local_name == "weight":
+        return shape[1], shape[0]
+    return shape[0], math.prod(shape[1:])
+
+
+class TorchParameter(Atom):
+    """One parameter of a plain model: its path (``transformer.h.0.attn.c_attn.weight``, its role), the module
+    that holds it, and its fans. ``forward_scale`` multiplies it on its way into the model (μP's readout)."""
+
+    def __init__(self, path: str, module_path: str, module: nn.Module, local_name: str, shape: torch.Size):
+        super().__init__(mass=1.0)
+        self.role = path
+        self.module_path, self.module, self.local_name = module_path, module, local_name
+        self.shape = tuple(shape)
+        self.fan_out, self.fan_in = parameter_fans(module, local_name, shape)
+        self.embedding = isinstance(module, nn.Embedding) and local_name == "weight"
+        self.transposed = hf_conv1d(module) and local_name == "weight"  # stored (fan-in, fan-out)
+
+    @property
+    def is_matrix(self) -> bool:
+        return len(self.shape) >= 2
+
+    def describe(self) -> str:
+        return f"{self.role} {tuple(self.shape)}"
+
+    def as_matrix(self, weight: Tensor) -> Tensor:
+        """The weight as (…, fan-out, fan-in): a kernel flattened, a stored-transposed one turned (… : a packed
+        run's member axis)."""
+        lead = weight.shape[:weight.ndim - len(self.shape)]
+        if self.transposed:
+            return weight.mT
+        return weight.reshape(*lead, self.fan_out, self.fan_in)
+
+    def from_matrix(self, matrix: Tensor) -> Tensor:
+        if self.transposed:
+            return matrix.mT
+        return matrix.reshape(*matrix.shape[:-2], *self.shape)
+
+    def apply(self, x: Any, weight: Tensor) -> Any:
+        """The holding module with this parameter at ``weight`` and its other direct parameters at zero: for a
+        module linear in each parameter (linear, convolution, embedding, norm gains), this parameter's own
+        contribution to the output (what the coordinate check's ``own_delta_rms`` measures)."""
+        zeros = {name: torch.zeros_like(p) for name, p in self.module.named_parameters(recurse=False)}
+        zeros[self.local_name] = weight.to(zeros[self.local_name].dtype)
+        with torch.no_grad():
+            return torch.func.functional_call(self.module, zeros, (x,))
+
+    def atom_norm(self, weight: Tensor) -> float:
+        """RMS → RMS operator norm of a matrix (its kernel flattened), the largest entry of a vector."""
+        if not self.is_matrix:
+            return float(weight.abs().max())
+        sigma = torch.linalg.matrix_norm(self.as_matrix(weight.float()), ord=2)
+        return float(sigma * math.sqrt(self.fan_in / self.fan_out))
+
+    def matrices(self, weight: Tensor) -> Tensor | None:
+        return self.as_matrix(weight).unsqueeze(-3) if self.is_matrix else None
+
+
+class TorchNetwork(Module):
+    """A plain ``torch.nn.Module`` as a network: weights in parameter order (a tied parameter once), forward by
+    ``functional_call`` (packed: under ``torch.func.vmap``). ``factory`` builds the model afresh: each seed's
+    initial weights are those of a model built under that seed."""
+
+    def __init__(self, factory: Callable[[], nn.Module], model: nn.Module | None = None,
+                 readout: str | None = None, logits: int | None = None):
+        self.factory = factory
+        self.model = model if model is not None else factory()
+        self.readout_name = readout  # arch.readout: the module the user named as the readout, if any
+        self.logits = logits  # the number of logits a sample's output has (vocabulary or classes)
+        modules = dict(self.model.named_modules())
+        self.names: list[str] = []
+        atoms = []
+        for path, parameter in self.model.named_parameters():
+            module_path, _, local = path.rpartition(".")
+            self.names.append(path)
+            atoms.append(TorchParameter(path, module_path, modules[module_path], local, parameter.shape))
+        self.children = tuple(atoms)
+        self.tied = tied_parameters(self.model)
+        self._device: torch.device | None = None
+
+    # --- the module-algebra view: flat, no masses to split ------------------------------------------------
+
+    @property
+    def mass(self) -> float:
+        return float(len(self.children))
+
+    @property
+    def sensitivity(self) -> float:
+        return 1.0
+
+    def _shares(self, target: float) -> list[float]:
+        return [target] * len(self.children)  # each parameter on its own: weight decay is plain decay
+
+    def norm(self, w: Sequence[Tensor]) -> float:
+        return max((atom.atom_norm(piece) for atom, piece in zip(self.children, w)), default=0.0)
+
+    def describe(self) -> str:
+        return self.name or type(self.model).__name__
+
+    def parameters_of(self) -> Iterator[TorchParameter]:
+        yield from self.children
+
+    # --- weights and buffers -----------------------------------------------------------------------------
+
+    def initialize(self, seed: int = 0, device: torch.device | str | None = None,
+                   dtype: torch.dtype = torch.float32) -> list[Tensor]:
+        """The parameters of the model built under ``torch.manual_seed(seed)``: the user's own initialisation,
+        the same for a seed on any device."""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = self.factory()
+        drawn = dict(model.named_parameters())
+        return [drawn[name].detach().to(device=device, dtype=dtype).clone() for name in self.names]
+
+    def buffers(self) -> list[Tensor]:
+        """The model's floating-point buffers (batch norm's running statistics): a run's checkpoint keeps them."""
+        return [b for b in self.model.buffers() if b.is_floating_point()]
+
+    def to_device(self, device: torch.device) -> None:
+        if self._device != device:
+            self.model.to(device)
+            self._device = device
+
+    # --- the function -----------------------------------------------------------------------------------
+
+    def forward(self, x: Any, w: Sequence[Tensor]) -> Tensor:
+        if len(w) != len(self.children):
+            raise ValueError(f"{self.describe()} expects {len(self.children)} weight tensors, got {len(w)}")
+        self.to_device(x.device)
+        self.model.train(torch.is_grad_enabled())
+        params = {name: atom.effective(piece) for name, atom, piece in zip(self.names, self.children, w)}
+        packed = bool(w) and w[0].ndim == len(self.children[0].shape) + 1
+        if not packed:
+            return logits_of(torch.func.functional_call(self.model, params, (x,)))
+        one = lambda p, xs: logits_of(torch.func.functional_call(self.model, p, (xs,)))  # noqa: E731
+        return torch.func.vmap(one, randomness="different")(params, x)
+
+
+def logits_of(output: Any) -> Tensor:
+    """The logits of a model's output: the tensor itself, or the ``.logits`` of an output object (Hugging Face)."""
+    logits = getattr(output, "logits", output)
+    if isinstance(output, (tuple, list)) and output and isinstance(output[0], Tensor):
+        logits = output[0]
+    return logits
+
+
+def tied_parameters(model: nn.Module) -> dict[str, list[str]]:
+    """Each parameter that more than one module holds (GPT-2's token embedding and readout): its first name →
+    every name it has."""
+    names: dict[int, list[str]] = {}
+    for name, parameter in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(parameter), []).append(name)
+    return {paths[0]: paths for paths in names.values() if len(paths) > 1}
