@@ -100,3 +100,19 @@ def tied_gpt(arch: Any, data: Any) -> nn.Module:
             return self.lm_head(torch.relu(self.mix(self.wte(idx))))
 
     return Tied()
+
+
+class UnevenMLP(nn.Module):
+    """A hidden layer whose sizes grow unevenly: fan-in w + 16, fan-out w (m_in ≠ m_out)."""
+
+    def __init__(self, width: int, classes: int):
+        super().__init__()
+        self.stem, self.hidden = nn.Linear(192, width + 16), nn.Linear(width + 16, width)
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.relu(self.hidden(torch.relu(self.stem(x.flatten(1))))))
+
+
+def uneven_mlp(arch: Any, data: Any) -> nn.Module:
+    return UnevenMLP(arch.width, data.num_classes)
