@@ -11,7 +11,9 @@ record for every atom (docs/coord_check.md says what each quantity means and wha
 - ``update_ratio``: the last update's size in the atom's own norm (exact: SVD for matrices) divided by its
   target, learning rate × the atom's share of the modular norm (docs/design.md, "Normalising and dualising a network");
 - ``stable_rank``: ‖W‖_F² / ‖W‖₂² of the weight (mean over a convolution's k² slices; the table for an
-  embedding); ``update_stable_rank``: the same of the last update.
+  embedding); ``update_stable_rank``: the same of the last update;
+- ``update_rms``: RMS entry of the last update of the atom's effective weight (``mup.coord_check``'s view of
+  a parameter's step).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from ..nn import Atom, Module
 from ..nn.torch_network import TorchNetwork
 
 QUANTITIES = ("act_rms", "delta_rms", "own_delta_rms", "dir_change", "update_ratio", "stable_rank",
-              "update_stable_rank")
+              "update_stable_rank", "update_rms")
 
 
 @dataclass
@@ -158,9 +160,10 @@ def layer_geometry(net: Module, weights: Sequence[Tensor], now: Captured, initia
         record = {"act_rms": rms(h), "delta_rms": rms(h.float() - h0.float()), "own_delta_rms": rms(own),
                   "dir_change": direction_change(h, h0, atom.feature_axis),
                   "stable_rank": stable_rank(atom, weight),
-                  "update_ratio": float("nan"), "update_stable_rank": float("nan")}
+                  "update_ratio": float("nan"), "update_stable_rank": float("nan"), "update_rms": float("nan")}
         if updates is not None and lr is not None:
             record["update_ratio"] = update_ratio(atom, atom.effective(updates[index]), lr * share)
             record["update_stable_rank"] = stable_rank(atom, updates[index])
+            record["update_rms"] = rms(atom.effective(updates[index]))
         records.append(record)
     return records

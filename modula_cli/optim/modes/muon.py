@@ -106,7 +106,9 @@ def readout_of(net: TorchNetwork, growing: set[int] | None = None) -> list[int]:
     when it is not one."""
     atoms: list[TorchParameter] = list(net.atom_list())
     if net.readout_name is not None:
-        chosen = [i for i, a in enumerate(atoms) if a.module_path == net.readout_name]
+        tied_to = {path.rpartition(".")[0]: first for first, paths in net.tied.items() for path in paths}
+        named = tied_to.get(net.readout_name, f"{net.readout_name}.").rpartition(".")[0]  # a tied readout: its owner
+        chosen = [i for i, a in enumerate(atoms) if a.module_path in (net.readout_name, named)]
         if not chosen:
             modules = sorted({a.module_path for a in atoms if a.is_matrix})
             raise ValueError(f"arch.readout={net.readout_name!r} holds no parameter of the model; modules with a "
