@@ -2,7 +2,8 @@
 
 1. modes: whole training step (loss and gradient → base optimiser → mode map → update) on the real
    model and optimiser code with synthetic batches, ms/step and the ratios normed ÷ unnormed,
-   dualized ÷ unnormed and manifold ÷ dualized, under each variant (--variants), and each mode's
+   dualized ÷ unnormed, manifold ÷ dualized and muon ÷ dualized (Muon per layer against the modular
+   dualisation), under each variant (--variants), and each mode's
    paper ÷ modular step time, for ResMLP (width 64, 8 blocks) and GPT (--gpt-widths). Every
    configuration of a network runs in the same rounds; a ratio is the median of the rounds' ratios with
    a 90 % bootstrap interval.
@@ -47,7 +48,7 @@ from modula_cli.nn.orthogonalize import DEFAULT_STEPS, iteration_dtype
 from modula_cli.optim import OptimConfig, init_state, optimizer_step
 from modula_cli.nn.loss import grads_of, losses_and_hits
 
-MODES = ("unnormed", "normed", "dualized", "manifold")
+MODES = ("unnormed", "normed", "dualized", "manifold", "muon")
 COMPILED_MODES = ("unnormed", "normed", "dualized")  # manifold's dual ascent stops on a host-side test
 TABLES = ("modes", "compile", "ortho", "pack", "throughput")
 ORTHO_STEPS = DEFAULT_STEPS["polar_express"]
@@ -266,7 +267,7 @@ def mode_table(cases: list[tuple[str, dict]], optimizers: list[str], args) -> No
     emit(f"\nmode overhead on {timing_line(args, rounds=True)}; ms: median block; ratios: median of the rounds' "
          f"ratios [90 % bootstrap interval]")
     emit(f"{'arch':<14}{'width':>6}{'depth':>6}{'optim':>6}{'variant':>9}" + "".join(f"{m + ' ms':>14}" for m in MODES)
-         + f"{'normed/un':>25}{'dualized/un':>25}{'manifold/dual':>25}")
+         + f"{'normed/un':>25}{'dualized/un':>25}{'manifold/dual':>25}{'muon/dual':>25}")
     variants = args.variants.split(",")
     for name, arch in cases:
         for optimizer in optimizers:
@@ -275,7 +276,8 @@ def mode_table(cases: list[tuple[str, dict]], optimizers: list[str], args) -> No
             start = f"{name:<14}{arch['width']:>6}{arch['depth']:>6}{optimizer:>6}"
             for v in variants:
                 ratios = [paired_ratio(times[(v, a)], times[(v, b)])
-                          for a, b in (("normed", "unnormed"), ("dualized", "unnormed"), ("manifold", "dualized"))]
+                          for a, b in (("normed", "unnormed"), ("dualized", "unnormed"), ("manifold", "dualized"),
+                                       ("muon", "dualized"))]
                 emit(f"{start}{v:>9}" + "".join(f"{1e3 * statistics.median(times[(v, m)]):>14.1f}" for m in MODES)
                      + "".join(f"{ratio_text(r):>25}" for r in ratios))
             if {"modular", "paper"} <= set(variants):  # each mode's step under the default variant ÷ the other's

@@ -389,7 +389,8 @@ def test_command_line_rejects_bad_input_before_any_work(tiny_text_root, tmp_path
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 1
     assert bad.stderr.splitlines()[-2:] == [
-        "  - coord.modes=['normed', 'bogus']; a list of distinct modes from: unnormed, normed, dualized, manifold, mup, muon",
+        "  - coord.modes=['normed', 'bogus']; a list of distinct modes from: unnormed, normed, dualized, manifold, "
+        "mup, muon",
         "  - coord.steps=0; must be an integer >= 1"]
     assert not (tmp_path / "bad" / "coord.csv").exists()
 

@@ -10,8 +10,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from helpers import write_cifar_batches
-
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 BIN = Path(sys.executable).parent
 TINY = ["train.device=cpu", "train.eval_every=0", "train.eval_batches=1", "train.batch_size=4", "train.log_every=5",

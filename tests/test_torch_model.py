@@ -110,7 +110,8 @@ def test_mup_on_a_plain_model_matches_microsoft_mup(model, optimizer):
         reference_loss.backward()
         torch.testing.assert_close(loss.detach()[0], reference_loss.detach(), rtol=1e-5, atol=1e-6)
         for atom, g in zip(net.atom_list(), grads):
-            torch.testing.assert_close(g, parameters[atom.role].grad, rtol=1e-4, atol=1e-7, msg=lambda m, role=atom.role: f"{role}: {m}")
+            torch.testing.assert_close(g, parameters[atom.role].grad, rtol=1e-4, atol=1e-7,
+                                       msg=lambda m, role=atom.role: f"{role}: {m}")
             parameters[atom.role].grad = g.clone()  # the step from the same gradients: Adam's first is sign(g)
         before = [w.detach().clone() for w in weights]
         reference_optimizer.step()
@@ -178,9 +179,9 @@ def test_muon_scale_rules_by_hand():
 
 
 def test_muon_leaves_embeddings_readout_and_gains_to_adam_at_its_ratio():
-    """The first step of Adam (the paper's bias correction: u = sign g) at LR × the rule's ratio (2^-6 for original)
-    on every parameter that is not a hidden matrix; the readout is one of them."""
-    net, cfg, weights = ours("gpt", 32, 8, "adam", mode="muon")
+    """The first step of Adam (the paper's bias correction: u = sign g) at LR × optim.muon_adam_ratio on every
+    parameter that is not a hidden matrix; the readout is one of them."""
+    net, cfg, weights = ours("gpt", 32, 8, "adam", mode="muon", muon_adam_ratio=2.0**-6)
     start = [w.clone() for w in weights]
     grads = [torch.randn_like(w) for w in weights]
     optimizer_step(net, weights, grads, init_state(weights, cfg), cfg, 0, 10)

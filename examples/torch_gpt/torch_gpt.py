@@ -17,17 +17,23 @@ from torch import nn
 
 
 class CausalSelfAttention(nn.Module):
-    def __init__(self, width: int, heads: int):
+    """nanoGPT's attention without the fused kernel: torch.func.vmap (packed runs) batches these ops natively,
+    while ``scaled_dot_product_attention`` falls back to a slow loop under it on the CPU."""
+
+    def __init__(self, width: int, heads: int, context: int):
         super().__init__()
         self.heads = heads
         self.c_attn = nn.Linear(width, 3 * width, bias=False)
         self.c_proj = nn.Linear(width, width, bias=False)
+        self.register_buffer("causal", torch.tril(torch.ones(context, context, dtype=torch.bool)), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, tokens, width = x.shape
         q, k, v = self.c_attn(x).split(width, dim=2)
         q, k, v = (t.view(batch, tokens, self.heads, width // self.heads).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        scores = (q @ k.transpose(-2, -1)) / math.sqrt(k.shape[-1])
+        scores = scores.masked_fill(~self.causal[:tokens, :tokens], float("-inf"))
+        y = F.softmax(scores, dim=-1) @ v
         return self.c_proj(y.transpose(1, 2).reshape(batch, tokens, width))
 
 
@@ -42,9 +48,9 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, width: int, heads: int):
+    def __init__(self, width: int, heads: int, context: int):
         super().__init__()
-        self.ln_1, self.attn = nn.LayerNorm(width), CausalSelfAttention(width, heads)
+        self.ln_1, self.attn = nn.LayerNorm(width), CausalSelfAttention(width, heads, context)
         self.ln_2, self.mlp = nn.LayerNorm(width), MLP(width)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -58,7 +64,7 @@ class GPT(nn.Module):
     def __init__(self, vocab_size: int, context: int, width: int, depth: int, heads: int):
         super().__init__()
         self.wte, self.wpe = nn.Embedding(vocab_size, width), nn.Embedding(context, width)
-        self.h = nn.ModuleList(Block(width, heads) for _ in range(depth))
+        self.h = nn.ModuleList(Block(width, heads, context) for _ in range(depth))
         self.ln_f = nn.LayerNorm(width)
         self.lm_head = nn.Linear(width, vocab_size, bias=False)
         for name, p in self.named_parameters():  # PyTorch's default init, the residual projections as GPT-2's

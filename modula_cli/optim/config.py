@@ -61,9 +61,8 @@ class OptimConfig:
                                           "√(out/in) (the modular norm's)", choices=MUON_SCALES)
     muon_momentum: float = setting(0.95, "muon: the hidden matrices' Nesterov momentum", minimum=0, below=1)
     muon_ns_steps: int = setting(5, "muon: Newton–Schulz steps (Keller Jordan's quintic)", minimum=1)
-    muon_adam_ratio: float | None = setting(None, "muon: the base optimiser's LR (embeddings, readout, gains, "
-                                                  "biases) / the swept LR; null: the scale rule's (2^-6 for original "
-                                                  "and spectral, 1 for match_rms_adamw; docs/own_model.md)", above=0)
+    muon_adam_ratio: float = setting(1.0, "muon: the base optimiser's LR (embeddings, readout, gains, biases) / the "
+                                           "swept LR (1, chosen at width 64 from 2^-8 … 1: docs/own_model.md)", above=0)
     manifold_scaled: list[str] = setting(MANIFOLD_SCALED, "manifold: the roles whose radius is learned",
                                          items=ROLES)
     manifold_free: list[str] = setting(MANIFOLD_FREE, "manifold: the roles trained off the manifold (dualized)",

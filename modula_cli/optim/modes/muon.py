@@ -1,6 +1,7 @@
 """Muon as practised (Keller Jordan 2024; ``torch.optim.Muon``): every hidden weight matrix takes the Nesterov
 momentum of its gradient, orthogonalised by Newton–Schulz and scaled per shape; embeddings, the readout, gains
-and biases take the base optimiser (Adam) at a fixed fraction of the LR. Each layer on its own: no masses, no
+and biases take the base optimiser (Adam) at ``optim.muon_adam_ratio`` times the LR (1: one LR for both, the
+value a study at width 64 chose, docs/own_model.md). Each layer on its own: no masses, no
 tree, so it runs on a plain torch model as on the built-in networks (docs/own_model.md).
 
 A hidden matrix of fan-out A and fan-in B (a convolution's kernel flattened into B, as Keller Jordan's code
@@ -57,17 +58,6 @@ class MuonLayer:
     fan_out: int = 0
     fan_in: int = 0
     scale: float = 0.0
-
-
-# The base optimiser's LR as a fraction of the swept LR (``optim.muon_adam_ratio: null``), per scale rule:
-# match_rms_adamw makes Muon's update RMS AdamW's, so one LR serves both (Moonshot); under the other two a
-# hidden matrix's update has RMS lr/√fan-in, and Keller Jordan's recipe pairs Muon's 0.02 with AdamW's 3e-4,
-# about 2^-6 of it (docs/own_model.md).
-DEFAULT_ADAM_RATIOS = {"original": 2.0**-6, "match_rms_adamw": 1.0, "spectral": 2.0**-6}
-
-
-def adam_ratio(cfg: OptimConfig) -> float:
-    return DEFAULT_ADAM_RATIOS[cfg.muon_scale] if cfg.muon_adam_ratio is None else float(cfg.muon_adam_ratio)
 
 
 @dataclass(frozen=True)
@@ -144,7 +134,7 @@ class Muon(Mode):
                              f"optim.mode=unnormed")
         layers = tuple(MuonLayer(True, *shape, muon_scale(cfg.muon_scale, *shape)) if shape else MuonLayer(False)
                        for shape in shapes)
-        return net.set_parametrisation(MuonParametrisation(layers, adam_ratio(cfg)))
+        return net.set_parametrisation(MuonParametrisation(layers, float(cfg.muon_adam_ratio)))
 
     def direction(self, net: Module, state: Any, grads: list[Tensor], cfg: OptimConfig) -> list[Tensor]:
         from ..directions import DIRECTIONS
