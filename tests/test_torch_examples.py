@@ -87,3 +87,32 @@ def test_hugging_face_gpt2_sweeps_under_mup_and_muon(tmp_path, tiny_text_root):
     assert sweep.returncode == 0, sweep.stderr
     results = pd.read_csv(_sweep_dir(folder, "width") / "results.csv")
     assert len(results) == 4 and set(results["mode"]) == {"mup", "muon"} and set(results["status"]) == {"completed"}
+
+
+def test_an_edited_model_trains_afresh_and_the_report_says_why(tmp_path, tiny_text_root):
+    """The same sweep after an edit of the model's file: the earlier runs are not reused but trained again, with a
+    note naming the edited module."""
+    folder = tmp_path / "mine"
+    (folder / "configs" / "arch").mkdir(parents=True)
+    (folder / "configs" / "arch" / "mine.yaml").write_text("name: mine:bigram\nwidth: 8\n")
+    model = ("import torch\n\n\ndef bigram(arch, data):\n    return torch.nn.Sequential(torch.nn.Embedding("
+             "data.vocab_size, arch.width), torch.nn.Linear(arch.width, data.vocab_size))\n")
+    (folder / "mine.py").write_text(model)
+    args = ["--config-dir", "configs", "arch=mine", "data=shakespeare", f"data.root={tiny_text_root}",
+            "data.context=8", *TINY, "sweep=width", "arch.width=8,16", "optim.mode=unnormed", "optim.lr=0.01",
+            "train.steps=3", "hydra.sweep.dir=sweep"]
+    first = _run("modula-sweep", folder, *args)
+    assert first.returncode == 0, first.stderr
+    (folder / "mine.py").write_text(model + "# edited\n")
+    second = _run("modula-sweep", folder, *args)
+    assert second.returncode == 0, second.stderr
+    said = second.stdout + second.stderr
+    assert "2 completed, 0 skipped" in said
+    assert "2 runs here finished with an earlier version of mine (its file changed): trained again, their results " \
+           "replaced" in said
+    assert len(pd.read_csv(folder / "sweep" / "results.csv")) == 2
+    (folder / "mine.py").write_text(model + "# edited again\n")  # a new width beside the earlier version's runs
+    third = _run("modula-sweep", folder, *[a if a != "arch.width=8,16" else "arch.width=32" for a in args])
+    assert third.returncode == 0, third.stderr
+    assert "(source: the file that defines the model changed between runs, so its runs are kept apart)" in \
+        third.stdout + third.stderr

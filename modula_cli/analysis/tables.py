@@ -190,8 +190,11 @@ def with_experiments(frame: pd.DataFrame, knob: str | None) -> pd.DataFrame:
     for key, series in frame.groupby(list(SERIES), dropna=False):
         settings = sorted(series["setting"].unique())
         if len(settings) > 1:
-            log.warning("%s: this folder holds %d experiments that differ in more than the scale, LR and seed; "
-                        "each is a series of its own: %s", series_label(key), len(settings), "; ".join(settings))
+            edited = (" (source: the file that defines the model changed between runs, so its runs are kept apart)"
+                      if any("source=" in setting for setting in settings) else "")
+            log.warning("%s: this folder holds %d experiments that differ in more than the scale, LR and seed%s; "
+                        "each is a series of its own: %s", series_label(key), len(settings), edited,
+                        "; ".join(settings))
     return frame
 
 

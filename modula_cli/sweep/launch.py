@@ -38,7 +38,7 @@ from .final_report import write_sweep_report
 from .grid import Host, host_of
 from .job import train_job
 from .lr_search import SearchError
-from .plan import Plan, another_experiment_line, finished_runs, validate_grid
+from .plan import Plan, another_experiment_line, edited_model_note, finished_runs, validate_grid
 from .progress import closing, report_progress
 from .search import SearchSpace, search_space
 
@@ -81,6 +81,8 @@ class Launch:
         carry_launch(config, launch_id, _hydra_quoted(launch_id))
         launch = cls(launch_id, _pin_sweep_dir(config), host)
         before = [] if space is not None else sorted(finished_runs(config, plan.runs))
+        if note := edited_model_note(config, plan.runs):
+            log.info("%s", note)
         # a search records its runs batch by batch (search.py)
         runs, jobs = (plan.runs, plan.jobs) if space is None else ({}, [])
         record_launch(launch.sweep_dir, launch_id, runs, before, jobs)

@@ -16,6 +16,7 @@ from ..config.identity import short_keys
 from ..config.overrides import OverrideError
 from ..config.validate import ConfigError
 from ..data import DataUnavailable, prepare_dataset
+from ..models.source import source_digest
 from ..models.variant import folder_suffix, variant_name, variant_of
 from ..plumbing.signals import STOP
 from ..plumbing.wording import counted
@@ -123,6 +124,26 @@ def finished_runs(config: DictConfig, planned: dict[str, dict]) -> set[str]:
     sweep_dir = Path(config.hydra.sweep.dir)
     return {name for name, knobs in planned.items()
             if is_finished(read_summary(sweep_dir / name, warn=False), knobs["fingerprint"])}
+
+
+def edited_model_note(config: DictConfig, planned: dict[str, dict]) -> str | None:
+    """The runs of this plan that an earlier version of the user's model file finished: they train again (an edited
+    model is another network, ``identity.numeric_settings``), said once, naming the file's module."""
+    sweep_dir = Path(config.hydra.sweep.dir)
+    edited: dict[str, int] = {}
+    for name, knobs in planned.items():
+        summary = read_summary(sweep_dir / name, warn=False)
+        settings = (summary or {}).get("settings") or {}
+        if not summary or summary.get("fingerprint") == knobs["fingerprint"] or "arch.source" not in settings:
+            continue
+        path = str(settings.get("arch.name", ""))
+        if source_digest(path) not in (None, settings["arch.source"]):
+            module = path.partition(":")[0]
+            edited[module] = edited.get(module, 0) + 1
+    if not edited:
+        return None
+    return "; ".join(f"{counted(n, 'run')} here finished with an earlier version of {module} (its file changed): "
+                     f"trained again, their results replaced" for module, n in edited.items())
 
 
 def _unavailable(datasets: list[dict]) -> list[str]:
