@@ -4,7 +4,11 @@
 # context 64, batch 16, 200 steps, three seeds, packed), variant=modular, with the LR search, under unnormed
 # Adam (standard parametrisation), μP Adam (base width 32) and Muon with each scale rule. First, at width 64,
 # the study that chose Muon's Adam ratio (optim.muon_adam_ratio). Reports go to docs/results/own_model_*.
-# Usage: bash scripts/run_own_model_evidence.sh [ratio|modes|all]; rerunning resumes (finished runs are kept).
+# Then the built-in modular GPT under muon (spectral: the modular norm's per-layer dual) at the same setting, beside
+# its dualized row in docs/results/small_gpt_width (the duality paper's claim: the modular dualisation against
+# per-layer orthogonalised steps). Then one row on Hugging Face's GPT-2 (examples/hf_gpt2, needs transformers): μP and Muon (original), widths
+# 32 … 128 at 3 blocks (256 left out for time on 2 cores).
+# Usage: bash scripts/run_own_model_evidence.sh [ratio|modes|modular|hf|all]; rerunning resumes (finished runs are kept).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -32,4 +36,19 @@ if [[ $phase == modes || $phase == all ]]; then
     modula-sweep "${common[@]}" $mode sweep.search=true hydra.sweep.dir="$ROOT/outputs/own_model_width" || true
   done
   copy_report "$ROOT/outputs/own_model_width" own_model_width
+fi
+if [[ $phase == modular || $phase == all ]]; then
+  cd "$ROOT"
+  modula-sweep experiment=small/gpt_width variant=modular optim.mode=muon optim.muon_scale=spectral sweep.search=true \
+    data.root="$ROOT/data" hydra.sweep.dir="$ROOT/outputs/own_model_modular_gpt_muon" || true
+  copy_report "$ROOT/outputs/own_model_modular_gpt_muon" own_model_modular_gpt_muon
+fi
+if [[ $phase == hf || $phase == all ]]; then
+  cd "$ROOT/examples/hf_gpt2"
+  for mode in "optim.mode=mup" "optim.mode=muon optim.muon_scale=original"; do
+    # shellcheck disable=SC2086
+    modula-sweep --config-dir configs arch=hf_gpt2 experiment=small/gpt_width variant=modular data.root="$ROOT/data" \
+      arch.depth=3 arch.width=32,64,128 $mode sweep.search=true hydra.sweep.dir="$ROOT/outputs/own_model_hf_gpt2" || true
+  done
+  copy_report "$ROOT/outputs/own_model_hf_gpt2" own_model_hf_gpt2
 fi

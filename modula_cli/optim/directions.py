@@ -4,12 +4,21 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
 
 from .config import OptimConfig
-from .state import OptimState
+
+
+class Moments(Protocol):
+    """What a direction reads and updates of the optimiser state (``state.OptimState`` or a slice of it, which the
+    modes hold: the state itself imports the modes)."""
+
+    momentum: list[Tensor]
+    second_moment: list[Tensor]
+    scalars: Any  # StepScalars: this step's EMA weights as device scalars
 
 
 def ema_weight(beta: float, t: int) -> float:
@@ -17,12 +26,12 @@ def ema_weight(beta: float, t: int) -> float:
     return (1.0 - beta) ** (t / (t + 1))
 
 
-def sgd_direction(state: OptimState, grads: list[Tensor], cfg: OptimConfig) -> list[Tensor]:
+def sgd_direction(state: Moments, grads: list[Tensor], cfg: OptimConfig) -> list[Tensor]:
     torch._foreach_lerp_(state.momentum, grads, state.scalars.momentum_weight)
     return state.momentum
 
 
-def adam_direction(state: OptimState, grads: list[Tensor], cfg: OptimConfig) -> list[Tensor]:
+def adam_direction(state: Moments, grads: list[Tensor], cfg: OptimConfig) -> list[Tensor]:
     torch._foreach_lerp_(state.momentum, grads, state.scalars.momentum_weight)
     torch._foreach_lerp_(state.second_moment, torch._foreach_mul(grads, grads),
                         state.scalars.second_moment_weight)
@@ -34,5 +43,5 @@ def adam_direction(state: OptimState, grads: list[Tensor], cfg: OptimConfig) -> 
     return [torch.nan_to_num_(u, nan=0.0, posinf=0.0, neginf=0.0) for u in direction]
 
 
-DIRECTIONS: dict[str, Callable[[OptimState, list[Tensor], OptimConfig], list[Tensor]]] = {
+DIRECTIONS: dict[str, Callable[[Moments, list[Tensor], OptimConfig], list[Tensor]]] = {
     "sgd": sgd_direction, "adam": adam_direction}

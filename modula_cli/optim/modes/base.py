@@ -10,6 +10,7 @@ from torch import Tensor
 
 from ...nn import Module
 from ..config import OptimConfig
+from ..directions import DIRECTIONS
 
 # The paper's LR grids are powers of two, 2^-6 … 2^2 unless a mode says otherwise for an optimiser.
 DEFAULT_EXPONENTS = range(-6, 3)
@@ -60,8 +61,6 @@ class Mode:
     def direction(self, net: Module, state: Any, grads: list[Tensor], cfg: OptimConfig) -> list[Tensor]:
         """The base optimiser's direction u from the gradients (``optim.name``'s: SGD's momentum, Adam's ratio);
         a mode with its own per-layer optimiser (Muon) replaces it where it applies."""
-        from ..directions import DIRECTIONS  # here: directions reads the optimiser state, which imports the modes
-
         return DIRECTIONS[cfg.name](state, grads, cfg)
 
     def regularize(self, net: Module, weights: list[Tensor], strength: Tensor) -> list[Tensor]:

@@ -34,6 +34,7 @@ from ...nn.orthogonalize import iteration_dtype, orthogonalize
 from ...nn.packed import per_member
 from ...nn.torch_network import TorchNetwork, TorchParameter
 from ..config import MUON_SCALES, OptimConfig
+from ..directions import DIRECTIONS
 from .base import Mode
 
 READOUT_ROLE = "output"
@@ -137,8 +138,6 @@ class Muon(Mode):
         return net.set_parametrisation(MuonParametrisation(layers, float(cfg.muon_adam_ratio)))
 
     def direction(self, net: Module, state: Any, grads: list[Tensor], cfg: OptimConfig) -> list[Tensor]:
-        from ..directions import DIRECTIONS
-
         prepared = parametrisation_of(net)
         u: list[Tensor] = [None] * len(grads)  # type: ignore[list-item]
         if others := prepared.others:  # the base optimiser on its own slice of the state
