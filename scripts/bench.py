@@ -45,6 +45,7 @@ from modula_cli.models import build_model
 from modula_cli.models.variant import VARIANTS
 from modula_cli.nn import orthogonalize
 from modula_cli.nn.orthogonalize import DEFAULT_STEPS, iteration_dtype
+from modula_cli.optim import MODES as OPTIM_MODES
 from modula_cli.optim import OptimConfig, init_state, optimizer_step
 from modula_cli.nn.loss import grads_of, losses_and_hits
 
@@ -127,6 +128,9 @@ class StepBench:
         self.weights = [w.requires_grad_() for w in weights]
         self.cfg = OptimConfig(name=optimizer, mode=mode, lr=lrs or 1e-3, schedule="constant",
                                **VARIANT_OPTIM[variant])
+        # what the mode sets on its network (Muon: which weights are its hidden matrices); the bench's modes need
+        # no second width (μP, which does, is not among them)
+        self.net = OPTIM_MODES[mode].network(self.net, None, self.cfg)
         self.state = init_state(self.weights, self.cfg)
         self.base_lr = torch.tensor(lrs, device=device) if pack else None
         if data.kind == "language":

@@ -242,7 +242,7 @@ def test_gpt_normed_and_dualized_are_width_stable_unnormed_is_not(tiny_text_root
     assert len(table) == 3 * len(widths) * layers * 5  # modes × widths × layers × steps 0…4
     assert {"mode", "width", "depth", "layer", "step", "act_rms", "delta_rms", "dir_change", "update_ratio",
             "stable_rank"} <= set(table.columns)
-    assert len(slope_table) == 3 * layers * 7
+    assert len(slope_table) == 3 * layers * 8  # the quantities of run/geometry.py
     for mode in ("normed", "dualized"):
         assert verdict[mode].startswith("width-stable"), verdict[mode]
         for quantity in ("delta_rms", "own_delta_rms"):

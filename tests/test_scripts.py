@@ -30,18 +30,18 @@ def test_bench_prints_mode_ratios_per_variant_and_packed_speed_up():
         capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    # arch, width, depth, optim, variant, 4 modes' ms, 3 ratios as "median [low, high]"
-    mode_rows = [line.split() for line in lines if line.startswith(("resmlp", "gpt")) and len(line.split()) == 18]
+    # arch, width, depth, optim, variant, 5 modes' ms, 4 ratios as "median [low, high]"
+    mode_rows = [line.split() for line in lines if line.startswith(("resmlp", "gpt")) and len(line.split()) == 22]
     assert [row[:5] for row in mode_rows] == [[arch, width, depth, "adam", variant]
                                              for arch, width, depth in (("resmlp", "64", "8"), ("gpt", "128", "3"))
                                              for variant in ("modular", "paper")]
     for row in mode_rows:
-        assert all(float(value) > 0 for value in row[5:9])
-        for median, low, high in (row[9 + 3 * i: 12 + 3 * i] for i in range(3)):
+        assert all(float(value) > 0 for value in row[5:10])
+        for median, low, high in (row[10 + 3 * i: 13 + 3 * i] for i in range(4)):
             assert float(low.strip("[,")) <= float(median) <= float(high.strip("]"))
     compared = [line for line in lines if "paper ÷ modular step time:" in line]
     assert len(compared) == 2 and all(f"{mode} " in line for line in compared
-                                      for mode in ("unnormed", "normed", "dualized", "manifold"))
+                                      for mode in ("unnormed", "normed", "dualized", "manifold", "muon"))
     packed_rows = [line.split() for line in lines if line.rstrip().endswith("x")]
     assert [row[:2] for row in packed_rows] == [["resmlp", "64"], ["gpt", "32"]]
 
@@ -168,7 +168,7 @@ def test_offline_wheels_cover_the_dependencies_but_not_the_cuda_stack(tmp_path):
     assert found["hydra-core"] == version("hydra-core")
     assert "pytest" not in listed("--extras")  # only the extras asked for
     wrong = run(SCRIPTS / "offline_wheels.py", "--list", "--extras", "gpu")
-    assert wrong.returncode == 1 and "allowed: dev, ray" in wrong.stderr
+    assert wrong.returncode == 1 and "allowed: dev, hf, ray" in wrong.stderr
 
 
 def _results(losses: dict[float, list[float]], diverged_lr: float | None = None, mode: str = "normed"):

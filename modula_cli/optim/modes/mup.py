@@ -122,7 +122,9 @@ def layer_rule(atom: Atom, base: Atom, optimizer: str) -> LayerRule:
     return LayerRule(kind, m_in, m_out, lr, init, 1 / m_in if kind == "readout" else 1.0)
 
 
-LINEAR_OR_CONV = (nn.Linear, nn.modules.conv._ConvNd)  # the layers whose bias mup's set_base_shapes rescales
+# the layers whose bias mup's set_base_shapes rescales (its nn.Linear and _ConvNd)
+LINEAR_OR_CONV = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d,
+                  nn.ConvTranspose3d)
 
 
 def torch_rules(net: TorchNetwork, base: TorchNetwork, twice: TorchNetwork, cfg: OptimConfig) -> list[LayerRule]:
