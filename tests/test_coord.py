@@ -143,6 +143,7 @@ def test_linear_stack_quantities_match_hand_computation():
                 expected["update_ratio"] = _op_ratio(delta, lr * 0.5)
                 s = np.linalg.svd(delta, compute_uv=False)
                 expected["update_stable_rank"] = float((s**2).sum() / s[0] ** 2)
+                expected["update_rms"] = _rms(delta)
             for key, value in expected.items():
                 assert rows.loc[i, key] == pytest.approx(value, rel=2e-4, abs=1e-6), (t, i, key)
     # Orthogonal initialisation: every singular value equal, so the stable rank is the smaller side.

@@ -352,3 +352,24 @@ def test_an_unknown_muon_scale_is_refused_by_the_schema():
     problems = config_problems(compose_config("optim.mode=muon", "optim.muon_scale=keller"))
     assert any(p.startswith("optim.muon_scale='keller'") and "original, match_rms_adamw, spectral" in p
                for p in problems), problems
+
+
+def test_a_parameters_own_contribution_is_its_module_with_the_others_at_zero():
+    """The coordinate check's own_delta_rms on a plain model: a linear weight's change alone (x ΔWᵀ, no bias), a bias's
+    alone (Δb on every row), an embedding's rows; geometry's hooks record each module's input and output."""
+    from modula_cli.run.geometry import captured, layer_geometry
+
+    net = build_model(OmegaConf.create({"name": "torch_models:conv_net", "width": 4}), IMAGE)
+    fc_weight, fc_bias = (a for a in net.atom_list() if a.module_path == "fc")
+    x, change = torch.randn(5, 4), torch.randn(10, 4)
+    torch.testing.assert_close(fc_weight.apply(x, change), x @ change.T)
+    torch.testing.assert_close(fc_bias.apply(x, torch.ones(10)), torch.ones(5, 10))
+    embedding = TorchNetwork(lambda: nn.Embedding(7, 3), logits=3).atom_list()[0]
+    table = torch.randn(7, 3)
+    torch.testing.assert_close(embedding.apply(torch.tensor([[1, 6]]), table), table[[1, 6]].unsqueeze(0))
+    weights = net.initialize(seed=0)
+    with captured(net) as seen:
+        net(torch.randn(2, *IMAGE.input_shape), weights)
+    assert set(seen.outputs) == set(range(len(weights)))
+    records = layer_geometry(net, weights, seen, seen, weights)
+    assert all(r["delta_rms"] == 0 and r["own_delta_rms"] == 0 for r in records)
