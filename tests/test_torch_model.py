@@ -285,6 +285,7 @@ def test_each_seed_is_the_model_built_under_it():
         for w, p in zip(net.initialize(seed=seed), built("conv", 8, seed).parameters()):
             assert torch.equal(w, p.detach())
     assert not torch.equal(net.initialize(seed=0)[0], net.initialize(seed=7)[0])
+    assert all(p.is_meta for p in net.model.parameters())  # the model is not held twice: weights come per call
 
 
 def test_fans_by_module_kind():

@@ -82,8 +82,9 @@ class TorchParameter(Atom):
         """The holding module with this parameter at ``weight`` and its other direct parameters at zero: for a
         module linear in each parameter (linear, convolution, embedding, norm gains), this parameter's own
         contribution to the output (what the coordinate check's ``own_delta_rms`` measures)."""
-        zeros = {name: torch.zeros_like(p) for name, p in self.module.named_parameters(recurse=False)}
-        zeros[self.local_name] = weight.to(zeros[self.local_name].dtype)
+        zeros = {name: torch.zeros(p.shape, dtype=weight.dtype, device=weight.device)
+                 for name, p in self.module.named_parameters(recurse=False)}
+        zeros[self.local_name] = weight
         with torch.no_grad():
             return torch.func.functional_call(self.module, zeros, (x,))
 
@@ -118,6 +119,7 @@ class TorchNetwork(Module):
             atoms.append(TorchParameter(path, module_path, modules[module_path], local, parameter.shape))
         self.children = tuple(atoms)
         self.tied = tied_parameters(self.model)
+        release_parameters(self.model)
         self._device: torch.device | None = None
 
     # --- the module-algebra view: flat, no masses to split ------------------------------------------------
@@ -159,8 +161,12 @@ class TorchNetwork(Module):
         return [b for b in self.model.buffers() if b.is_floating_point()]
 
     def to_device(self, device: torch.device) -> None:
+        """The model's buffers onto ``device`` (its parameters are placeholders: the weights come with each call)."""
         if self._device != device:
-            self.model.to(device)
+            for module in self.model.modules():
+                for name, buffer in module._buffers.items():
+                    if buffer is not None:
+                        module._buffers[name] = buffer.to(device)
             self._device = device
 
     # --- the function -----------------------------------------------------------------------------------
@@ -184,6 +190,20 @@ def logits_of(output: Any) -> Tensor:
     if isinstance(output, (tuple, list)) and output and isinstance(output[0], Tensor):
         logits = output[0]
     return logits
+
+
+def release_parameters(model: nn.Module) -> None:
+    """Replace the model's own parameters by placeholders of the same shape on the meta device (no memory): every
+    forward pass brings its weights (``functional_call``), so a large model is not held twice. A parameter that
+    several modules share keeps one placeholder, so ``functional_call`` still sees the tie."""
+    placeholders: dict[int, nn.Parameter] = {}
+    for module in model.modules():
+        for name, parameter in module._parameters.items():
+            if parameter is not None:
+                if id(parameter) not in placeholders:
+                    placeholders[id(parameter)] = nn.Parameter(torch.empty_like(parameter, device="meta"),
+                                                               requires_grad=parameter.requires_grad)
+                module._parameters[name] = placeholders[id(parameter)]
 
 
 def tied_parameters(model: nn.Module) -> dict[str, list[str]]:
