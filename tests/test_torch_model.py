@@ -374,3 +374,47 @@ def test_a_parameters_own_contribution_is_its_module_with_the_others_at_zero():
     assert set(seen.outputs) == set(range(len(weights)))
     records = layer_geometry(net, weights, seen, seen, weights)
     assert all(r["delta_rms"] == 0 and r["own_delta_rms"] == 0 for r in records)
+
+
+def test_a_resumed_batch_norm_model_equals_an_uninterrupted_run(cifar_root, tmp_path, monkeypatch):
+    """SIGTERM at step 12 of 20 (checkpoint every 7): every logged loss, the layer statistics and the test loss,
+    which reads batch norm's running statistics, equal an uninterrupted run's."""
+    import json
+    import os
+    import signal
+
+    import modula_cli.run.loop as loop_module
+    from helpers import tiny_image
+    from modula_cli.plumbing.signals import StopRequested
+    from modula_cli.run.trainer import train
+
+    cfg = compose_config(*tiny_image("resmlp", cifar_root), "arch.name=torch_models:conv_net_bn", "arch.width=8",
+                         "optim.mode=muon", "optim.lr=0.02", "train.steps=20", "train.checkpoint_every=7",
+                         "train.layer_stats_every=5", "train.eval_every=10")
+    reference = train(cfg, tmp_path / "reference")
+    original = loop_module.optimizer_step
+
+    def step_then_sigterm(*args, **kwargs):
+        if args[5] == 12:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return original(*args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(loop_module, "optimizer_step", step_then_sigterm)
+        with pytest.raises(StopRequested):
+            train(cfg, tmp_path / "resumed")
+    resumed = train(cfg, tmp_path / "resumed")
+    assert resumed.summary["test_loss"] == pytest.approx(reference.summary["test_loss"], rel=1e-6)
+
+    def logged(run, name):
+        return [json.loads(line) for line in (tmp_path / run / name).read_text().splitlines()]
+
+    mine, theirs = logged("resumed", "metrics.jsonl"), logged("reference", "metrics.jsonl")
+    assert [r["step"] for r in mine] == [r["step"] for r in theirs]  # no step logged twice
+    for a, b in zip(mine, theirs):
+        for key in ("train_loss", "test_loss"):
+            if key in b:
+                assert a[key] == pytest.approx(b[key], rel=1e-5), (b["step"], key)
+    layers = [(r["step"], r["layer"]) for r in logged("resumed", "layer_stats.jsonl")]
+    assert layers == [(r["step"], r["layer"]) for r in logged("reference", "layer_stats.jsonl")]
+    assert ("stem.weight" in {layer for _, layer in layers}) and len(layers) == 4 * 7
