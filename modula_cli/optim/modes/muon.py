@@ -156,15 +156,14 @@ class Muon(Mode):
                cfg: OptimConfig) -> list[Tensor]:
         prepared = parametrisation_of(net)
         atoms = net.atom_list()
-        dtype = iteration_dtype(cfg.ortho_dtype, weights[0].device)
+        polars = orthogonalized({i: as_matrix(atoms[i], u[i]) for i in prepared.hidden}, cfg.muon_ns_steps,
+                                iteration_dtype(cfg.ortho_dtype, weights[0].device))
         delta, ratio = [], prepared.adam_ratio
-        for atom, weight, piece, layer in zip(atoms, weights, u, prepared.layers, strict=True):
+        for index, (atom, weight, piece, layer) in enumerate(zip(atoms, weights, u, prepared.layers, strict=True)):
             if not layer.hidden:
                 delta.append(piece * per_member(lr * ratio, piece))
                 continue
-            matrix = as_matrix(atom, piece)
-            polar = orthogonalize(matrix, method="muon", steps=cfg.muon_ns_steps, iter_dtype=dtype, margin=0.0)
-            step = atom.stored(from_matrix(atom, polar)) * per_member(lr * layer.scale, piece)
+            step = atom.stored(from_matrix(atom, polars[index])) * per_member(lr * layer.scale, piece)
             if cfg.wd:  # torch.optim.Muon's decay, before the step and at the unscaled LR: w ← w(1 − lr·wd)
                 step = step + weight * per_member(lr * cfg.wd, weight)
             delta.append(step)
@@ -179,6 +178,20 @@ class Muon(Mode):
 
     def summary_fields(self, cfg: OptimConfig, device: torch.device) -> dict[str, Any]:
         return {"muon_scale": cfg.muon_scale}
+
+
+def orthogonalized(matrices: dict[int, Tensor], steps: int, iter_dtype: torch.dtype | None) -> dict[int, Tensor]:
+    """Newton–Schulz of each matrix on its own, the matrices of one shape in one batched call (a GPT's blocks share
+    their shapes: one call per shape, not per layer)."""
+    by_shape: dict[tuple[int, ...], list[int]] = {}
+    for index, matrix in matrices.items():
+        by_shape.setdefault(tuple(matrix.shape), []).append(index)
+    polars: dict[int, Tensor] = {}
+    for indices in by_shape.values():
+        stacked = torch.stack([matrices[i] for i in indices])
+        polar = orthogonalize(stacked, method="muon", steps=steps, iter_dtype=iter_dtype, margin=0.0)
+        polars.update(zip(indices, polar.unbind(0)))
+    return polars
 
 
 def parametrisation_of(net: Module) -> MuonParametrisation:
