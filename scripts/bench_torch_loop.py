@@ -82,7 +82,7 @@ def bare_ms(cfg, data, warmup: int) -> float:
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        float(loss)  # the tool reads each step's loss too (one step late): the same sync
+        float(loss.detach())  # the tool reads each step's loss too (one step late): the same sync
         times.append(time.perf_counter() - tick)
     return 1e3 * statistics.median(times[warmup:])
 

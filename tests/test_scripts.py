@@ -47,6 +47,21 @@ def test_bench_prints_mode_ratios_per_variant_and_packed_speed_up():
 
 
 @pytest.mark.slow
+def test_the_torch_loop_bench_times_the_tool_beside_a_bare_loop(tiny_text_root):
+    result = subprocess.run(
+        [sys.executable, str(SCRIPTS / "bench_torch_loop.py"), "--width", "16", "--depth", "1", "--batch-size", "2",
+         "--context", "8", "--steps", "6", "--warmup", "2", "--rounds", "2", "--data-root", str(tiny_text_root)],
+        capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    rows = [line.split() for line in result.stdout.splitlines() if line.split() and line.split()[0].isdigit()]
+    assert [row[0] for row in rows] == ["0", "1"]
+    for _, tool, bare, ratio in rows:
+        assert float(tool) > 0 and float(bare) > 0  # the ratio of the rounded times, to its printed digits
+        assert float(ratio) == pytest.approx(float(tool) / float(bare), rel=0.02, abs=1e-3)
+    assert result.stdout.splitlines()[-1].startswith("tool ÷ bare: ")
+
+
+@pytest.mark.slow
 def test_the_loop_study_times_loop_and_step_per_variant(tiny_text_root):
     result = subprocess.run(
         [sys.executable, str(STUDIES / "loop_overhead" / "bench_loop.py"), "--width", "16", "--depth", "1",
