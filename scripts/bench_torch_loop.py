@@ -1,9 +1,11 @@
 """What does modula-sweep's loop cost on a plain torch model over a bare PyTorch loop? Both timed side by side in
 one process, taking turns round after round:
 
-- ``tool``: a real run (``modula_cli.run.trainer.train``) of examples/torch_gpt on Shakespeare, unnormed Adam at a
-  constant LR; its own per-step times from metrics.jsonl (data prefetch, logging and evaluation off the clock, as
-  the run counts them), the first ``--warmup`` steps left out;
+- ``tool``: a real run (``modula_cli.run.trainer.train``) of examples/torch_gpt on Shakespeare, Adam at a
+  constant LR in ``--mode`` (unnormed, or mup: μP's per-parameter LRs, which ``mup.MuAdam`` gives as torch
+  Adam's param groups, the same work per step as the bare loop's); its own per-step times from metrics.jsonl
+  (data prefetch, logging and evaluation off the clock, as the run counts them), the first ``--warmup`` steps
+  left out;
 - ``bare``: the same model class, built by the same function, trained as one writes it by hand: the same batches
   (drawn before the clock starts), ``model(x)``, cross-entropy, ``backward``, ``torch.optim.Adam`` (foreach),
   ``zero_grad``; each step timed on its own.
@@ -47,7 +49,8 @@ def config(args):
     register_config()
     with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
         cfg = compose("config", overrides=[
-            "optim.mode=unnormed", f"optim.lr={args.lr}", "optim.schedule=constant", "variant=modular",
+            f"optim.mode={args.mode}", "optim.mup_base_width=32", f"optim.lr={args.lr}", "optim.schedule=constant",
+            "variant=modular",
             f"train.batch_size={args.batch_size}", f"data.context={args.context}", f"train.steps={args.steps}",
             "train.log_every=1", "train.eval_every=0", "train.eval_batches=1", "train.progress=false",
             "train.checkpoint_every=0", "train.device=cpu", "train.rerun=true", f"data.root={args.data_root}"])
@@ -103,13 +106,14 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--lr", type=float, default=2.0**-8)
+    parser.add_argument("--mode", default="unnormed", choices=["unnormed", "mup"])
     parser.add_argument("--data-root", default=str(REPO / "data"))
     args = parser.parse_args()
     cfg = config(args)
     data = build_dataset(cfg.data.name, **OmegaConf.to_container(cfg.data, resolve=True))
-    print(f"examples/torch_gpt width {args.width}, {args.depth} blocks, batch {args.batch_size}, context "
-          f"{args.context}, {args.steps} steps (median after {args.warmup}), {torch.get_num_threads()} threads, "
-          f"CPU, torch {torch.__version__}")
+    print(f"optim.mode={args.mode}, examples/torch_gpt width {args.width}, {args.depth} blocks, batch "
+          f"{args.batch_size}, context {args.context}, {args.steps} steps (median after {args.warmup}), "
+          f"{torch.get_num_threads()} threads, CPU, torch {torch.__version__}")
     print(f"{'round':>6}{'tool ms':>10}{'bare ms':>10}{'tool/bare':>11}", flush=True)
     ratios = []
     with tempfile.TemporaryDirectory() as tmp:
