@@ -418,3 +418,16 @@ def test_a_resumed_batch_norm_model_equals_an_uninterrupted_run(cifar_root, tmp_
     layers = [(r["step"], r["layer"]) for r in logged("resumed", "layer_stats.jsonl")]
     assert layers == [(r["step"], r["layer"]) for r in logged("reference", "layer_stats.jsonl")]
     assert ("stem.weight" in {layer for _, layer in layers}) and len(layers) == 4 * 7
+
+
+def test_a_tied_readout_is_the_embedding_for_muon_and_the_tie_holds_in_every_call():
+    """GPT-2's tie: one parameter (listed once), both uses fed by it in the forward pass; Muon leaves it to Adam."""
+    net = build_network(OmegaConf.create({"name": "torch_models:tied_gpt", "width": 16}), LANGUAGE,
+                        VARIANTS["modular"], OptimConfig(mode="muon"))
+    assert net.tied == {"wte.weight": ["wte.weight", "lm_head.weight"]}
+    assert [a.role for a in net.atom_list()] == ["wte.weight", "mix.weight", "mix.bias"]
+    assert net.parametrisation.hidden == [1]
+    w = net.initialize(seed=0)
+    x = torch.randint(0, 65, (2, 8))
+    hidden = torch.relu(w[0][x] @ w[1].T + w[2])
+    torch.testing.assert_close(net(x, w), hidden @ w[0].T, rtol=0, atol=0)

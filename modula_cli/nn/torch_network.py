@@ -164,9 +164,8 @@ class TorchNetwork(Module):
         """The model's buffers onto ``device`` (its parameters are placeholders: the weights come with each call)."""
         if self._device != device:
             for module in self.model.modules():
-                for name, buffer in module._buffers.items():
-                    if buffer is not None:
-                        module._buffers[name] = buffer.to(device)
+                for name, buffer in list(module.named_buffers(recurse=False)):
+                    setattr(module, name, buffer.to(device))  # a tensor set on a buffer's name stays that buffer
             self._device = device
 
     # --- the function -----------------------------------------------------------------------------------
@@ -198,12 +197,11 @@ def release_parameters(model: nn.Module) -> None:
     several modules share keeps one placeholder, so ``functional_call`` still sees the tie."""
     placeholders: dict[int, nn.Parameter] = {}
     for module in model.modules():
-        for name, parameter in module._parameters.items():
-            if parameter is not None:
-                if id(parameter) not in placeholders:
-                    placeholders[id(parameter)] = nn.Parameter(torch.empty_like(parameter, device="meta"),
-                                                               requires_grad=parameter.requires_grad)
-                module._parameters[name] = placeholders[id(parameter)]
+        for name, parameter in list(module.named_parameters(recurse=False, remove_duplicate=False)):
+            if id(parameter) not in placeholders:
+                placeholders[id(parameter)] = nn.Parameter(torch.empty_like(parameter, device="meta"),
+                                                           requires_grad=parameter.requires_grad)
+            setattr(module, name, placeholders[id(parameter)])
 
 
 def tied_parameters(model: nn.Module) -> dict[str, list[str]]:

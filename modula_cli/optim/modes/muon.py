@@ -107,6 +107,8 @@ def readout_of(net: TorchNetwork, growing: set[int] | None = None) -> list[int]:
         return chosen
     candidates = [i for i, a in enumerate(atoms) if a.is_matrix and not a.embedding and a.fan_out == net.logits
                   and (growing is None or i in growing)]
+    if not candidates and net.tied:  # the readout shares the embedding's table (GPT-2's tie): that parameter
+        return [i for i, a in enumerate(atoms) if a.role in net.tied]
     if len(candidates) != 1:
         found = ", ".join(atoms[i].module_path for i in candidates) or "none"
         raise ValueError(f"cannot tell the readout of {net.describe()} (matrices with {net.logits} outputs"
