@@ -154,3 +154,24 @@ def paired_drop(cfg, initial: list[torch.Tensor], net, run_dir) -> float:
 def exactly(message: str) -> str:
     """A ``pytest.raises(match=...)`` pattern for the whole message and nothing else."""
     return "^" + re.escape(message) + "$"
+
+
+def interrupted_at_step_12(cfg, run_dir, monkeypatch) -> None:
+    """Train ``cfg`` into ``run_dir`` until a SIGTERM arrives during step 12 (checkpointed at step 13)."""
+    import signal
+
+    import modula_cli.run.loop as loop_module
+    import modula_cli.run.trainer as run_module
+    from modula_cli.plumbing.signals import StopRequested
+
+    original = loop_module.optimizer_step
+
+    def step_then_sigterm(*args, **kwargs):
+        if args[5] == 12:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return original(*args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(loop_module, "optimizer_step", step_then_sigterm)
+        with pytest.raises(StopRequested):
+            run_module.train(cfg, run_dir)

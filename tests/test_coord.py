@@ -511,34 +511,16 @@ def test_layer_stats_resume_drops_records_past_the_checkpoint(tmp_path):
     assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [4, 8]
 
 
-def _interrupted_at_step_12(cfg, run_dir, monkeypatch) -> None:
-    """Train ``cfg`` into ``run_dir`` until a SIGTERM arrives during step 12 (checkpointed at step 13)."""
-    import modula_cli.run.loop as loop_module
-    import modula_cli.run.trainer as run_module
-
-    original = loop_module.optimizer_step
-
-    def step_then_sigterm(*args, **kwargs):
-        if args[5] == 12:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return original(*args, **kwargs)
-
-    with monkeypatch.context() as patch:
-        patch.setattr(loop_module, "optimizer_step", step_then_sigterm)
-        with pytest.raises(StopRequested):
-            run_module.train(cfg, run_dir)
-
-
 def test_layer_stats_of_a_resumed_run_equal_an_uninterrupted_one(tiny_text_root, tmp_path, monkeypatch):
     """SIGTERM at step 12 of 20 (measured every 5, checkpoint every 7): the resumed file equals the reference."""
-    from helpers import compose_config, tiny_gpt
+    from helpers import compose_config, interrupted_at_step_12, tiny_gpt
 
     import modula_cli.run.trainer as run_module
 
     cfg = compose_config(*tiny_gpt(tiny_text_root, "optim.mode=dualized", "train.steps=20", "train.checkpoint_every=7",
                                    "train.layer_stats_every=5"))
     run_module.train(cfg, tmp_path / "reference")
-    _interrupted_at_step_12(cfg, tmp_path / "resumed", monkeypatch)
+    interrupted_at_step_12(cfg, tmp_path / "resumed", monkeypatch)
     assert [r["step"] for r in _layer_records(tmp_path / "resumed")][-1] == 10
     run_module.train(cfg, tmp_path / "resumed")
     resumed, reference = _layer_records(tmp_path / "resumed"), _layer_records(tmp_path / "reference")
@@ -551,7 +533,7 @@ def test_layer_stats_of_a_resumed_run_equal_an_uninterrupted_one(tiny_text_root,
 def test_layer_stats_in_bfloat16_and_when_turned_on_for_a_resumed_run(tiny_text_root, tmp_path, monkeypatch):
     """Inputs captured under bfloat16 autocast are measured in float32; a run resumed from a checkpoint made
     without layer stats starts its file at the resumed step."""
-    from helpers import compose_config, tiny_gpt
+    from helpers import compose_config, interrupted_at_step_12, tiny_gpt
 
     import modula_cli.run.trainer as run_module
 
@@ -561,7 +543,7 @@ def test_layer_stats_in_bfloat16_and_when_turned_on_for_a_resumed_run(tiny_text_
     assert [r["step"] for r in _layer_records(tmp_path / "bf16")][::9] == [2, 4]
 
     plain = tiny_gpt(tiny_text_root, "train.steps=20", "train.checkpoint_every=7")
-    _interrupted_at_step_12(compose_config(*plain), tmp_path / "late", monkeypatch)
+    interrupted_at_step_12(compose_config(*plain), tmp_path / "late", monkeypatch)
     summary = run_module.train(compose_config(*plain, "train.layer_stats_every=5"), tmp_path / "late").summary
     assert summary["status"] == "completed"
     assert sorted({r["step"] for r in _layer_records(tmp_path / "late")}) == [15, 20]

@@ -380,29 +380,15 @@ def test_a_resumed_batch_norm_model_equals_an_uninterrupted_run(cifar_root, tmp_
     """SIGTERM at step 12 of 20 (checkpoint every 7): every logged loss, the layer statistics and the test loss,
     which reads batch norm's running statistics, equal an uninterrupted run's."""
     import json
-    import os
-    import signal
 
-    import modula_cli.run.loop as loop_module
-    from helpers import tiny_image
-    from modula_cli.plumbing.signals import StopRequested
+    from helpers import interrupted_at_step_12, tiny_image
     from modula_cli.run.trainer import train
 
     cfg = compose_config(*tiny_image("resmlp", cifar_root), "arch.name=torch_models:conv_net_bn", "arch.width=8",
                          "optim.mode=muon", "optim.lr=0.02", "train.steps=20", "train.checkpoint_every=7",
                          "train.layer_stats_every=5", "train.eval_every=10")
     reference = train(cfg, tmp_path / "reference")
-    original = loop_module.optimizer_step
-
-    def step_then_sigterm(*args, **kwargs):
-        if args[5] == 12:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return original(*args, **kwargs)
-
-    with monkeypatch.context() as patch:
-        patch.setattr(loop_module, "optimizer_step", step_then_sigterm)
-        with pytest.raises(StopRequested):
-            train(cfg, tmp_path / "resumed")
+    interrupted_at_step_12(cfg, tmp_path / "resumed", monkeypatch)
     resumed = train(cfg, tmp_path / "resumed")
     assert resumed.summary["test_loss"] == pytest.approx(reference.summary["test_loss"], rel=1e-6)
 
