@@ -97,6 +97,17 @@ def answer(frame: pd.DataFrame, knob: str, metric: str, grid_step: float) -> tup
     return optimal, transfer_table(optimal, fits, metric, done, grid_step)
 
 
+def narrowed(series: pd.DataFrame, knob: str, metric: str, size: int) -> pd.DataFrame:
+    """The series on a grid of ``size`` LRs centred on its smallest scale's best grid LR: a grid already narrowed
+    to the valley, as a user who has swept once before would set it."""
+    lrs = sorted(series["lr"].unique())
+    smallest = series[(series[knob] == series[knob].min()) & (series["status"] == "completed")]
+    means = signed(smallest.groupby("lr")[metric].mean(), metric)
+    centre = lrs.index(means.idxmin())
+    first = min(max(centre - size // 2, 0), max(len(lrs) - size, 0))
+    return series[series["lr"].isin(lrs[first:first + size])]
+
+
 def cpu_seconds(frame: pd.DataFrame) -> float:
     return float((frame["wall_time_s"] / frame["packed_with"].fillna(1).clip(lower=1)).sum())
 
@@ -109,6 +120,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--budget", type=int, default=None, help="LRs per scale (default: the grid's size)")
     parser.add_argument("--resolution", type=float, default=0.75,
                         help="grid steps (default 0.75, as sweep.search_resolution)")
+    parser.add_argument("--narrow", type=int, default=None,
+                        help="replay on N LRs centred on each series' smallest-scale optimum (a narrowed grid)")
     parser.add_argument("--out", type=Path, default=None, help="write replay.csv and per_scale.csv here")
     args = parser.parse_args(argv)
     rows, per_scale = [], []
@@ -120,6 +133,8 @@ def main(argv: list[str] | None = None) -> None:
         if args.modes:
             frame = frame[frame["mode"].isin(args.modes.split(","))]
         for key, series in frame.groupby(list(GROUP), dropna=False):
+            if args.narrow:
+                series = narrowed(series, knob, args.metric, args.narrow)
             lrs = sorted(series["lr"].unique())
             step = float(np.median(np.diff(np.log2(lrs))))
             settings = SearchSettings(resolution=args.resolution, budget=args.budget or len(lrs))

@@ -98,16 +98,22 @@ def test_refinement_reaches_a_resolution_on_a_finer_lattice_that_the_grid_step_c
     tried = sorted(results)
     fit = optimum(np.array(tried) / 4, np.array([results[k] for k in tried]).T)
     assert abs(fit.log2_optimal_lr - 2.4) <= 0.5  # half a grid step
-    _, coarse = search(valley(2.4, noise=0.03), 2.0, SearchSettings(resolution=0.05))
-    assert coarse.reason == "lattice" and "more seeds or a finer lattice" in coarse.stop
+    coarse_results, coarse = search(valley(2.4, noise=0.03), 2.0, SearchSettings(resolution=0.05))
+    assert coarse.reason == "seeds" and "more LRs cannot narrow its 95 % interval" in coarse.stop
+    assert sorted(coarse_results) == [1, 2, 3]  # the bracket: LRs two grid steps out would not move the fit
 
 
 def test_a_wide_interval_buys_lattice_points_next_to_the_optimum_until_the_budget():
-    noisy = valley(4.0, noise=0.2, tilt=0.1)
+    """On half steps the points next to the optimum move the fit, until the budget; on the grid's own step,
+    once the best LR and both neighbours are trained, nothing left can narrow the interval: the scale stops
+    there and says what would (the case of a flat curve on a narrow grid: 27 of 30 runs bought nothing)."""
+    noisy = valley(4.0, per_grid=2, noise=0.2, tilt=0.1)
     batches: list = []
-    results, step = search(noisy, 4.0, SearchSettings(budget=5), batches)
+    results, step = search(noisy, 4.0, SearchSettings(per_grid=2, budget=5), batches)
     assert len(results) == 5 and step.reason == "budget" and step.stop.startswith("budget spent: 5 LRs")
-    assert all(len(batch) == 1 and abs(batch[0] - 4) <= 2 for batch in batches[1:])  # next to the optimum
+    assert all(len(batch) == 1 and abs(batch[0] - 8) <= 4 for batch in batches[1:])  # next to the optimum
+    results, step = search(valley(4.0, noise=0.2, tilt=0.1), 4.0, SearchSettings(budget=5))
+    assert sorted(results) == [3, 4, 5] and step.reason == "seeds" and "more seeds would" in step.stop
 
 
 def test_the_budget_and_the_bounds_stop_a_scale_at_an_edge_and_say_which():
@@ -171,6 +177,10 @@ def test_later_scales_start_where_the_earlier_ones_put_the_optimum_and_follow_a_
     # the smallest scale's best LR (2) was trained at every scale: the regret needs it
     assert all(2 in r for r in results) and len(results[3]) == 4
     assert predicted_start([2.0, 3.1], [5.0, 6.0], 8.0) == pytest.approx(5.3)
+    # three anchors: the least-squares line through all of them (numpy's), not the last two's drift (4.0)
+    slope, intercept = np.polyfit([5.0, 6.0, 7.0], [2.0, 3.0, 3.5], 1)
+    assert predicted_start([2.0, 3.0, 3.5], [5.0, 6.0, 7.0], 8.0) == pytest.approx(intercept + 8 * slope)
+    assert predicted_start([2.0, 3.0, 3.5], [5.0, 6.0, 7.0], 8.0) == pytest.approx(13 / 3)
 
 
 def test_a_scale_waits_until_the_one_before_it_is_bracketed():

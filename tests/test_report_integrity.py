@@ -76,8 +76,8 @@ def test_two_experiments_in_one_folder_are_two_series_with_their_own_numbers(tin
             summary = run / "summary.json"
             if summary.exists() and json.loads(summary.read_text())["settings"]["train.steps"] == steps:
                 shutil.copytree(run, alone / run.name)
-        write_report(alone, quiet=True)
-        for name in ("curves", "optimal_lr", "transfer"):
+        write_report(alone, quiet=True, target={"width": 1024})  # sweep=quick's sweep.target
+        for name in ("curves", "optimal_lr", "transfer", "law"):
             own = pd.read_csv(alone / f"{name}.csv", keep_default_na=False, na_values=[""])
             shared = pd.read_csv(pooled / f"{name}.csv")
             assert own["setting"].isna().all()  # alone, nothing to tell it apart from

@@ -11,6 +11,7 @@ import pytest
 
 import modula_cli.analysis.report as report
 from modula_cli.analysis.report import write_report
+from modula_cli.analysis.prediction import LawRow
 from modula_cli.analysis.tables import CurvePoint, OptimalPoint, Transfer
 
 
@@ -35,7 +36,7 @@ def sweep(tmp_path):
 
 
 @pytest.mark.parametrize("name, row", [("curves", CurvePoint), ("optimal_lr", OptimalPoint),
-                                       ("transfer", Transfer)])
+                                       ("transfer", Transfer), ("law", LawRow)])
 def test_the_csv_columns_are_the_row_fields(sweep, name, row):
     write_report(sweep, quiet=True, resamples=200)
     assert list(pd.read_csv(sweep / f"{name}.csv").columns) == [f.name for f in dataclasses.fields(row)]
@@ -53,8 +54,8 @@ def test_the_optimum_rows_carry_the_metric_and_its_values(sweep):
 
 def test_the_scale_knob_is_derived_once_per_report(sweep, monkeypatch):
     calls = []
-    real = report.scale_knob
-    monkeypatch.setattr(report, "scale_knob", lambda frame: calls.append(1) or real(frame))
+    real = report.scale_axes
+    monkeypatch.setattr(report, "scale_axes", lambda frame: calls.append(1) or real(frame))
     write_report(sweep, quiet=False, resamples=200)
     assert len(calls) == 1
 

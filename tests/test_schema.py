@@ -179,4 +179,7 @@ def test_each_table_declares_its_columns_once():
                                                  "shift_log2_low", "shift_log2_high", "regret", "regret_low",
                                                  "regret_high", "tuned_lr", "tied_lr", "tied_gap", "tied_regret",
                                                  "seeds", "metric", "incomplete", "edges", "grid_step", "call",
-                                                 "verdict"]
+                                                 "verdict", "law_points", "law_slope", "law_slope_low",
+                                                 "law_slope_high", "law_check", "target", "target_doublings",
+                                                 "predicted_lr", "predicted_low", "predicted_high",
+                                                 "predicted_regret", "prediction"]

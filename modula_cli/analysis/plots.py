@@ -16,13 +16,18 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from ..plumbing import atomic
 from ..results.knobs import GROUP
+
+if TYPE_CHECKING:
+    from .law import Law
 
 
 def series_label(key: tuple) -> str:
@@ -167,28 +172,38 @@ def _draw_optimum(ax, row: pd.Series, color, row_index: int, hollow: bool = Fals
             zorder=5)
 
 
-def plot_scale(table: pd.DataFrame, optimal: pd.DataFrame, metric: str, knob: str | None, path: Path) -> pd.DataFrame:
+def plot_scale(table: pd.DataFrame, optimal: pd.DataFrame, metric: str, knob: str | None, path: Path,
+               laws: Mapping[tuple, Law] | None = None, target: Mapping[str, float] | None = None) -> pd.DataFrame:
     """Both panels of scale.png; returns the right panel's points (scale.csv). Every mark and interval a label
-    speaks of is drawn, and only those."""
+    speaks of is drawn, and only those. ``laws``: per series, its transfer law along ``knob`` (drawn with its
+    band, out to ``target`` when it names the knob alone)."""
     plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    rows, marks = [], set()
+    rows, marks, reach = [], set(), []
     keys = [key for key, _ in table.groupby(list(GROUP), dropna=False)] if knob else []
+    out_to = target.get(knob) if target and knob and set(target) == {knob} else None
     for key in keys:
         style = "--" if key[3] == "unnormed" else "-"
         line, drawn = _plot_optima(left, _of(table, key), _of(optimal, key), style, series_label(key))
         marks |= drawn
+        if laws and key in laws:
+            reach += _plot_law(left, laws[key], out_to, line.get_color(), knob)
+            marks.add("law")
         rows += _plot_tuned(right, _of(table, key), _of(optimal, key), key, metric, style, line.get_color())
     # At least two grid steps either side of the optima (within the grid): a 0.3-step move neither fills
-    # the panel nor vanishes in it.
+    # the panel nor vanishes in it; and the law's prediction, wherever it lies.
     fits = optimal["log2_optimal_lr_fit"].dropna() if not optimal.empty else pd.Series(dtype=float)
     if not table.empty and len(fits):
         low, high = max(fits.min() - 2, table["log2_lr"].min()), min(fits.max() + 2, table["log2_lr"].max())
+        finite = [y for y in reach if math.isfinite(y)]
+        low, high = min([low, *finite]), max([high, *finite])
         left.set_ylim(low - 0.5, high + 0.5)
     left.set_ylabel("fitted log2 optimal LR" + (" (95% interval)" if "interval" in marks else " (1 seed: no interval)"))
     legend = [text for mark, text in (("incomplete", "○ incomplete"), ("open", "▲▼ open side"),
-                                      ("missing", "× no completed run")) if mark in marks]
-    left.set_title("optimal LR against scale" + (f"  ({', '.join(legend)})" if legend else ""), fontsize=9)
+                                      ("missing", "× no completed run"),
+                                      ("law", "band: law's 95 %, dotted: extrapolated"))
+              if mark in marks]
+    left.set_title("optimal LR against scale" + (f"\n({', '.join(legend)})" if legend else ""), fontsize=9)
     seeds = int(table["seeds"].max()) if not table.empty and table["seeds"].notna().any() else 0
     right.set_ylabel(f"{metric.replace('_', ' ')} " + ("(mean ± sd over seeds)" if seeds > 1 else "(1 seed)"))
     right.set_title("at the smallest scale's tuned LR (solid), each scale's best LR (dotted):\n"
@@ -197,7 +212,7 @@ def plot_scale(table: pd.DataFrame, optimal: pd.DataFrame, metric: str, knob: st
     for ax in (left, right):
         if knob and ax.has_data():
             ax.set_xscale("log", base=2)
-            _plain_ticks(ax.xaxis, table["scale"])
+            _plain_ticks(ax.xaxis, pd.concat([table["scale"], pd.Series([out_to] if out_to else [], dtype=float)]))
             ax.set_xlabel(knob)
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:  # below the panel: over it, it hid the curves it names
@@ -233,6 +248,37 @@ def _plot_optima(ax, curves: pd.DataFrame, best: pd.DataFrame, style: str, label
         ax.plot(missing, [bottom] * len(missing), "x", color=color, markersize=9, linestyle="none")
         drawn.add("missing")
     return line, drawn
+
+
+def _plot_law(ax, law: Law, target: float | None, color, knob: str) -> list[float]:
+    """The law's line and its 95 % band over the scales it was fitted on (solid) and out to ``target`` (dotted),
+    with the prediction there marked and labelled; returns the log2 LRs it reaches (for the panel's limits)."""
+    first, last = float(law.positions[:, 0].min()), float(law.positions[:, 0].max())
+    ends = [first, last] + ([math.log2(target)] if target else [])
+    xs = np.unique(np.concatenate([np.linspace(min(ends), max(ends), 60), [first, last]]))
+    predictions = [law.predict([x]).log2_lr for x in xs]
+    value = np.array([p.value for p in predictions])
+    low, high = np.array([p.low for p in predictions]), np.array([p.high for p in predictions])
+    inside = (xs >= first - 1e-9) & (xs <= last + 1e-9)
+    ax.plot(2.0**xs[inside], value[inside], "-", color=color, linewidth=1, alpha=0.7)
+    for part in (xs <= first + 1e-9, xs >= last - 1e-9):  # below and beyond the scales measured
+        if part.sum() > 1:
+            ax.plot(2.0**xs[part], value[part], ":", color=color, linewidth=1.2)
+    if np.isfinite(low).any():
+        ax.fill_between(2.0**xs, low, high, where=inside, color=color, alpha=0.15, linewidth=0)
+        ax.fill_between(2.0**xs, low, high, where=~inside | np.isclose(xs, first) | np.isclose(xs, last),
+                        color=color, alpha=0.07, linewidth=0)
+    if not target:
+        return [float(v) for v in (*value, *low, *high)]
+    prediction = law.predict([math.log2(target)])
+    estimate, lr = prediction.log2_lr, prediction.lr
+    ax.plot(target, estimate.value, "*", color=color, markersize=13, markeredgecolor="k",
+            markerfacecolor="none" if prediction.withheld else color, zorder=5)
+    said = f"{knob} {target:g}: " + (f"cannot tell ({lr.value:.3g})" if prediction.withheld else
+                                     f"{lr.value:.3g} [{lr.low:.3g}, {lr.high:.3g}]")
+    ax.annotate(said, (target, estimate.value), textcoords="offset points", xytext=(-6, 9), ha="right",
+                fontsize=7, color=color)
+    return [float(v) for v in (*value, *low, *high)]
 
 
 def _plot_tuned(ax, curves: pd.DataFrame, best: pd.DataFrame, key: tuple, metric: str, style: str,

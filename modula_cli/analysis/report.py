@@ -29,6 +29,7 @@ import logging
 import math
 import sys
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
@@ -39,14 +40,16 @@ from ..results.files import SEARCH_FILE
 from ..results.knobs import GROUP
 from ..results.search_file import read_search
 from ..results.status import COMPLETED
-from ..results.table import collect, status_counts
+from ..results.table import collect, read_results_table, results_table, status_counts
 from .plots import plot_scale, plot_transfer, series_label
 from .search_spend import spend_table, spend_text
 from .stats import DEFAULT_RESAMPLES, METRICS, ONE_SEED_NOISE
-from .tables import (Progress, curves, one_row_per_run, optimal_lrs, progress, scale_knob, transfer_table,
+from .prediction import checked_target, law_lines, laws, parse_target
+from .tables import (Progress, curves, one_row_per_run, optimal_lrs, progress, scale_axes, transfer_table,
                      with_experiments)
 
 log = logging.getLogger(__name__)
+REANALYSIS = "reanalysis"  # a shared results.csv's report goes beside it, never over the table itself
 
 
 def _write_csv(frame: pd.DataFrame, path: Path) -> None:
@@ -54,50 +57,81 @@ def _write_csv(frame: pd.DataFrame, path: Path) -> None:
 
 
 def write_report(sweep_dir: Path, metric: str = "train_loss", quiet: bool = False,
-                 resamples: int = DEFAULT_RESAMPLES, out_dir: Path | None = None) -> dict:
+                 resamples: int = DEFAULT_RESAMPLES, out_dir: Path | None = None,
+                 target: Mapping[str, Any] | str | None = None) -> dict:
     """Write the report files into ``out_dir`` (default: ``sweep_dir``) and print the summary; returns what was
-    computed."""
+    computed. ``sweep_dir`` may also be a results.csv (then ``out_dir`` is required); ``target``: the scale to
+    predict the LR at (``{"width": 4096}`` or ``"width=4096,steps=20000"``)."""
     if metric not in METRICS:
         raise ValueError(f"metric={metric!r}; allowed: {', '.join(METRICS)}")
     if resamples < 200:
         raise ValueError(f"resamples={resamples}; use at least 200 for a 95 % interval")
     sweep_dir = Path(sweep_dir)
-    if not sweep_dir.is_dir():
-        raise FileNotFoundError(f"no sweep directory at {sweep_dir}")
-    frame = collect(sweep_dir)
-    if frame.empty:
-        inside = sorted(str(p.parent) for p in sweep_dir.glob("*/sweep.json"))
-        hint = f"; the sweeps in it: {', '.join(inside)}" if inside else ""
-        raise FileNotFoundError(f"{sweep_dir} holds no runs (no run folder with a summary.json, no sweep.json)"
-                                f"{hint}")
+    frame, shared_settings = _runs(sweep_dir, metric)
     if frame[metric].isna().all() and (frame["status"] == COMPLETED).any():
         raise ValueError(f"no run in {sweep_dir} recorded {metric} (test_acc exists for image datasets only)")
-    knob = scale_knob(frame)  # once: every table, plot and line of the summary is by this knob
-    frame = one_row_per_run(with_experiments(frame, knob), knob)
+    axes = scale_axes(frame)
+    knob = axes[0] if axes else None  # once: every table, plot and line of the summary is by this knob
+    where = "this results table" if sweep_dir.is_file() else "this sweep"
+    wanted = checked_target(parse_target(target) if isinstance(target, str) else target, axes, where)
+    frame = with_experiments(frame, knob, axes[1] if len(axes) > 1 else None)
+    if shared_settings is not None:  # a shared table's series as its own report named them
+        frame["setting"] = shared_settings
+    frame = one_row_per_run(frame, knob)
     done = progress(frame, knob)  # once: every table and the printed summary read it
     table = curves(frame, metric, knob, done)
     optimal, fits = optimal_lrs(frame, metric, knob, resamples, done)
-    search = read_search(sweep_dir)
+    search = read_search(sweep_dir) if sweep_dir.is_dir() else None
     # the verdict's unit: the grid step every searched series shares (a search may try half steps), else
     # each series' own LRs tell it
     steps = {entry.get("grid_step") for entry in (search or {}).get("scales", {}).values()}
     step = float(steps.pop()) if len(steps) == 1 and None not in steps else None
     transfer = transfer_table(optimal, fits, metric, done, step)
-    runs = frame.drop(columns="settings")  # every setting of a run: its config.yaml
+    law, transfer, fitted = laws(optimal, fits, transfer, metric, wanted, axes, _second_axis(frame, axes))
     spend = spend_table(frame, search) if search else None
-    tables = [("results", runs), ("curves", table), ("optimal_lr", optimal), ("transfer", transfer)]
+    tables = [("results", results_table(frame)), ("curves", table), ("optimal_lr", optimal),
+              ("transfer", transfer), ("law", law)]
     out = Path(out_dir) if out_dir is not None else sweep_dir
     out.mkdir(parents=True, exist_ok=True)
     for name, data in tables + ([("search", spend)] if spend is not None else []):
         _write_csv(data, out / f"{name}.csv")
     plot_transfer(table, optimal, metric, knob, out / "transfer.png")
-    _write_csv(plot_scale(table, optimal, metric, knob, out / "scale.png"), out / "scale.csv")
+    _write_csv(plot_scale(table, optimal, metric, knob, out / "scale.png", fitted, wanted), out / "scale.csv")
     if not quiet:
-        print(summary_text(frame, optimal, transfer, metric, knob, sweep_dir, done, out))
+        print(summary_text(frame, optimal, transfer, metric, knob, sweep_dir, done, out, law))
         if spend is not None:
             print("\n".join(spend_text(spend, search, sweep_dir / SEARCH_FILE)))
-    return {"results": frame, "curves": table, "optimal": optimal, "transfer": transfer,
+    return {"results": frame, "curves": table, "optimal": optimal, "transfer": transfer, "law": law,
             "counts": status_counts(frame), "search": spend}
+
+
+def _runs(source: Path, metric: str) -> tuple[pd.DataFrame, pd.Series | None]:
+    """The runs of a sweep folder, or of a results.csv with the series names it recorded (None for a folder)."""
+    if source.is_file():
+        frame = read_results_table(source, metric)
+        named = frame["setting"].astype(object).where(frame["setting"].notna(), "") if "setting" in frame else None
+        return frame, named
+    if not source.is_dir():
+        raise FileNotFoundError(f"no sweep directory or results.csv at {source}")
+    frame = collect(source)
+    if frame.empty:
+        inside = sorted(str(p.parent) for p in source.glob("*/sweep.json"))
+        hint = f"; the sweeps in it: {', '.join(inside)}" if inside else ""
+        raise FileNotFoundError(f"{source} holds no runs (no run folder with a summary.json, no sweep.json)"
+                                f"{hint}")
+    return frame, None
+
+
+def _second_axis(frame: pd.DataFrame, axes: list[str]) -> dict[tuple, float]:
+    """Per series, its one value of the second scale axis (a two-axis sweep), for the joint law."""
+    if len(axes) < 2:
+        return {}
+    values = {}
+    for key, runs in frame.groupby(list(GROUP), dropna=False):
+        found = runs[axes[1]].dropna().unique()
+        if len(found) == 1 and found[0] > 0:
+            values[tuple(key)] = float(found[0])
+    return values
 
 
 def _interval_text(low: float, high: float, digits: int = 1, plus_sign: bool = True) -> str:
@@ -189,15 +223,16 @@ def transfer_text(transfer: pd.DataFrame) -> list[str]:
 
 def summary_text(frame: pd.DataFrame, optimal: pd.DataFrame, transfer: pd.DataFrame, metric: str,
                  knob: str | None, sweep_dir: Path, done: dict[tuple, Progress] | None = None,
-                 out_dir: Path | None = None) -> str:
+                 out_dir: Path | None = None, law: pd.DataFrame | None = None) -> str:
     series = frame.groupby(list(GROUP), dropna=False)
     done = done if done is not None else progress(frame, knob)
     lines = [f"Sweep {sweep_dir}: {len(frame)} run{'s' if len(frame) != 1 else ''} in {len(series)} series"]
     for key, runs in series:
         lines += _scale_lines(key, runs, optimal, metric, knob, done)
     lines += transfer_text(transfer)
+    lines += law_lines(law) if law is not None else []
     lines.append(f"  report: {(out_dir or sweep_dir) / 'results.csv'}, curves.csv, optimal_lr.csv, transfer.csv, "
-                 f"transfer.png, scale.png, scale.csv")
+                 f"law.csv, transfer.png, scale.png, scale.csv")
     return "\n".join(lines)
 
 
@@ -214,15 +249,24 @@ def report_folder(sweep_dir: Path, metric: str) -> Path:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="modula-sweep-report", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("sweep_dir", type=Path)
+    parser.add_argument("sweep_dir", type=Path, metavar="FOLDER_OR_RESULTS_CSV",
+                        help="a sweep folder, or a results.csv that a report wrote (docs/results/*/results.csv)")
     parser.add_argument("--metric", choices=METRICS, default="train_loss",
                         help="what the optima optimise (lower loss, higher test_acc); default train_loss")
     parser.add_argument("--resamples", type=int, default=DEFAULT_RESAMPLES,
                         help=f"bootstrap resamples for the intervals (>= 200; default {DEFAULT_RESAMPLES})")
+    parser.add_argument("--target", default=None, metavar="AXIS=VALUE[,AXIS=VALUE]",
+                        help="predict the LR at this scale from the transfer law, e.g. width=4096 or "
+                             "width=4096,steps=20000 (a sweep of both axes)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="where the report goes (default: the sweep folder; for a results.csv, "
+                             f"{REANALYSIS}/ beside it)")
     args = parser.parse_args(argv)
-    out = report_folder(args.sweep_dir, args.metric)
+    out = args.out or (args.sweep_dir.parent / REANALYSIS if args.sweep_dir.is_file()
+                       else report_folder(args.sweep_dir, args.metric))
     try:
-        result = write_report(args.sweep_dir, args.metric, resamples=args.resamples, out_dir=out)
+        result = write_report(args.sweep_dir, args.metric, resamples=args.resamples, out_dir=out,
+                              target=args.target)
     except (FileNotFoundError, NotADirectoryError, PermissionError, ValueError) as error:
         sys.exit(f"modula-sweep-report: {error}")
     counts = result["counts"]

@@ -115,17 +115,18 @@ def small_sample_factor(seeds: int) -> float:
 
 
 def interval(draws: np.ndarray, estimate: float, seeds: int, open_low: bool = False,
-             open_high: bool = False) -> tuple[float, float]:
+             open_high: bool = False, stretch: float | None = None) -> tuple[float, float]:
     """A 95 % interval around ``estimate`` from bootstrap draws: the arms of the central percentile
     interval, measured from the draws' median (so an asymmetric spread stays asymmetric, and an estimate
-    off the draws' centre still gets both arms), widened by ``small_sample_factor(seeds)``. NaN on an open
+    off the draws' centre still gets both arms), widened by ``small_sample_factor(seeds)`` (or ``stretch``, an
+    estimate that pools several curves' seeds: ``law.py``). NaN on an open
     side, and on both sides with fewer than two seeds or no finite draw."""
     draws = draws[np.isfinite(draws)]
     if draws.size == 0 or seeds < 2 or not math.isfinite(estimate):
         return float("nan"), float("nan")
     tail = 100 * (1 - CONFIDENCE) / 2
     low, centre, high = np.percentile(draws, [tail, 50, 100 - tail])
-    stretch = small_sample_factor(seeds)
+    stretch = small_sample_factor(seeds) if stretch is None else stretch
     low, high = estimate - stretch * (centre - low), estimate + stretch * (high - centre)
     return (float("nan") if open_low else float(low)), (float("nan") if open_high else float(high))
 

@@ -8,6 +8,7 @@ import dataclasses
 import json
 import logging
 import math
+import re
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -111,6 +112,19 @@ class Transfer(_Series):
     grid_step: float = np.nan  # the LRs' spacing in log2: the verdict's unit
     call: str = ""  # the verdict: transfers | drifts | moves | cannot tell (verdict.py)
     verdict: str = ""  # its line
+    # the series' transfer law along the scale knob and its prediction at the target (prediction.py, law.csv)
+    law_points: int = 0
+    law_slope: float = np.nan  # log2 LR per doubling
+    law_slope_low: float = np.nan
+    law_slope_high: float = np.nan
+    law_check: str = ""  # straight | curved | unchecked (two scales)
+    target: str = ""
+    target_doublings: float = np.nan
+    predicted_lr: float = np.nan
+    predicted_low: float = np.nan
+    predicted_high: float = np.nan
+    predicted_regret: float = np.nan
+    prediction: str = ""  # its line (or the law's, without a target)
 
 
 def table(row: type, rows: list[Any]) -> pd.DataFrame:
@@ -118,16 +132,21 @@ def table(row: type, rows: list[Any]) -> pd.DataFrame:
     return pd.DataFrame([dataclasses.asdict(r) for r in rows], columns=[f.name for f in dataclasses.fields(row)])
 
 
-def scale_knob(frame: pd.DataFrame) -> str | None:
-    """The knob a sweep scales: the first of ``SCALE_KNOBS`` that takes several values and that a launch
-    swept (``axes``, from sweep.json). Two LR sweeps at different contexts are two experiments, not a context
-    sweep; without a record of the swept axes every varying knob may be the scale."""
+def scale_axes(frame: pd.DataFrame) -> list[str]:
+    """The knobs a sweep scales, in the order of ``SCALE_KNOBS``: those that take several values and that a
+    launch swept (``axes``, from sweep.json). Two LR sweeps at different contexts are two experiments, not a
+    context sweep; without a record of the swept axes every varying knob may be a scale."""
     recorded = frame["axes"].dropna() if "axes" in frame else pd.Series(dtype=object)
-    swept = set(recorded.iloc[0].split(",")) if len(recorded) else set(SCALE_KNOBS)
-    for knob in SCALE_KNOBS:
-        if knob in swept and frame[knob].nunique(dropna=True) > 1:
-            return knob
-    return None
+    swept = {axis for axes in recorded.unique() for axis in str(axes).split(",")} if len(recorded) else \
+        set(SCALE_KNOBS)
+    return [knob for knob in SCALE_KNOBS if knob in swept and frame[knob].nunique(dropna=True) > 1]
+
+
+def scale_knob(frame: pd.DataFrame) -> str | None:
+    """The knob a sweep's series run along (its transfer, plots and law): the first of ``scale_axes``; a
+    second one makes each of its values a series of its own."""
+    axes = scale_axes(frame)
+    return axes[0] if axes else None
 
 
 def scale_points(frame: pd.DataFrame, knob: str | None):
@@ -184,11 +203,20 @@ def experiment_labels(frame: pd.DataFrame, knob: str | None) -> pd.Series:
     return labels
 
 
-def with_experiments(frame: pd.DataFrame, knob: str | None) -> pd.DataFrame:
-    """The table with its ``setting`` column, warning when one folder holds several experiments."""
+def without_axis(setting: str, axis: str) -> str:
+    """A series' setting without its value of ``axis`` (``steps=100, wd=0.1`` → ``wd=0.1``)."""
+    parts = [p for p in str(setting or "").split(", ") if p and not re.match(rf"^(\S+\.)?{re.escape(axis)}=", p)]
+    return ", ".join(parts)
+
+
+def with_experiments(frame: pd.DataFrame, knob: str | None, second: str | None = None) -> pd.DataFrame:
+    """The table with its ``setting`` column, warning when one folder holds several experiments (a second scale
+    axis the sweep varies, ``second``, makes series by design: no warning for those)."""
     frame = frame.assign(setting=experiment_labels(frame, knob))
     for key, series in frame.groupby(list(SERIES), dropna=False):
         settings = sorted(series["setting"].unique())
+        if second and len({without_axis(setting, second) for setting in settings}) == 1:
+            continue
         if len(settings) > 1:
             edited = (" (source: the file that defines the model changed between runs, so its runs are kept apart)"
                       if any("source=" in setting for setting in settings) else "")

@@ -18,6 +18,10 @@ from .summary import as_seen, read_summary
 COLUMNS = ("run", *SERIES, *KNOBS, "lr", "seed", "status", "train_loss", "test_loss", "test_acc", "steps_done",
            "wall_time_s", "packed_with", "error", "settings")
 NUMERIC = ("lr", "seed", "train_loss", "test_loss", "test_acc", "steps_done", "wall_time_s", "packed_with", *KNOBS)
+# results.csv's layout: its ``format`` column (tables written before it had none: read by their columns)
+RESULTS_FORMAT = 2
+# what a shared results.csv must hold for the report to re-run on it; every other column has a default
+REQUIRED_COLUMNS = ("run", *(c for c in SERIES if c != "variant"), "lr", "seed", "status")
 
 
 def collect(sweep_dir: Path) -> pd.DataFrame:
@@ -52,3 +56,39 @@ def _settings_from_config(run_dir: Path) -> dict[str, Any] | None:
 
 def status_counts(frame: pd.DataFrame) -> dict[str, int]:
     return {status: int((frame["status"] == status).sum()) for status in STATUSES}
+
+
+def results_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """The run table as results.csv holds it: without the settings (each run's config.yaml has them), with
+    its format."""
+    return frame.drop(columns="settings").assign(format=RESULTS_FORMAT)
+
+
+def read_results_table(path: Path, metric: str) -> pd.DataFrame:
+    """A results.csv (written by a report, or shared) as ``collect`` returns a folder's runs: ValueError in one
+    line for a table of another format or without the columns the report needs (named)."""
+    try:
+        frame = pd.read_csv(path)
+    except (OSError, ValueError, pd.errors.ParserError) as error:
+        raise ValueError(f"{path}: not a readable results table ({type(error).__name__}: {error})") from None
+    if "format" in frame:
+        formats = sorted({str(v) for v in frame["format"].dropna().unique()})
+        if formats and formats != [str(RESULTS_FORMAT)]:
+            raise ValueError(f"{path}: results table format {', '.join(formats)}; this modula-sweep reads format "
+                             f"{RESULTS_FORMAT} and the unversioned tables before it: upgrade modula-sweep")
+    missing = [c for c in (*REQUIRED_COLUMNS, metric) if c not in frame]
+    if missing:
+        raise ValueError(f"{path}: a results table needs the columns {', '.join((*REQUIRED_COLUMNS, metric))}; "
+                         f"missing: {', '.join(missing)}")
+    frame = frame.drop(columns=["format"], errors="ignore")
+    for column in COLUMNS:
+        if column not in frame:
+            frame[column] = None
+    frame["variant"] = frame["variant"].fillna(HISTORICAL_VARIANT)
+    frame["status"] = frame["status"].fillna(PENDING)
+    if "axes" not in frame:
+        frame["axes"] = None
+    frame["axes"] = frame["axes"].astype(object).where(frame["axes"].notna(), None)
+    for column in NUMERIC:
+        frame[column] = pd.to_numeric(frame[column], errors="coerce")
+    return frame

@@ -22,7 +22,7 @@ def write_sweep_report(config: DictConfig, sweep_dir: Path) -> None:
 
     try:
         with FileLock(str(sweep_dir / SWEEP_LOCK)):
-            write_report(sweep_dir, metric=config.sweep.metric)
+            write_report(sweep_dir, metric=config.sweep.metric, target=config.sweep.get("target"))
         logger = typed(LoggerConfig, config.get("logger") or {})
         if logger.name == "wandb":
             log_report_to_wandb(logger, sweep_dir)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hydra.core.utils import JobReturn, JobStatus
-from omegaconf import DictConfig, open_dict, read_write
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import InterpolationResolutionError
 
 from ..config.hydra_internals import quiet_job_announcements
@@ -148,6 +148,7 @@ def _checked(config: DictConfig, host: Host) -> tuple[Plan, SearchSpace | None]:
     try:
         space = search_space(config) if searches(config) else None
         plan = validate_grid(config, prepare_data=host.local, devices_here=host.local)
+        _check_target(config, plan)
         _preflight(config.hydra.launcher)
         return plan, space
     except (ConfigError, LaunchRefused, SearchError) as error:
@@ -162,6 +163,20 @@ def _checked(config: DictConfig, host: Host) -> tuple[Plan, SearchSpace | None]:
     except Exception as error:  # noqa: BLE001 - the launcher's check broke: never launch without it
         raise SystemExit(f"modula-sweep: sweep not launched, the launcher's check failed: "
                          f"{type(error).__name__}: {error}") from None
+
+
+def _check_target(config: DictConfig, plan: Plan) -> None:
+    """``sweep.target`` names axes this sweep varies, with positive values: said before anything trains, not by
+    the report at its end."""
+    from ..analysis.prediction import TargetError, checked_target  # the report's code: pandas, only when asked
+    from ..results.knobs import swept_axes
+
+    target = config.sweep.get("target")
+    if target:
+        try:
+            checked_target(OmegaConf.to_container(target), swept_axes(plan.runs), name="sweep.target")
+        except TargetError as error:
+            raise ConfigError([str(error)]) from None
 
 
 def _preflight(launcher: DictConfig) -> None:

@@ -6,7 +6,9 @@ At a scale the loss is one valley in log2(LR). The search starts with three LRs 
 starting point (the grid's middle at the first scale; at a later scale where the scales before it put the
 optimum, moved on by their drift), extends the range one grid step at a time while the best LR is at an edge
 of those tried (a diverged LR is worse than every finished one), up to hard bounds, then adds lattice points
-next to the fitted optimum until its 95 % interval is narrow enough or the scale's budget of LRs is spent.
+next to the fitted optimum until its 95 % interval is narrow enough, the scale's budget of LRs is spent, or no
+LR left can narrow it (the fit reads the best LR and its two neighbours: once those are trained, only a finer
+lattice or more seeds can).
 Every LR gets every seed. Optimum and interval are the report's own (``analysis.stats.optimum``).
 
 Positions are integers on a lattice: ``k`` is log2(LR) = origin + k · grid step / per_grid, so the same LR
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..analysis.law import line
 from ..analysis.stats import optimum
 
 Results = Mapping[int, Sequence[float]]  # lattice index → the seeds' signed costs (+inf: diverged)
@@ -125,7 +128,8 @@ class SearchSettings:
 @dataclass(frozen=True)
 class Step:
     """What a scale does next: train ``run`` (lattice indices, every seed each), or nothing more because of
-    ``stop``; ``reason`` is the stop's kind (``resolution``, ``budget``, ``bound``, ``lattice``, ``one seed``).
+    ``stop``; ``reason`` is the stop's kind (``resolution``, ``budget``, ``bound``, ``seeds``, ``lattice``,
+    ``one seed``).
     ``anchor``: where the scale puts the optimum for the next scale's start (grid steps from the grid's first
     LR), once its best LR is bracketed (or the search there ended without a bracket)."""
 
@@ -181,12 +185,18 @@ def next_step(results: Results, start: float, settings: SearchSettings) -> Step:
         return Step(stop="bracketed (one seed: no interval)", reason="one seed", anchor=anchor)
     diverged = [int(k) for k, value in zip(tried, fit.mean) if np.isinf(value)]
     nearby = _refinements(tried, int(tried[best]), anchor * B, settings, diverged)
-    if nearby:
+    # the fit reads the best LR and its two neighbours: once those are trained, LRs farther out cannot narrow it
+    useless = bool(nearby) and min(abs(k - int(tried[best])) for k in nearby) > B
+    if nearby and not useless:
         return Step(run=nearby[: settings.budget - len(tried)], anchor=anchor)
     if fit.edge:  # a neighbour diverged: the optimum lies between the best LR and it
         return Step(stop=f"the next LR {'above' if fit.edge == 'high' else 'below'} diverged: the optimum lies "
                          f"within a lattice step of the best LR (sweep.search_substeps places it finer)",
                     reason="lattice", anchor=anchor)
+    if useless:
+        return Step(stop="the LRs that place the optimum are trained: more LRs cannot narrow its 95 % interval"
+                         + _width_text(width) + "; more seeds would (or sweep.search_substeps=2, a finer lattice)",
+                    reason="seeds", anchor=anchor)
     return Step(stop="no lattice point left near the optimum" + _width_text(width)
                 + "; more seeds or a finer lattice would narrow it", reason="lattice", anchor=anchor)
 
@@ -244,12 +254,10 @@ def plan(results: Results, start: float, settings: SearchSettings) -> Step:
 
 def predicted_start(anchors: Sequence[float], positions: Sequence[float], position: float) -> float:
     """Where a scale's search starts (grid steps), from the anchors of the scales before it at ``positions``
-    (log2 of their scale values): the last anchor, moved by the last drift per doubling when there are two."""
-    if len(anchors) == 1:
-        return anchors[-1]
-    run = positions[-1] - positions[-2]
-    drift = (anchors[-1] - anchors[-2]) / run if run else 0.0
-    return anchors[-1] + drift * (position - positions[-1])
+    (log2 of their scale values): the transfer law's line through them (``analysis.law.line``, the report's
+    model), at ``position``; the anchor itself while there is one."""
+    intercept, slope = line(positions, anchors)
+    return intercept + slope * position
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,230 @@
+"""The transfer law (analysis/law.py) and the report's prediction (analysis/prediction.py): the line through the
+optima against an independent weighted fit, its curvature check, the joint fit over two axes, the prediction
+and its interval, the targets it refuses, and the re-analysis of a shared results.csv."""
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from modula_cli.analysis.law import LawPoint, fit_law, usable
+from modula_cli.analysis.prediction import TargetError, checked_target, parse_target
+from modula_cli.analysis.report import main as report_main
+from modula_cli.analysis.report import write_report
+from modula_cli.analysis.stats import optimum
+
+GRID = np.arange(-8.0, 3.0)  # log2 LR
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def curve(truth: float, seeds: int, rng: np.random.Generator, noise: float = 0.01, sharpness: float = 0.05):
+    """values[seed, lr]: a parabola in log2 LR around ``truth``, noise per point and a tilt per seed."""
+    values = 2.0 + sharpness * (GRID - truth) ** 2 + noise * rng.standard_normal((seeds, GRID.size))
+    return values + noise * rng.standard_normal((seeds, 1)) * GRID[None]
+
+
+def points(truths, positions, seeds=3, seed=0, **kwargs):
+    rng = np.random.default_rng(seed)
+    return [LawPoint(tuple(np.atleast_1d(p)), optimum(GRID, curve(t, seeds, rng, **kwargs), rng=rng))
+            for t, p in zip(truths, positions)]
+
+
+def test_the_line_is_the_weighted_least_squares_fit_of_the_optima():
+    """numpy's polyfit with weights 1/σ (σ: each optimum's bootstrap spread, made unbiased) is the same line."""
+    x = np.log2([32, 64, 128, 256, 512])
+    measured = points(-1.0 + 0.3 * x, x, sharpness=0.02)
+    law = fit_law(["width"], measured)
+    optima = np.array([p.optimum.log2_optimal_lr for p in measured])
+    sigma = np.array([max(np.std(p.optimum.draws.log2_lr) * math.sqrt(3 / 2), 0.1) for p in measured])
+    slope, intercept = np.polyfit(x, optima, 1, w=1 / sigma)
+    assert law.slope().value == pytest.approx(slope, abs=1e-9)
+    assert law.intercept == pytest.approx(intercept, abs=1e-9)
+    assert law.slope().covers(0.3) and law.slope().low < law.slope().value < law.slope().high
+
+
+def test_a_flat_curve_counts_less_than_a_sharp_one():
+    """The weights are the optima's precision: a point whose optimum the seeds place badly moves the line less."""
+    x = np.log2([32, 64, 128])
+    sharp = points([-1.0, -1.0, -1.0], x, seed=1)
+    rng = np.random.default_rng(5)
+    flat = LawPoint((x[2],), optimum(GRID, curve(1.0, 3, rng, noise=0.03, sharpness=0.004), rng=rng))
+    weighted = fit_law(["width"], [*sharp[:2], flat])
+    optima = np.array([sharp[0].optimum.log2_optimal_lr, sharp[1].optimum.log2_optimal_lr,
+                       flat.optimum.log2_optimal_lr])
+    unweighted = np.polyfit(x, optima, 1)[0]
+    assert abs(weighted.slope().value) < 0.5 * abs(unweighted)
+
+
+def test_the_prediction_widens_with_the_distance_and_counts_the_doublings():
+    x = np.log2([32, 64, 128, 256])
+    law = fit_law(["width"], points(-1.0 + 0.25 * x, x))
+    near, far = law.predict([np.log2(512)]), law.predict([np.log2(8192)])
+    assert near.doublings == (pytest.approx(1.0),) and far.doublings == (pytest.approx(5.0),)
+    assert law.predict([np.log2(100)]).doublings == (0.0,)
+    assert law.predict([np.log2(8)]).doublings == (pytest.approx(-2.0),)
+    width = lambda p: p.log2_lr.high - p.log2_lr.low
+    assert width(far) > 2 * width(near)
+    assert far.log2_lr.value == pytest.approx(law.intercept + law.slope().value * 13)
+    assert far.log2_lr.covers(-1.0 + 0.25 * 13) and not far.withheld
+    assert far.lr.value == pytest.approx(2.0**far.log2_lr.value)
+
+
+def test_a_curved_drift_is_caught_and_no_lr_is_predicted():
+    x = np.log2([16, 32, 64, 128, 256])
+    curved = fit_law(["width"], points(-1.0 + 0.35 * (x - 6) ** 2, x, noise=0.003))
+    assert curved.curved and "not a power law" in curved.predict([12.0]).withheld
+    straight = fit_law(["width"], points(-1.0 + 0.35 * x, x, noise=0.003))
+    assert straight.checked and not straight.curved and not straight.predict([12.0]).withheld
+
+
+def test_two_scales_give_a_line_nothing_checks():
+    x = np.log2([32, 128])
+    law = fit_law(["width"], points([-1.0, -0.5], x))
+    assert not law.checked and law.curvature == (None,) and law.inflation == 1.0
+    assert law.slope().value == pytest.approx((law.optima[1] - law.optima[0]) / 2)
+
+
+def test_one_seed_gives_a_point_estimate_and_withholds_the_interval():
+    x = np.log2([32, 64, 128])
+    law = fit_law(["width"], points([-1.0, -0.8, -0.6], x, seeds=1))
+    prediction = law.predict([10.0])
+    assert "one seed" in prediction.withheld and math.isnan(prediction.log2_lr.low)
+    assert not law.curved and not law.checked  # no interval: nothing says the line bends, nor that it does not
+
+
+def test_the_joint_law_recovers_both_exponents():
+    """Width × steps, the horizon law's case: log2 η* = 1 − 0.5·log2 width + 0.25·log2 steps... with the sign of
+    each axis its own."""
+    grid = [(w, s) for w in (32, 64, 128) for s in (100, 400, 1600)]
+    x = np.log2(np.array(grid, dtype=float))
+    truth = 3.0 - 0.5 * x[:, 0] - 0.25 * x[:, 1]
+    law = fit_law(["width", "steps"], points(truth, x, noise=0.003))
+    assert law.slope(0).covers(-0.5) and law.slope(1).covers(-0.25)
+    assert law.slope(0).high < 0 and law.slope(1).high < 0
+    assert law.predict(np.log2([1024, 6400])).log2_lr.covers(3.0 - 0.5 * 10 - 0.25 * np.log2(6400))
+
+
+def test_an_edge_optimum_is_a_bound_and_is_left_out():
+    x = np.log2([32, 64, 128])
+    measured = points([-1.0, -0.5, 2.5], x)  # the last one's optimum lies beyond the grid's top
+    assert measured[2].optimum.edge == "high"
+    assert len(usable(measured)) == 2
+    assert fit_law(["width"], measured[:1]) is None  # one point fixes no line
+
+
+@pytest.mark.parametrize(("target", "axes", "message"), [
+    ({"depth": 8}, ["width"], "--target depth=8: this sweep varies width, not depth; name width"),
+    ({"width": -4}, ["width"], "target width=-4: a scale is a positive number"),
+    ({"width": 0}, ["width"], "a scale is a positive number"),
+    ({"batch": 64}, ["width"], "batch is not a scale axis; allowed: width, depth, blocks_mass, context, batch_size, "
+                               "steps, wd"),
+    ({"width": 4096}, [], "this sweep has runs at one scale only"),
+    ({"steps": 20000}, ["width", "steps"], "varies width and steps; a target names width (and steps for the joint "
+                                           "law)"),
+])
+def test_a_target_the_sweep_cannot_predict_at_is_one_line(target, axes, message):
+    with pytest.raises(TargetError) as error:
+        checked_target(target, axes)
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_target_below_the_smallest_scale_is_allowed_and_labelled():
+    assert checked_target({"width": 8}, ["width"]) == {"width": 8.0}
+    assert parse_target("width=4096, steps=2e4") == {"width": 4096.0, "steps": 20000.0}
+    with pytest.raises(TargetError, match="write axis=value pairs"):
+        parse_target("width:4096")
+
+
+# --- the report ----------------------------------------------------------------------------------------------
+
+def shared_table(tmp_path: Path, truths: dict[tuple[int, int], float], seeds=(0, 1, 2)) -> Path:
+    """A results.csv as a report writes it, for a width × steps sweep with known optima."""
+    rng = np.random.default_rng(3)
+    rows = []
+    for (width, steps), truth in truths.items():
+        for seed in seeds:
+            tilt = 0.003 * rng.standard_normal()
+            for x in GRID:
+                loss = 2.0 + 0.05 * (x - truth) ** 2 + 0.003 * rng.standard_normal() + tilt * x
+                rows.append({"run": f"lr={2 ** x:g},seed={seed},steps={steps},width={width}", "arch": "gpt",
+                             "data": "shakespeare", "optimizer": "adam", "mode": "normed", "variant": "paper",
+                             "width": width, "steps": steps, "lr": 2.0**x, "seed": seed, "status": "completed",
+                             "train_loss": loss, "axes": "steps,width",
+                             "setting": f"steps={steps}" if len({s for _, s in truths}) > 1 else ""})
+    path = tmp_path / "results.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
+
+
+def test_the_report_predicts_from_a_shared_results_table(tmp_path, capsys):
+    truths = {(w, 400): -1.0 + 0.25 * math.log2(w / 32) for w in (32, 64, 128, 256)}
+    table = shared_table(tmp_path, truths)
+    out = tmp_path / "again"
+    write_report(table, resamples=400, out_dir=out, target={"width": 4096})
+    transfer = pd.read_csv(out / "transfer.csv").iloc[0]
+    law = pd.read_csv(out / "law.csv").iloc[0]
+    optima = pd.read_csv(out / "optimal_lr.csv")
+    truth = -1.0 + 0.25 * 7
+    assert transfer["target"] == "width=4096" and transfer["target_doublings"] == pytest.approx(4.0)
+    assert transfer["predicted_low"] < 2.0**truth < transfer["predicted_high"]
+    assert transfer["law_slope_low"] < 0.25 < transfer["law_slope_high"] and transfer["law_check"] == "straight"
+    # the prediction is the law's line at log2 4096, and the line is near the plain fit of the optima
+    assert math.log2(transfer["predicted_lr"]) == pytest.approx(law["intercept"] + 12 * law["slope"])
+    plain = np.polyfit(np.log2(optima["scale"]), optima["log2_optimal_lr_fit"], 1)[0]
+    assert law["slope"] == pytest.approx(plain, abs=0.03)
+    printed = capsys.readouterr().out
+    assert "at width 4096: use LR ≈ 2^" in printed and "4 doublings beyond width 256" in printed
+    assert (out / "scale.png").stat().st_size > 0 and (out / "results.csv").exists()
+
+
+def test_the_report_fits_the_joint_law_of_a_two_axis_sweep(tmp_path):
+    truths = {(w, s): 0.5 - 0.5 * math.log2(w / 32) - 0.25 * math.log2(s / 100)
+              for w in (32, 64, 128) for s in (100, 400, 1600)}
+    out = tmp_path / "again"
+    write_report(shared_table(tmp_path, truths), resamples=400, out_dir=out, quiet=True,
+                 target={"width": 1024, "steps": 6400})
+    law = pd.read_csv(out / "law.csv")
+    joint = law[law["axes"] == "width,steps"].iloc[0]
+    assert joint["slope_low"] < -0.5 < joint["slope_high"] and joint["second_axis"] == "steps"
+    assert joint["second_slope_low"] < -0.25 < joint["second_slope_high"] and joint["points"] == 9
+    truth = 0.5 - 0.5 * 5 - 0.25 * 6
+    assert joint["predicted_low"] < 2.0**truth < joint["predicted_high"]
+    # one law along width per horizon as well, without the target (it names both axes)
+    assert (law["axes"] == "width").sum() == 3 and law.loc[law["axes"] == "width", "target"].isna().all()
+
+
+def test_a_results_table_without_the_needed_columns_is_refused_by_name(tmp_path, capsys):
+    table = shared_table(tmp_path, {(32, 400): -1.0, (64, 400): -1.0})
+    pd.read_csv(table).drop(columns=["seed", "status"]).to_csv(table, index=False)
+    with pytest.raises(SystemExit) as error:
+        report_main([str(table)])
+    assert "missing: seed, status" in str(error.value) and "\n" not in str(error.value)
+    frame = pd.read_csv(shared_table(tmp_path, {(32, 400): -1.0, (64, 400): -1.0}))
+    frame.assign(format=7).to_csv(table, index=False)
+    with pytest.raises(SystemExit) as error:
+        report_main([str(table)])
+    assert "results table format 7; this modula-sweep reads format 2" in str(error.value)
+
+
+def test_a_target_on_an_axis_the_sweep_did_not_vary_is_refused_before_any_fit(tmp_path, monkeypatch):
+    import modula_cli.analysis.report as report
+
+    table = shared_table(tmp_path, {(32, 400): -1.0, (64, 400): -1.0})
+    monkeypatch.setattr(report, "optimal_lrs", lambda *a, **k: pytest.fail("fitted before checking the target"))
+    with pytest.raises(SystemExit) as error:
+        report_main([str(table), "--target", "depth=8"])
+    assert str(error.value) == ("modula-sweep-report: --target depth=8: this results table varies width, not depth; "
+                                "name width")
+
+
+def test_the_committed_h100_sweep_reanalysed(tmp_path):
+    """docs/results/gpu_gpt_width: plain Adam's optimum falls about one grid step per doubling of the width; the
+    law over widths 64–512 says so, straight, and the report writes its files beside the table, not over it."""
+    source = ROOT / "docs/results/gpu_gpt_width/results.csv"
+    result = write_report(source, resamples=400, out_dir=tmp_path, quiet=True, target={"width": 4096})
+    law = result["law"].set_index("mode")
+    assert law.loc["unnormed", "slope_high"] < -0.85 and law.loc["unnormed", "slope_low"] > -1.1
+    assert law.loc["unnormed", "check"] == "straight" and law.loc["unnormed", "points"] == 4
+    assert "width 1024 (optimum at the high edge of its LRs)" in law.loc["normed", "excluded"]
