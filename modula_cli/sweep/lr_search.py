@@ -7,8 +7,8 @@ starting point (the grid's middle at the first scale; at a later scale where the
 optimum, moved on by their drift), extends the range one grid step at a time while the best LR is at an edge
 of those tried (a diverged LR is worse than every finished one), up to hard bounds, then adds lattice points
 next to the fitted optimum until its 95 % interval is narrow enough, the scale's budget of LRs is spent, or no
-LR left can narrow it (the fit reads the best LR and its two neighbours: once those are trained, only a finer
-lattice or more seeds can).
+LR left can bring it under the resolution (the fit reads the best LR and its two neighbours in every bootstrap
+resample; where the interval is the seeds' noise, only more seeds narrow it).
 Every LR gets every seed. Optimum and interval are the report's own (``analysis.stats.optimum``).
 
 Positions are integers on a lattice: ``k`` is log2(LR) = origin + k · grid step / per_grid, so the same LR
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..analysis.law import line
-from ..analysis.stats import optimum
+from ..analysis.stats import CONFIDENCE, interval, optimum
 
 Results = Mapping[int, Sequence[float]]  # lattice index → the seeds' signed costs (+inf: diverged)
 
@@ -185,8 +185,9 @@ def next_step(results: Results, start: float, settings: SearchSettings) -> Step:
         return Step(stop="bracketed (one seed: no interval)", reason="one seed", anchor=anchor)
     diverged = [int(k) for k, value in zip(tried, fit.mean) if np.isinf(value)]
     nearby = _refinements(tried, int(tried[best]), anchor * B, settings, diverged)
-    # the fit reads the best LR and its two neighbours: once those are trained, LRs farther out cannot narrow it
-    useless = bool(nearby) and min(abs(k - int(tried[best])) for k in nearby) > B
+    # the fit reads the best LR and its two neighbours, in every resample
+    why = _unnarrowable(tried, fit, settings) if nearby else None
+    useless = why is not None
     if nearby and not useless:
         return Step(run=nearby[: settings.budget - len(tried)], anchor=anchor)
     if fit.edge:  # a neighbour diverged: the optimum lies between the best LR and it
@@ -194,11 +195,31 @@ def next_step(results: Results, start: float, settings: SearchSettings) -> Step:
                          f"within a lattice step of the best LR (sweep.search_substeps places it finer)",
                     reason="lattice", anchor=anchor)
     if useless:
-        return Step(stop="the LRs that place the optimum are trained: more LRs cannot narrow its 95 % interval"
-                         + _width_text(width) + "; more seeds would (or sweep.search_substeps=2, a finer lattice)",
-                    reason="seeds", anchor=anchor)
+        return Step(stop=f"more LRs cannot narrow the 95 % interval ({why})" + _width_text(width)
+                         + "; more seeds would", reason="seeds", anchor=anchor)
     return Step(stop="no lattice point left near the optimum" + _width_text(width)
                 + "; more seeds or a finer lattice would narrow it", reason="lattice", anchor=anchor)
+
+
+def _unnarrowable(tried: np.ndarray, fit, settings: SearchSettings) -> str | None:
+    """Why no LR left to try can bring the optimum's interval under the resolution (None: one may). Only where
+    the LRs tried are contiguous on the lattice (else a point between them changes the fit itself). A resample
+    whose best LR is interior is fitted from LRs already trained; one whose best sits at an end of them would,
+    with the LR beyond, be fitted within half a lattice step of that end. Moving every such resample half a
+    step towards the estimate is the most that more LRs can do: if the interval stays wider, they cannot."""
+    if not np.all(np.diff(tried) == 1):
+        return None
+    ends = (fit.draws.best == 0) | (fit.draws.best == len(tried) - 1)
+    if float(ends.mean()) < (1 - CONFIDENCE) / 2:
+        return "every resample's optimum is placed by LRs already trained"
+    draws, estimate = fit.draws.log2_lr.copy(), fit.log2_optimal_lr
+    half = 0.5 / settings.per_grid
+    draws[ends] = np.where(draws[ends] > estimate, np.maximum(draws[ends] - half, estimate),
+                           np.minimum(draws[ends] + half, estimate))
+    low, high = interval(draws, estimate, fit.seeds)
+    if math.isfinite(high - low) and high - low > settings.resolution:
+        return f"the seeds' noise keeps it wider than {settings.resolution:g} grid steps"
+    return None
 
 
 def _width_text(width: float) -> str:

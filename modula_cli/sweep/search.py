@@ -66,8 +66,8 @@ class SearchSpace:
     pack: bool
 
     def positions(self) -> list[float]:
-        """Each scale's position for the drift per doubling: log2 of its value, or its index when a value is
-        not a positive number (weight decay 0)."""
+        """Each scale's position for the transfer law the next start follows: log2 of its value, or its index
+        when a value is not a positive number (weight decay 0)."""
         scales = self.series[0].scales
         try:
             values = [float(v) for v in scales]
