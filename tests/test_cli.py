@@ -349,6 +349,9 @@ def test_a_read_only_folder_is_named(tmp_path, monkeypatch):
     (["train.seed=0-2"], "train.seed=0-2; must be an integer >= 0; for several seeds: train.seed=0,1,2 (a sweep, -m "
                          "or a preset) or train.seed=[0,1,2] (packed into one run) (all 27 grid points)"),
     (["data.context=100000"], "data.context=100000 exceeds data.max_context=8192"),
+    # the report's target, checked before anything trains (not by the report at the sweep's end)
+    (["sweep.target=depth:8"], "sweep.target depth=8: this sweep varies width, not depth; name width"),
+    (["sweep.target=width:-3"], "sweep.target width=-3: a scale is a positive number"),
 ])
 def test_a_mistake_in_a_sweep_is_said_once_as_for_a_single_run(tmp_path, args, message):
     """A preset's grid is computed from optim.mode (${lr_grid:…}): a mistyped mode gets the single run's line, not

@@ -133,8 +133,9 @@ def test_a_target_the_sweep_cannot_predict_at_is_one_line(target, axes, message)
 def test_a_target_below_the_smallest_scale_is_allowed_and_labelled():
     assert checked_target({"width": 8}, ["width"]) == {"width": 8.0}
     assert parse_target("width=4096, steps=2e4") == {"width": 4096.0, "steps": 20000.0}
+    assert parse_target("width:4096+steps:20000") == {"width": 4096.0, "steps": 20000.0}  # sweep.target's form
     with pytest.raises(TargetError, match="write axis=value pairs"):
-        parse_target("width:4096")
+        parse_target("width 4096")
 
 
 # --- the report ----------------------------------------------------------------------------------------------
@@ -228,3 +229,59 @@ def test_the_committed_h100_sweep_reanalysed(tmp_path):
     assert law.loc["unnormed", "slope_high"] < -0.85 and law.loc["unnormed", "slope_low"] > -1.1
     assert law.loc["unnormed", "check"] == "straight" and law.loc["unnormed", "points"] == 4
     assert "width 1024 (optimum at the high edge of its LRs)" in law.loc["normed", "excluded"]
+
+
+def test_a_target_below_the_smallest_scale_is_predicted_and_said_so(tmp_path, capsys):
+    truths = {(w, 400): -1.0 + 0.25 * math.log2(w / 32) for w in (32, 64, 128)}
+    result = write_report(shared_table(tmp_path, truths), resamples=400, out_dir=tmp_path / "r",
+                          target={"width": 8})
+    row = result["transfer"].iloc[0]
+    assert row["target_doublings"] == pytest.approx(-2.0)
+    assert "2 doublings below width 32 (below the scales measured)" in capsys.readouterr().out
+
+
+def test_scale_png_draws_the_law_out_to_the_target_and_marks_the_prediction(tmp_path, monkeypatch):
+    import modula_cli.analysis.plots as plots
+
+    figures = {}
+    monkeypatch.setattr(plots, "_save", lambda fig, path: figures.setdefault(Path(path).name, fig))
+    truths = {(w, 400): -1.0 + 0.25 * math.log2(w / 32) for w in (32, 64, 128, 256)}
+    result = write_report(shared_table(tmp_path, truths), resamples=400, out_dir=tmp_path / "r", quiet=True,
+                          target={"width": 4096})
+    left = figures["scale.png"].axes[0]
+    predicted = math.log2(result["transfer"].iloc[0]["predicted_lr"])
+    stars = [line for line in left.get_lines() if line.get_marker() == "*"]
+    assert len(stars) == 1 and stars[0].get_xdata()[0] == 4096
+    assert stars[0].get_ydata()[0] == pytest.approx(predicted)
+    dotted = [line for line in left.get_lines() if line.get_linestyle() == ":"]
+    assert any(max(line.get_xdata()) == pytest.approx(4096) for line in dotted)  # the extrapolation, drawn apart
+    low, high = left.get_ylim()
+    assert low < math.log2(result["transfer"].iloc[0]["predicted_low"]) and \
+        high > math.log2(result["transfer"].iloc[0]["predicted_high"])
+    assert any("4096" in text.get_text() for text in left.texts)
+
+
+def test_points_that_scatter_about_the_line_widen_its_intervals_by_root_chi_square():
+    """Optima that zigzag about the line by more than their own noise: the intervals widen by √(χ²/(n−2)),
+    χ² computed here from the optima and their precision (the weights of the polyfit test)."""
+    x = np.log2([32, 64, 128, 256, 512])
+    measured = points(-1.0 + 0.2 * x + np.array([0.6, -0.6, 0.6, -0.6, 0.6]), x, noise=0.003)
+    law = fit_law(["width"], measured)
+    optima = np.array([p.optimum.log2_optimal_lr for p in measured])
+    sigma = np.array([max(np.std(p.optimum.draws.log2_lr) * math.sqrt(3 / 2), 0.1) for p in measured])
+    slope, intercept = np.polyfit(x, optima, 1, w=1 / sigma)
+    chi2 = float(np.sum(((optima - intercept - slope * x) / sigma) ** 2))
+    assert law.inflation == pytest.approx(math.sqrt(chi2 / 3)) and law.inflation > 2
+    plain = fit_law(["width"], points(-1.0 + 0.2 * x, x, noise=0.003))
+    assert plain.inflation < law.inflation
+
+
+def test_the_regret_the_interval_implies_is_the_curve_s_parabola_at_the_far_end():
+    from modula_cli.analysis.law import Estimate, Prediction, curve_curvature, implied_regret
+
+    exact = optimum(GRID, (2.0 + 0.05 * (GRID + 1.3) ** 2)[None].repeat(3, axis=0))
+    assert curve_curvature(exact) == pytest.approx(0.05)
+    prediction = Prediction((12.0,), Estimate(-2.0, -2.5, -1.2), (4.0,))
+    assert implied_regret(prediction, 0.05) == pytest.approx(0.05 * 0.8**2)  # the longer arm, 0.8
+    edge = optimum(GRID, (2.0 + 0.05 * (GRID - 5.0) ** 2)[None].repeat(3, axis=0))
+    assert math.isnan(curve_curvature(edge))  # no valley inside the LRs: no shape to carry

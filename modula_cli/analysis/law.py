@@ -203,7 +203,7 @@ def _resampled_optima(points: Sequence[LawPoint]) -> np.ndarray:
 
 def _curvature(design: np.ndarray, position: np.ndarray, weights: np.ndarray, optima: np.ndarray,
                resampled: np.ndarray, seeds: int, stretch: float) -> Estimate | None:
-    """The quadratic term in one axis's log2 scale (centred, so it does not lean on the linear term), fitted
+    """The quadratic term in one axis's log2 scale (centred: the same coefficient, better conditioned), fitted
     beside the law's own terms; None with fewer than three distinct scales on that axis."""
     if np.unique(position).size < 3:
         return None

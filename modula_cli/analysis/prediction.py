@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,26 +31,27 @@ class TargetError(ValueError):
     """A target the sweep cannot predict at (one line)."""
 
 
-def parse_target(text: str) -> Target:
-    """``"width=4096,steps=20000"`` → {"width": 4096.0, "steps": 20000.0}; TargetError on anything else."""
+def parse_target(text: str, name: str = "--target") -> Target:
+    """``"width=4096,steps=20000"`` (also ``width:4096+steps:20000``, as ``sweep.target`` writes it without
+    quotes) → {"width": 4096.0, "steps": 20000.0}; TargetError on anything else."""
     target: Target = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        axis, equals, value = part.partition("=")
-        if not equals:
-            raise TargetError(f"--target {text}: write axis=value pairs, e.g. width=4096 or width=4096,steps=20000")
-        target[axis.strip()] = _number(axis.strip(), value.strip())
+    for part in filter(None, (p.strip() for p in re.split(r"[,+]", str(text)))):
+        axis, _, value = part.replace(":", "=", 1).partition("=")
+        if not value:
+            raise TargetError(f"{name} {text}: write axis=value pairs, e.g. width=4096 or width=4096,steps=20000")
+        target[axis.strip()] = _number(axis.strip(), value.strip(), name)
     if not target:
-        raise TargetError("--target is empty: name a scale, e.g. width=4096")
+        raise TargetError(f"{name} is empty: name a scale, e.g. width=4096")
     return target
 
 
-def _number(axis: str, value: Any) -> float:
+def _number(axis: str, value: Any, name: str) -> float:
     try:
         number = float(value)
     except (TypeError, ValueError):
-        raise TargetError(f"target {axis}={value}: a scale is a positive number") from None
+        number = math.nan
     if not number > 0 or not math.isfinite(number):
-        raise TargetError(f"target {axis}={value:g}: a scale is a positive number")
+        raise TargetError(f"{name} {axis}={value}: a scale is a positive number")
     return number
 
 
@@ -66,7 +68,7 @@ def checked_target(target: Mapping[str, Any] | None, axes: Sequence[str], where:
     if not axes:
         raise TargetError(f"{name} {named}: {where} has runs at one scale only; a law needs a sweep over a scale "
                           f"axis ({', '.join(SCALE_KNOBS)})")
-    values = {axis: _number(axis, value) for axis, value in target.items()}
+    values = {axis: _number(axis, value, name) for axis, value in target.items()}
     varied = " and ".join(axes)
     missing = [axis for axis in values if axis not in axes]
     if missing:

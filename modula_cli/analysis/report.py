@@ -11,7 +11,9 @@ Files written into the sweep directory:
   of a grid edge), the edge flag and the seeds behind it (see ``stats.py`` for the method);
 - ``transfer.csv``: per series: the shift of the fitted optimum from the smallest to the largest scale
   (log2, so grid steps of a powers-of-two grid) and the regret of keeping the smallest scale's LR, each
-  with its interval;
+  with its interval; the transfer law's slope and, with ``--target``, the LR it predicts there;
+- ``law.csv``: every transfer law (along the scale knob per series; over both axes of a two-axis sweep) and
+  its prediction at the target (``law.py``, ``prediction.py``);
 - ``transfer.png``, ``scale.png`` and ``scale.csv`` (see ``plots.py``);
 - ``search.csv`` after an LR search (``sweep.search=true``): per scale, the LRs it tried, its runs and CPU time
   against the full grid's, and why it stopped (``search_spend.py``).
@@ -20,6 +22,8 @@ Works on partial and in-progress sweeps (planned runs without a summary are ``pe
 where every run diverged or failed (a line says so).
 
     modula-sweep-report outputs/sweeps/width/gpt_shakespeare --metric test_loss
+    modula-sweep-report outputs/sweeps/width/gpt_shakespeare --target width=4096
+    modula-sweep-report docs/results/gpu_gpt_width/results.csv --target width=4096   (a shared table)
 """
 
 from __future__ import annotations

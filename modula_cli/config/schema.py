@@ -81,9 +81,8 @@ class SweepConfig:
     search_high: float | None = setting(None, "search: the highest LR it may try (null: no bound)", above=0)
     search_start: float | None = setting(None, "search: the first scale's middle LR (null: the grid's middle)",
                                          above=0)
-    target: dict[str, float] | None = setting(None, "the scale to predict the LR at from the transfer law, e.g. "
-                                                    "{width:4096} or '{width:4096,steps:20000}' (null: none)")
-
+    target: str | None = setting(None, "the scale to predict the LR at from the transfer law: width:4096, or "
+                                       "width:4096+steps:20000 for a sweep of both (null: none)")
 
 @dataclass
 class LoggerConfig:

@@ -55,10 +55,6 @@ def _value_problem(key: str, value: Any, hint: Any, metadata: typing.Mapping[str
         return None
     if (choices := metadata.get("choices")) is not None and value not in choices:
         return f"{key}={value!r}; allowed: {', '.join(map(str, choices))}"
-    if typing.get_origin(kind) is dict:
-        if not isinstance(value, (dict, DictConfig)) or not all(_instance(v, float) for v in value.values()):
-            return f"{key}={value}; must be a mapping of names to numbers, e.g. {{width:4096}}{null}"
-        return None
     if typing.get_origin(kind) is list:
         item = typing.get_args(kind)[0]
         if not listed(value) or not all(_instance(v, item) for v in value):

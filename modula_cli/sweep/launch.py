@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hydra.core.utils import JobReturn, JobStatus
-from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+from omegaconf import DictConfig, open_dict, read_write
 from omegaconf.errors import InterpolationResolutionError
 
 from ..config.hydra_internals import quiet_job_announcements
@@ -168,13 +168,14 @@ def _checked(config: DictConfig, host: Host) -> tuple[Plan, SearchSpace | None]:
 def _check_target(config: DictConfig, plan: Plan) -> None:
     """``sweep.target`` names axes this sweep varies, with positive values: said before anything trains, not by
     the report at its end."""
-    from ..analysis.prediction import TargetError, checked_target  # the report's code: pandas, only when asked
+    from ..analysis.prediction import TargetError, checked_target, parse_target  # the report's: pandas, when asked
     from ..results.knobs import swept_axes
 
     target = config.sweep.get("target")
     if target:
         try:
-            checked_target(OmegaConf.to_container(target), swept_axes(plan.runs), name="sweep.target")
+            checked_target(parse_target(str(target), "sweep.target"), swept_axes(plan.runs),
+                           name="sweep.target")
         except TargetError as error:
             raise ConfigError([str(error)]) from None
 
