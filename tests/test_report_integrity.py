@@ -169,3 +169,20 @@ def test_a_shift_between_edge_optima_says_it_is_a_bound(tmp_path, capsys):
     transfer = write_report(tmp_path)["transfer"]
     assert transfer["edges"].item() == "width 32 at the high edge; width 64 at the high edge"
     assert "the shift is a bound; widen the LR grid there" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_a_sweep_of_two_scale_axes_gets_the_joint_law_at_its_target(tiny_text_root):
+    """width × steps through the real command: its target names both axes (sweep.target's form, no quotes),
+    the launch accepts it, and the report fits the joint law and predicts there (one seed: the point
+    estimate, the interval withheld)."""
+    tmp = tiny_text_root.parent
+    sweep_dir = tmp / "two_axes"
+    done = quick_cli(tmp, sweep_dir, "optim.lr=0.1,0.4,1.6,6.4", "train.steps=4,8", "sweep.target=width:64+steps:32")
+    law = pd.read_csv(sweep_dir / "law.csv")
+    joint = law[law["axes"] == "width,steps"]
+    assert len(joint) == 1 and joint["target"].item() == "width=64,steps=32", law.to_string()
+    assert joint["points"].item() >= 3 and "one seed" in joint["withheld"].item()
+    assert math.isfinite(joint["predicted_lr"].item()) and math.isnan(joint["predicted_low"].item())
+    assert "joint width × steps" in done.stdout and "at width 64, steps 32: cannot tell: one seed" in done.stdout
+    assert "experiments that differ in more than the scale" not in done.stdout + done.stderr  # by design

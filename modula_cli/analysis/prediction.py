@@ -182,10 +182,11 @@ def _row(key: tuple, law: Law | None, excluded: list[str], target: Target, step:
     largest, largest_name = _largest(points, axes)
     row = LawRow(**dict(zip(GROUP, key)), axes=",".join(axes), excluded="; ".join(excluded))
     if law is None:
-        why = ("the law needs two scales with an optimum inside their LRs" +
+        needed = "two scales" if len(axes) == 1 else f"{len(axes) + 1} points across its {len(axes)} axes"
+        why = (f"the law needs {needed} with an optimum inside their LRs" +
                (f" (left out: {'; '.join(excluded)})" if excluded else ""))
         line = f"at {_where(target, axes)}: cannot tell: {why}" if target else f"no law: {why}"
-        return dataclasses.replace(row, withheld=why, line=line)
+        return dataclasses.replace(row, target=_target_text(target, axes), withheld=why, line=line)
     slope = law.slope(0)
     left_out = f"; left out: {'; '.join(excluded)}" if excluded else ""
     row = dataclasses.replace(row, points=len(law.optima), seeds=law.seeds, intercept=law.intercept,
