@@ -1,7 +1,7 @@
 """How often the transfer law's 95 % prediction interval holds the true optimal LR at a target beyond the scales
 measured, and how often a curved drift is caught (``analysis/law.py``).
 
-**Synthetic** (``--synthetic``): sweeps at 3 seeds over 3, 4 or 5 scales one doubling apart, each scale's
+**Synthetic** (``--synthetic``): sweeps at 3 seeds over 2, 3, 4 or 5 scales one doubling apart, each scale's
 curve the one of docs/results/interval_coverage (the paper's 9-point grid 2^-6 … 2^2, noise at every point
 and a tilt per seed; a parabola in log2 LR, or a skewed curve steeper above its optimum), its optimum on a
 known power law: a drift of 0, ±0.25 or ±0.5 grid steps per doubling. The law is fitted as the report fits it
@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "interval_coverage"
 from interval_coverage import GRID, TRUTH, noisy, parabola, skewed  # noqa: E402
 
 DRIFTS = (0.0, 0.25, -0.25, 0.5, -0.5)
-SCALES = (3, 4, 5)
+SCALES = (2, 3, 4, 5)
 BEYOND = (1, 2, 4, 8)
 SHAPES = {"parabola": parabola, "skewed": skewed}
 ROOT = Path(__file__).resolve().parents[3]
