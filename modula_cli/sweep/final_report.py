@@ -18,11 +18,15 @@ log = logging.getLogger(__name__)
 
 def write_sweep_report(config: DictConfig, sweep_dir: Path) -> None:
     """The report (one writer at a time: several processes may end a sweep of one folder together)."""
+    from ..analysis.prediction import TargetError
     from ..analysis.report import write_report
 
     try:
         with FileLock(str(sweep_dir / SWEEP_LOCK)):
-            write_report(sweep_dir, metric=config.sweep.metric, target=config.sweep.get("target"))
+            try:
+                write_report(sweep_dir, metric=config.sweep.metric, target=config.sweep.get("target"))
+            except TargetError:  # a preset's target this folder's runs do not vary (the launch said so)
+                write_report(sweep_dir, metric=config.sweep.metric)
         logger = typed(LoggerConfig, config.get("logger") or {})
         if logger.name == "wandb":
             log_report_to_wandb(logger, sweep_dir)

@@ -167,17 +167,22 @@ def _checked(config: DictConfig, host: Host) -> tuple[Plan, SearchSpace | None]:
 
 def _check_target(config: DictConfig, plan: Plan) -> None:
     """``sweep.target`` names axes this sweep varies, with positive values: said before anything trains, not by
-    the report at its end."""
+    the report at its end. A target the command line gave is refused; one a preset gave (``sweep=quick``'s
+    width 1024) that this sweep does not vary, e.g. ``sweep=quick arch.width=64``, is left out, said once."""
     from ..analysis.prediction import TargetError, checked_target, parse_target  # the report's: pandas, when asked
     from ..results.knobs import swept_axes
 
     target = config.sweep.get("target")
-    if target:
-        try:
-            checked_target(parse_target(str(target), "sweep.target"), swept_axes(plan.runs),
-                           name="sweep.target")
-        except TargetError as error:
+    if not target:
+        return
+    try:
+        checked_target(parse_target(str(target), "sweep.target"), swept_axes(plan.runs), name="sweep.target")
+    except TargetError as error:
+        typed = any(o.lstrip("+~").partition("=")[0] == "sweep.target" for o in config.hydra.overrides.task)
+        if typed:
             raise ConfigError([str(error)]) from None
+        log.info("%s: the preset's target is left out, the report predicts no LR (sweep.target=null says so "
+                 "quietly)", error)
 
 
 def _preflight(launcher: DictConfig) -> None:
