@@ -285,3 +285,65 @@ def test_the_regret_the_interval_implies_is_the_curve_s_parabola_at_the_far_end(
     assert implied_regret(prediction, 0.05) == pytest.approx(0.05 * 0.8**2)  # the longer arm, 0.8
     edge = optimum(GRID, (2.0 + 0.05 * (GRID - 5.0) ** 2)[None].repeat(3, axis=0))
     assert math.isnan(curve_curvature(edge))  # no valley inside the LRs: no shape to carry
+
+
+def test_a_withheld_prediction_leaves_no_lr_to_read_in_the_tables(tmp_path):
+    truths = {(w, 400): -1.0 + 0.25 * math.log2(w / 32) for w in (32, 64, 128)}
+    result = write_report(shared_table(tmp_path, truths, seeds=(0,)), resamples=400, out_dir=tmp_path / "r",
+                          quiet=True, target={"width": 1024})
+    row, law = result["transfer"].iloc[0], result["law"].iloc[0]
+    assert "one seed" in row["prediction_withheld"] and math.isnan(row["predicted_lr"])
+    assert math.isfinite(law["point_lr"]) and "the law's point estimate" in row["prediction"]
+
+
+def test_an_edge_scale_beyond_the_law_withholds_the_prediction(tmp_path, capsys):
+    """Widths 32–128 put the optimum at 2^-1; at width 256 it lies above the grid's top LR (2^2): the law,
+    fitted without that bound, says 2^-1 there, which the bound contradicts."""
+    truths = {(32, 400): -1.0, (64, 400): -1.0, (128, 400): -1.0, (256, 400): 4.0}
+    result = write_report(shared_table(tmp_path, truths), resamples=400, out_dir=tmp_path / "r",
+                          target={"width": 1024})
+    row = result["transfer"].iloc[0]
+    assert "width 256's optimum lies at or above its highest LR tried (4)" in row["prediction_withheld"]
+    assert math.isnan(row["predicted_lr"]) and "cannot tell" in capsys.readouterr().out
+    consistent = {**truths, (256, 400): -1.0}  # the same law with width 256 inside: predicted
+    again = write_report(shared_table(tmp_path, consistent), resamples=400, out_dir=tmp_path / "s", quiet=True,
+                         target={"width": 1024})
+    assert not again["transfer"].iloc[0]["prediction_withheld"]
+
+
+def test_scales_without_an_optimum_and_series_at_one_scale_are_said(tmp_path):
+    truths = {(w, 400): -1.0 for w in (32, 64, 128)}
+    table = shared_table(tmp_path, truths)
+    frame = pd.read_csv(table)
+    frame.loc[frame["width"] == 64, "status"] = "diverged"
+    frame.to_csv(table, index=False)
+    law = write_report(table, resamples=400, out_dir=tmp_path / "r", quiet=True, target={"width": 1024})["law"]
+    assert "width 64 (no optimum: every LR diverged or failed)" in law.iloc[0]["excluded"]
+    assert law.iloc[0]["points"] == 2
+    frame = frame[frame["width"] == 32]
+    frame.to_csv(table, index=False)
+    frame.assign(mode="dualized").pipe(lambda f: pd.concat([pd.read_csv(shared_table(tmp_path, truths)), f])) \
+        .to_csv(table, index=False)
+    law = write_report(table, resamples=400, out_dir=tmp_path / "s", quiet=True, target={"width": 1024})["law"]
+    lone = law[law["mode"] == "dualized"].iloc[0]
+    assert lone["line"].startswith("at width 1024: cannot tell: the law needs two scales")
+
+
+def test_a_shared_table_is_read_strictly_and_never_written_over(tmp_path):
+    table = shared_table(tmp_path, {(32, 400): -1.0, (64, 400): -1.0})
+    frame = pd.read_csv(table)
+    frame.assign(format=[2.0] + [None] * (len(frame) - 1)).to_csv(table, index=False)  # a blank cell: 2.0
+    write_report(table, resamples=200, quiet=True)  # its report goes beside it
+    assert (tmp_path / "reanalysis" / "law.csv").exists()
+    with pytest.raises(ValueError, match="would write over the table it reads"):
+        write_report(table, resamples=200, quiet=True, out_dir=tmp_path)
+    frame.astype({"width": object}).assign(width=["64w"] + list(frame["width"][1:])).to_csv(table, index=False)
+    with pytest.raises(ValueError, match=r"column width holds '64w' \(row 2\), not a number; 1 such cell"):
+        write_report(table, resamples=200, quiet=True)
+
+
+@pytest.mark.parametrize(("text", "message"), [("=4096", "write axis=value pairs"),
+                                               ("width=1,width=2", "names width twice")])
+def test_a_target_written_wrong_is_one_line(text, message):
+    with pytest.raises(TargetError, match=message):
+        parse_target(text)

@@ -183,7 +183,7 @@ def test_a_sweep_of_two_scale_axes_gets_the_joint_law_at_its_target(tiny_text_ro
     joint = law[law["axes"] == "width,steps"]
     assert len(joint) == 1 and joint["target"].item() == "width=64,steps=32", law.to_string()
     assert joint["points"].item() >= 3 and "one seed" in joint["withheld"].item()
-    assert math.isfinite(joint["predicted_lr"].item()) and math.isnan(joint["predicted_low"].item())
+    assert math.isfinite(joint["point_lr"].item()) and math.isnan(joint["predicted_lr"].item())  # withheld
     assert "joint width × steps" in done.stdout and "at width 64, steps 32: cannot tell: one seed" in done.stdout
     assert "experiments that differ in more than the scale" not in done.stdout + done.stderr  # by design
 

@@ -182,4 +182,4 @@ def test_each_table_declares_its_columns_once():
                                                  "verdict", "law_points", "law_slope", "law_slope_low",
                                                  "law_slope_high", "law_check", "target", "target_doublings",
                                                  "predicted_lr", "predicted_low", "predicted_high",
-                                                 "predicted_regret", "prediction"]
+                                                 "predicted_regret", "prediction_withheld", "prediction"]

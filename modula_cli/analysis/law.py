@@ -8,7 +8,9 @@ The points are the fitted optima of the scales (``stats.optimum``), weighted by 
 variance of their bootstrap draws); a point whose optimum lies at an edge of its LRs is a bound, not a
 value, and is left out. The uncertainty is the bootstrap the optima already carry: every scale's resamples
 of whole seeds give a draw of its optimum, and the line fitted through the r-th draw of every scale is the
-r-th draw of the law (the scales are separate runs, so their resamples are independent). The 95 % intervals
+r-th draw of the law. Scales along the first axis resample independently (separate runs, other shapes); in a
+two-axis sweep the points at one first-axis scale resample the same seeds together (seed s at width 64 has the
+same initial weights and batches at every horizon, so their noise is shared and stays paired). The 95 % intervals
 are those draws' (``stats.interval``: widened for few seeds), and, where the points scatter about the line
 more than their own noise explains (reduced χ² > 1, with more points than coefficients), widened by √χ².
 

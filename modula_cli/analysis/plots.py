@@ -187,7 +187,8 @@ def plot_scale(table: pd.DataFrame, optimal: pd.DataFrame, metric: str, knob: st
         line, drawn = _plot_optima(left, _of(table, key), _of(optimal, key), style, series_label(key))
         marks |= drawn
         if laws and key in laws:
-            reach += _plot_law(left, laws[key], out_to, line.get_color(), knob)
+            stacked = sum(1 for k in keys[:keys.index(key)] if k in laws)
+            reach += _plot_law(left, laws[key], out_to, line.get_color(), knob, stacked)
             marks.add("law")
         rows += _plot_tuned(right, _of(table, key), _of(optimal, key), key, metric, style, line.get_color())
     # At least two grid steps either side of the optima (within the grid): a 0.3-step move neither fills
@@ -195,9 +196,13 @@ def plot_scale(table: pd.DataFrame, optimal: pd.DataFrame, metric: str, knob: st
     fits = optimal["log2_optimal_lr_fit"].dropna() if not optimal.empty else pd.Series(dtype=float)
     if not table.empty and len(fits):
         low, high = max(fits.min() - 2, table["log2_lr"].min()), min(fits.max() + 2, table["log2_lr"].max())
-        finite = [y for y in reach if math.isfinite(y)]
-        low, high = min([low, *finite]), max([high, *finite])
-        left.set_ylim(low - 0.5, high + 0.5)
+        # the law's reach, but not so far that the measured optima flatten into a line (at most 8 log2 units
+        # beyond them; a prediction past that is labelled where the panel ends)
+        finite = [min(max(y, fits.min() - 8), fits.max() + 8) for y in reach if math.isfinite(y)]
+        low, high = min([low, *finite]) - 0.5, max([high, *finite]) + 0.5
+        labelled = sum(1 for key in keys if laws and key in laws) if out_to else 0
+        room = 0.07 * labelled + 0.03 if labelled else 0.0  # the predictions' lines, written at the top
+        left.set_ylim(low, high + room * (high - low) / (1 - room))
     left.set_ylabel("fitted log2 optimal LR" + (" (95% interval)" if "interval" in marks else " (1 seed: no interval)"))
     legend = [text for mark, text in (("incomplete", "○ incomplete"), ("open", "▲▼ open side"),
                                       ("missing", "× no completed run"),
@@ -250,9 +255,10 @@ def _plot_optima(ax, curves: pd.DataFrame, best: pd.DataFrame, style: str, label
     return line, drawn
 
 
-def _plot_law(ax, law: Law, target: float | None, color, knob: str) -> list[float]:
-    """The law's line and its 95 % band over the scales it was fitted on (solid) and out to ``target`` (dotted),
-    with the prediction there marked and labelled; returns the log2 LRs it reaches (for the panel's limits)."""
+def _plot_law(ax, law: Law, target: float | None, color, knob: str, index: int = 0) -> list[float]:
+    """The law's line (dash-dot, apart from the optima's own line) and its 95 % band over the scales it was
+    fitted on and out to ``target`` (dotted, lighter), with the prediction there marked, and its LR written in the
+    panel's corner (the ``index``-th law's line under the others'); returns the log2 LRs it reaches."""
     first, last = float(law.positions[:, 0].min()), float(law.positions[:, 0].max())
     ends = [first, last] + ([math.log2(target)] if target else [])
     xs = np.unique(np.concatenate([np.linspace(min(ends), max(ends), 60), [first, last]]))
@@ -260,7 +266,7 @@ def _plot_law(ax, law: Law, target: float | None, color, knob: str) -> list[floa
     value = np.array([p.value for p in predictions])
     low, high = np.array([p.low for p in predictions]), np.array([p.high for p in predictions])
     inside = (xs >= first - 1e-9) & (xs <= last + 1e-9)
-    ax.plot(2.0**xs[inside], value[inside], "-", color=color, linewidth=1, alpha=0.7)
+    ax.plot(2.0**xs[inside], value[inside], "-.", color=color, linewidth=1, alpha=0.8)
     for part in (xs <= first + 1e-9, xs >= last - 1e-9):  # below and beyond the scales measured
         if part.sum() > 1:
             ax.plot(2.0**xs[part], value[part], ":", color=color, linewidth=1.2)
@@ -276,8 +282,8 @@ def _plot_law(ax, law: Law, target: float | None, color, knob: str) -> list[floa
             markerfacecolor="none" if prediction.withheld else color, zorder=5)
     said = f"{knob} {target:g}: " + (f"cannot tell ({lr.value:.3g})" if prediction.withheld else
                                      f"{lr.value:.3g} [{lr.low:.3g}, {lr.high:.3g}]")
-    ax.annotate(said, (target, estimate.value), textcoords="offset points", xytext=(-6, 9), ha="right",
-                fontsize=7, color=color)
+    ax.text(0.02, 0.97 - 0.07 * index, "★ " + said, transform=ax.transAxes, ha="left", va="top", fontsize=7,
+            color=color)  # stacked in a corner: two series' predictions at one target would overlap at the stars
     return [float(v) for v in (*value, *low, *high)]
 
 

@@ -22,7 +22,7 @@ from ..results.knobs import GROUP, SCALE_KNOBS, SERIES
 from .law import Law, LawPoint, Prediction, curve_curvature, fit_law, implied_regret, usable
 from .plots import series_label
 from .stats import Optimum
-from .tables import Transfer, _Series, table, without_axis
+from .tables import Progress, Transfer, _Series, grid_step_of, table, without_axis
 
 Target = dict[str, float]
 
@@ -36,10 +36,12 @@ def parse_target(text: str, name: str = "--target") -> Target:
     quotes) → {"width": 4096.0, "steps": 20000.0}; TargetError on anything else."""
     target: Target = {}
     for part in filter(None, (p.strip() for p in re.split(r"[,+]", str(text)))):
-        axis, _, value = part.replace(":", "=", 1).partition("=")
-        if not value:
+        axis, _, value = (p.strip() for p in part.replace(":", "=", 1).partition("="))
+        if not axis or not value:
             raise TargetError(f"{name} {text}: write axis=value pairs, e.g. width=4096 or width=4096,steps=20000")
-        target[axis.strip()] = _number(axis.strip(), value.strip(), name)
+        if axis in target:
+            raise TargetError(f"{name} {text}: names {axis} twice; name each axis once")
+        target[axis] = _number(axis, value, name)
     if not target:
         raise TargetError(f"{name} is empty: name a scale, e.g. width=4096")
     return target
@@ -100,10 +102,14 @@ class LawRow(_Series):
     curvature: float = np.nan  # quadratic term along the first axis (three scales or more)
     curvature_low: float = np.nan
     curvature_high: float = np.nan
-    check: str = ""            # straight | curved | unchecked (two scales)
+    second_curvature: float = np.nan  # the same along the second axis
+    second_curvature_low: float = np.nan
+    second_curvature_high: float = np.nan
+    check: str = ""            # straight | curved | unchecked (two scales, or one seed)
     target: str = ""
     target_doublings: float = np.nan  # beyond the largest scale measured (negative: below the smallest)
-    predicted_lr: float = np.nan
+    point_lr: float = np.nan   # the law's value at the target, given or withheld
+    predicted_lr: float = np.nan  # the LR to use there (empty where the prediction is withheld)
     predicted_low: float = np.nan
     predicted_high: float = np.nan
     predicted_regret: float = np.nan  # the cost of an LR at the interval's farther end, at the largest curve's shape
@@ -116,7 +122,8 @@ TRANSFER_COLUMNS = {"points": "law_points", "slope": "law_slope", "slope_low": "
                     "slope_high": "law_slope_high", "check": "law_check", "target": "target",
                     "target_doublings": "target_doublings", "predicted_lr": "predicted_lr",
                     "predicted_low": "predicted_low", "predicted_high": "predicted_high",
-                    "predicted_regret": "predicted_regret", "line": "prediction"}
+                    "predicted_regret": "predicted_regret", "withheld": "prediction_withheld",
+                    "line": "prediction"}
 assert set(TRANSFER_COLUMNS.values()) <= {f.name for f in dataclasses.fields(Transfer)}
 
 
@@ -141,9 +148,13 @@ def law_text(law: Law, step: float) -> str:
     slopes = ", ".join(_per_doubling(law, k, step) for k in range(len(law.axes)))
     points = f"{len(law.optima)} {'scales' if len(law.axes) == 1 else 'points'}"
     unchecked = "one seed" if law.seeds < 2 and len(law.optima) > 2 else "two scales"
+    bent = " and ".join(axis for axis, c in zip(law.axes, law.curvature) if c is not None and math.isfinite(c.low)
+                        and not c.covers(0.0))
     check = {"straight": "straight within its interval", "unchecked": f"{unchecked}: nothing checks that the line "
-             "is straight", "curved": "curved: not a power law over these scales"}[_check(law)]
-    return f"law: {slopes} over {points}, {check}"
+             "is straight", "curved": f"curved along {bent}: not a power law over these scales"}[_check(law)]
+    scatter = (f"; the optima scatter about it {law.inflation:.1f}× their own noise (its intervals widened so)"
+               if law.inflation > 1.5 else "")
+    return f"law: {slopes} over {points}, {check}{scatter}"
 
 
 def _where(target: Mapping[str, float], axes: Sequence[str]) -> str:
@@ -178,8 +189,7 @@ def prediction_text(law: Law, prediction: Prediction, target: Mapping[str, float
 
 
 def _row(key: tuple, law: Law | None, excluded: list[str], target: Target, step: float, points: Sequence[LawPoint],
-         metric: str, axes: Sequence[str]) -> LawRow:
-    largest, largest_name = _largest(points, axes)
+         metric: str, axes: Sequence[str], edges: Sequence[tuple[str, LawPoint]] = ()) -> LawRow:
     row = LawRow(**dict(zip(GROUP, key)), axes=",".join(axes), excluded="; ".join(excluded))
     if law is None:
         needed = "two scales" if len(axes) == 1 else f"{len(axes) + 1} points across its {len(axes)} axes"
@@ -192,50 +202,76 @@ def _row(key: tuple, law: Law | None, excluded: list[str], target: Target, step:
     row = dataclasses.replace(row, points=len(law.optima), seeds=law.seeds, intercept=law.intercept,
                               slope=slope.value, slope_low=slope.low, slope_high=slope.high,
                               inflation=law.inflation, check=_check(law), line=law_text(law, step) + left_out)
-    if law.curvature[0] is not None:
-        c = law.curvature[0]
-        row = dataclasses.replace(row, curvature=c.value, curvature_low=c.low, curvature_high=c.high)
+    for prefix, c in zip(("", "second_"), law.curvature):
+        if c is not None:
+            row = dataclasses.replace(row, **{f"{prefix}curvature": c.value, f"{prefix}curvature_low": c.low,
+                                              f"{prefix}curvature_high": c.high})
     if len(axes) > 1:
         second = law.slope(1)
         row = dataclasses.replace(row, second_axis=axes[1], second_slope=second.value, second_slope_low=second.low,
                                   second_slope_high=second.high)
     if not target:
         return row
-    prediction = law.predict([math.log2(target[axis]) for axis in axes])
-    regret = implied_regret(prediction, curve_curvature(largest)) if largest is not None else math.nan
-    lr = prediction.lr
+    position = [math.log2(target[axis]) for axis in axes]
+    prediction = law.predict(position)
+    if not prediction.withheld and (beyond := _edge_beyond_law(law, edges, step)):
+        prediction = dataclasses.replace(prediction, withheld=beyond)
+    nearest, nearest_name = _nearest(points, axes, position)
+    regret = implied_regret(prediction, curve_curvature(nearest)) if nearest is not None else math.nan
+    lr, given = prediction.lr, not prediction.withheld
     return dataclasses.replace(
         row, target=_target_text(target, axes), target_doublings=max(prediction.doublings, key=abs),
-        predicted_lr=lr.value, predicted_low=lr.low if not prediction.withheld else np.nan,
-        predicted_high=lr.high if not prediction.withheld else np.nan,
-        predicted_regret=regret if not prediction.withheld else np.nan, withheld=prediction.withheld,
-        line=prediction_text(law, prediction, target, step, regret, metric, largest_name) + left_out)
+        point_lr=lr.value, predicted_lr=lr.value if given else np.nan, predicted_low=lr.low if given else np.nan,
+        predicted_high=lr.high if given else np.nan, predicted_regret=regret if given else np.nan,
+        withheld=prediction.withheld,
+        line=prediction_text(law, prediction, target, step, regret, metric, nearest_name) + left_out)
+
+
+def _edge_beyond_law(law: Law, edges: Sequence[tuple[str, LawPoint]], step: float) -> str:
+    """Why the law is contradicted by a scale it left out: an optimum at the high edge of its LRs lies at least
+    half a grid step below the best LR (the parabola's vertex can lie that far below it), so a law whose whole
+    interval there is lower cannot hold (and the mirror image at a low edge). "" when none contradicts it."""
+    for where, point in edges:
+        best = point.optimum.log2_lrs[point.optimum.best]
+        there = law.predict(list(point.position)).log2_lr
+        if point.optimum.edge == "high" and there.high < best - step / 2:
+            return (f"{where}'s optimum lies at or above its highest LR tried ({2 ** best:g}), above the law's "
+                    f"interval there ({2 ** there.low:.3g} to {2 ** there.high:.3g}): widen the LRs there")
+        if point.optimum.edge == "low" and there.low > best + step / 2:
+            return (f"{where}'s optimum lies at or below its lowest LR tried ({2 ** best:g}), below the law's "
+                    f"interval there ({2 ** there.low:.3g} to {2 ** there.high:.3g}): widen the LRs there")
+    return ""
 
 
 def _points(key: tuple, ready: pd.DataFrame, fits: Mapping[tuple, Optimum], knob: str,
-            second: tuple[str, float] | None = None) -> tuple[list[LawPoint], list[str], list[Optimum]]:
-    """A series' law points from its finished scales, what was left out, and the optima it uses in scale order."""
-    points, excluded, optima = [], [], []
+            second: tuple[str, float] | None = None
+            ) -> tuple[list[LawPoint], list[str], list[tuple[str, LawPoint]]]:
+    """A series' law points from its finished scales, what was left out, and the scales left out for an
+    optimum at an edge of their LRs (bounds the law must not contradict)."""
+    points, excluded, edges = [], [], []
     for _, point in ready.sort_values("scale").iterrows():
         fit = fits[(*key, point["scale"])]
         where = f"{knob} {point['scale']:g}" + (f", {second[0]} {second[1]:g}" if second else "")
         if not point["scale"] > 0:
             excluded.append(f"{where} (not a positive scale)")
-        elif fit.edge:
+            continue
+        position = (math.log2(point["scale"]),) + ((math.log2(second[1]),) if second else ())
+        if fit.edge:
             excluded.append(f"{where} (optimum at the {fit.edge} edge of its LRs)")
+            edges.append((where, LawPoint(position, fit)))
         else:
-            position = (math.log2(point["scale"]),) + ((math.log2(second[1]),) if second else ())
             points.append(LawPoint(position, fit))
-            optima.append(fit)
-    return points, excluded, optima
+    return points, excluded, edges
 
 
-def _largest(points: Sequence[LawPoint], axes: Sequence[str]) -> tuple[Optimum | None, str]:
-    """The largest scale a law was fitted on (the farthest along all its axes) and its name, ``width 512``."""
+def _nearest(points: Sequence[LawPoint], axes: Sequence[str], target: Sequence[float]
+             ) -> tuple[Optimum | None, str]:
+    """The scale a law was fitted on nearest the target (its curve's shape stands in for the target's), and its
+    name, ``width 512``."""
     if not points:
         return None, ""
-    last = max(points, key=lambda p: (sum(p.position), p.position))
-    return last.optimum, ", ".join(f"{axis} {2 ** x:g}" for axis, x in zip(axes, last.position))
+    near = min(points, key=lambda p: (sum((x - t) ** 2 for x, t in zip(p.position, target)), -sum(p.position)))
+    return near.optimum, ", ".join(f"{axis} {2 ** x:g}" for axis, x in zip(axes, near.position))
 
 
 def _ready(optimal: pd.DataFrame, key: tuple) -> pd.DataFrame:
@@ -244,56 +280,76 @@ def _ready(optimal: pd.DataFrame, key: tuple) -> pd.DataFrame:
 
 
 def laws(optimal: pd.DataFrame, fits: Mapping[tuple, Optimum], transfer: pd.DataFrame, metric: str,
-         target: Target, axes: Sequence[str], second: Mapping[tuple, float] | None = None
-         ) -> tuple[pd.DataFrame, pd.DataFrame, dict[tuple, Law]]:
+         target: Target, axes: Sequence[str], second: Mapping[tuple, float] | None = None,
+         done: Mapping[tuple, Progress] | None = None) -> tuple[pd.DataFrame, pd.DataFrame, dict[tuple, Law]]:
     """law.csv, transfer.csv with its law columns, and each series' law along the scale knob (for scale.png).
     ``axes``: the scale knobs the sweep varies (the first is the transfer table's); ``second``: per series key,
-    its value of the second axis (two-axis sweeps only)."""
+    its value of the second axis (two-axis sweeps only); ``done``: each scale point's progress (a finished point
+    with no optimum is named among those left out)."""
     rows, fitted = [], {}
-    along_one = target if axes and set(target) == {axes[0]} else {}  # a target on both axes is the joint law's
     transfer = transfer.copy()
-    for index, entry in transfer.iterrows():
-        key = tuple(entry[column] for column in GROUP)
-        knob = entry["scale_knob"]
-        if not isinstance(knob, str) or math.isnan(entry["shift_log2"]):
-            continue
-        ready = _ready(optimal, key)
-        points, excluded, optima = _points(key, ready, fits, knob)
-        law = fit_law((knob,), usable(points), entry["grid_step"])
+    if not axes:
+        return table(LawRow, rows), transfer, fitted
+    knob = axes[0]
+    along_one = target if set(target) == {knob} else {}  # a target on both axes is the joint law's
+    where = {tuple(entry[c] for c in GROUP): index for index, entry in transfer.iterrows()}
+    for key, series in optimal.groupby(list(GROUP), dropna=False, sort=False):
+        key = tuple(key)
+        step = _grid_step(transfer, where.get(key), fits, key)
+        points, excluded, edges = _points(key, _ready(optimal, key), fits, knob)
+        excluded += _without_optimum(key, series, done, knob)
+        law = fit_law((knob,), usable(points), step)
         if law is not None:
             fitted[key] = law
-        row = _row(key, law, excluded, along_one, entry["grid_step"], points, metric, (knob,))
+        row = _row(key, law, excluded, along_one, step, points, metric, (knob,), edges)
         rows.append(row)
-        for field, column in TRANSFER_COLUMNS.items():
-            transfer.at[index, column] = getattr(row, field)
+        if key in where:
+            for field, column in TRANSFER_COLUMNS.items():
+                transfer.at[where[key], column] = getattr(row, field)
     if len(axes) > 1 and second:
-        rows += _joint_rows(optimal, fits, transfer, metric, target if len(target) > 1 else {}, axes, second)
+        rows += _joint_rows(optimal, fits, transfer, metric, target if len(target) > 1 else {}, axes, second, done)
     return table(LawRow, rows), transfer, fitted
 
 
+def _grid_step(transfer: pd.DataFrame, index: Any, fits: Mapping[tuple, Optimum], key: tuple) -> float:
+    """The series' grid step: the transfer table's, else read off its LRs."""
+    if index is not None and math.isfinite(transfer.at[index, "grid_step"]):
+        return float(transfer.at[index, "grid_step"])
+    return grid_step_of([fit for (*series, _), fit in fits.items() if tuple(series) == key])
+
+
+def _without_optimum(key: tuple, series: pd.DataFrame, done: Mapping[tuple, Progress] | None, knob: str,
+                     suffix: str = "") -> list[str]:
+    """The series' finished scale points with no optimum (every LR lost a seed, or nothing completed)."""
+    known = {scale for (*k, scale), point in (done or {}).items() if tuple(k) == key and point.complete}
+    missing = sorted(scale for scale in known - set(series["scale"]) if scale is not None and scale == scale)
+    return [f"{knob} {scale:g}{suffix} (no optimum: every LR diverged or failed)" for scale in missing]
+
+
 def _joint_rows(optimal: pd.DataFrame, fits: Mapping[tuple, Optimum], transfer: pd.DataFrame, metric: str,
-                target: Target, axes: Sequence[str], second: Mapping[tuple, float]) -> list[LawRow]:
+                target: Target, axes: Sequence[str], second: Mapping[tuple, float],
+                done: Mapping[tuple, Progress] | None) -> list[LawRow]:
     """The joint law over both axes, per experiment whose series differ only in the second axis."""
     knob, other = axes[0], axes[1]
-    experiments: dict[tuple, list[tuple]] = {}
-    for _, entry in transfer.iterrows():
-        key = tuple(entry[column] for column in GROUP)
-        if key in second and entry["scale_knob"] == knob:
-            experiments.setdefault((*key[:len(SERIES)], without_axis(key[-1], other)), []).append(key)
+    experiments: dict[tuple, list[tuple[tuple, pd.DataFrame]]] = {}
+    for key, series in optimal.groupby(list(GROUP), dropna=False, sort=False):
+        key = tuple(key)
+        if key in second:
+            experiments.setdefault((*key[:len(SERIES)], without_axis(key[-1], other)), []).append((key, series))
     rows = []
-    for experiment, keys in experiments.items():
-        if len({second[key] for key in keys}) < 2:
+    for experiment, members in experiments.items():
+        if len({second[key] for key, _ in members}) < 2:
             continue
-        points, excluded, steps = [], [], []
-        for key in keys:
-            found, left, _ = _points(key, _ready(optimal, key), fits, knob, (other, second[key]))
+        points, excluded, edges, steps = [], [], [], []
+        for key, series in members:
+            found, left, bounds = _points(key, _ready(optimal, key), fits, knob, (other, second[key]))
             points += found
-            excluded += left
-            steps.append(float(transfer.loc[(transfer[list(GROUP)] == pd.Series(key, index=list(GROUP))).all(axis=1),
-                                            "grid_step"].iloc[0]))
-        step = float(np.median(steps)) if steps else 1.0
+            edges += bounds
+            excluded += left + _without_optimum(key, series, done, knob, f", {other} {second[key]:g}")
+            steps.append(_grid_step(transfer, None, fits, key))
+        step = float(np.median(steps))
         rows.append(_row(experiment, fit_law(axes, usable(points), step), excluded, target, step, points, metric,
-                         axes))
+                         axes, edges))
     return rows
 
 

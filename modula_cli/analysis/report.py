@@ -64,13 +64,17 @@ def write_report(sweep_dir: Path, metric: str = "train_loss", quiet: bool = Fals
                  resamples: int = DEFAULT_RESAMPLES, out_dir: Path | None = None,
                  target: Mapping[str, Any] | str | None = None) -> dict:
     """Write the report files into ``out_dir`` (default: ``sweep_dir``) and print the summary; returns what was
-    computed. ``sweep_dir`` may also be a results.csv (then ``out_dir`` is required); ``target``: the scale to
-    predict the LR at (``{"width": 4096}`` or ``"width=4096,steps=20000"``)."""
+    computed. ``sweep_dir`` may also be a results.csv (its report goes into ``reanalysis/`` beside it by default);
+    ``target``: the scale to predict the LR at (``{"width": 4096}`` or ``"width=4096,steps=20000"``)."""
     if metric not in METRICS:
         raise ValueError(f"metric={metric!r}; allowed: {', '.join(METRICS)}")
     if resamples < 200:
         raise ValueError(f"resamples={resamples}; use at least 200 for a 95 % interval")
     sweep_dir = Path(sweep_dir)
+    out = Path(out_dir) if out_dir is not None else (sweep_dir.parent / REANALYSIS if sweep_dir.is_file()
+                                                     else sweep_dir)
+    if sweep_dir.is_file() and (out / "results.csv").resolve() == sweep_dir.resolve():
+        raise ValueError(f"--out {out} would write over the table it reads ({sweep_dir}); choose another folder")
     frame, shared_settings = _runs(sweep_dir, metric)
     if frame[metric].isna().all() and (frame["status"] == COMPLETED).any():
         raise ValueError(f"no run in {sweep_dir} recorded {metric} (test_acc exists for image datasets only)")
@@ -91,11 +95,10 @@ def write_report(sweep_dir: Path, metric: str = "train_loss", quiet: bool = Fals
     steps = {entry.get("grid_step") for entry in (search or {}).get("scales", {}).values()}
     step = float(steps.pop()) if len(steps) == 1 and None not in steps else None
     transfer = transfer_table(optimal, fits, metric, done, step)
-    law, transfer, fitted = laws(optimal, fits, transfer, metric, wanted, axes, _second_axis(frame, axes))
+    law, transfer, fitted = laws(optimal, fits, transfer, metric, wanted, axes, _second_axis(frame, axes), done)
     spend = spend_table(frame, search) if search else None
     tables = [("results", results_table(frame)), ("curves", table), ("optimal_lr", optimal),
               ("transfer", transfer), ("law", law)]
-    out = Path(out_dir) if out_dir is not None else sweep_dir
     out.mkdir(parents=True, exist_ok=True)
     for name, data in tables + ([("search", spend)] if spend is not None else []):
         _write_csv(data, out / f"{name}.csv")
@@ -266,8 +269,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="where the report goes (default: the sweep folder; for a results.csv, "
                              f"{REANALYSIS}/ beside it)")
     args = parser.parse_args(argv)
-    out = args.out or (args.sweep_dir.parent / REANALYSIS if args.sweep_dir.is_file()
-                       else report_folder(args.sweep_dir, args.metric))
+    out = args.out or (None if args.sweep_dir.is_file() else report_folder(args.sweep_dir, args.metric))
     try:
         result = write_report(args.sweep_dir, args.metric, resamples=args.resamples, out_dir=out,
                               target=args.target)

@@ -124,6 +124,7 @@ class Transfer(_Series):
     predicted_low: float = np.nan
     predicted_high: float = np.nan
     predicted_regret: float = np.nan
+    prediction_withheld: str = ""  # why no LR is predicted (predicted_lr then empty)
     prediction: str = ""  # its line (or the law's, without a target)
 
 

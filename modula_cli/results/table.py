@@ -72,8 +72,9 @@ def read_results_table(path: Path, metric: str) -> pd.DataFrame:
     except (OSError, ValueError, pd.errors.ParserError) as error:
         raise ValueError(f"{path}: not a readable results table ({type(error).__name__}: {error})") from None
     if "format" in frame:
-        formats = sorted({str(v) for v in frame["format"].dropna().unique()})
-        if formats and formats != [str(RESULTS_FORMAT)]:
+        formats = sorted({str(v) for v in frame["format"].dropna().unique()} - {str(RESULTS_FORMAT),
+                                                                               f"{RESULTS_FORMAT:.1f}"})
+        if formats:
             raise ValueError(f"{path}: results table format {', '.join(formats)}; this modula-sweep reads format "
                              f"{RESULTS_FORMAT} and the unversioned tables before it: upgrade modula-sweep")
     missing = [c for c in (*REQUIRED_COLUMNS, metric) if c not in frame]
@@ -90,5 +91,11 @@ def read_results_table(path: Path, metric: str) -> pd.DataFrame:
         frame["axes"] = None
     frame["axes"] = frame["axes"].astype(object).where(frame["axes"].notna(), None)
     for column in NUMERIC:
-        frame[column] = pd.to_numeric(frame[column], errors="coerce")
+        numbers = pd.to_numeric(frame[column], errors="coerce")
+        unread = frame[column].notna() & numbers.isna() & (frame[column].astype(str).str.strip() != "")
+        if unread.any():
+            first = unread.idxmax()
+            raise ValueError(f"{path}: column {column} holds {frame.at[first, column]!r} (row {first + 2}), not a "
+                             f"number; {int(unread.sum())} such cell{'s' if unread.sum() != 1 else ''}")
+        frame[column] = numbers
     return frame
