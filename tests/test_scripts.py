@@ -26,7 +26,7 @@ def run(script: Path, *args: str, timeout: int = 120) -> subprocess.CompletedPro
 def test_bench_prints_mode_ratios_per_variant_and_packed_speed_up():
     result = subprocess.run(
         [sys.executable, str(SCRIPTS / "bench.py"), "--tables", "modes,pack", "--skip-gpt768", "--steps", "1",
-         "--batch-size", "2", "--context", "8", "--pack", "2"],
+         "--batch-size", "2", "--context", "8", "--pack", "2", "--repeats", "2"],
         capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()

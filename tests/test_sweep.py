@@ -43,29 +43,33 @@ def test_multirun_grid_then_relaunch_skips_everything(launcher, text_tmp):
         extra += ["hydra.launcher.timeout_min=10", "hydra.launcher.cpus_per_task=1"]
     if launcher == "joblib":
         extra += ["hydra.launcher.n_jobs=2"]
-    first = sweep_cli(text_tmp, "optim.lr=0.05,0.1,0.2", *extra, sweep_dir=sweep_dir)
+    # the launchers that start a process per job (a torch import each) get two LRs; the basic one three
+    lrs = [0.05, 0.1, 0.2] if launcher == "basic" else [0.05, 0.1]
+    runs = 2 * len(lrs)
+    grid = f"optim.lr={','.join(map(str, lrs))}"
+    first = sweep_cli(text_tmp, grid, *extra, sweep_dir=sweep_dir)
     assert first.returncode == 0, first.stderr[-3000:]
     names = [p.name for p in run_dirs(sweep_dir) if not p.name.startswith(".")]
     # named from the knob overrides (the data.root path and logging flags stay out)
-    assert len(names) == 6 and ("arch=gpt,batch_size=8,context=8,depth=1,eval_batches=2,eval_every=10,heads=2,"
-                                  "lr=0.05,steps=6,width=8") in names, names
-    assert "sweep finished: 6 completed, 0 skipped, 0 diverged, 0 failed" in first.stdout
+    assert len(names) == runs and ("arch=gpt,batch_size=8,context=8,depth=1,eval_batches=2,eval_every=10,heads=2,"
+                                   "lr=0.05,steps=6,width=8") in names, names
+    assert f"sweep finished: {runs} completed, 0 skipped, 0 diverged, 0 failed" in first.stdout
     results = pd.read_csv(sweep_dir / "results.csv")
-    assert len(results) == 6 and set(results["status"]) == {"completed"}
-    assert sorted(results["width"].unique()) == [8, 16] and sorted(results["lr"].unique()) == [0.05, 0.1, 0.2]
+    assert len(results) == runs and set(results["status"]) == {"completed"}
+    assert sorted(results["width"].unique()) == [8, 16] and sorted(results["lr"].unique()) == lrs
     optimal = pd.read_csv(sweep_dir / "optimal_lr.csv")
     assert list(optimal["scale"]) == [8, 16]
     assert (sweep_dir / "transfer.png").stat().st_size > 10_000 and (sweep_dir / "scale.png").exists()
     if launcher == "basic":  # (the other launchers log from their own job processes)
         progress = re.findall(r"\[(\d) of 6\]", first.stdout)
         assert sorted(progress) == list("123456"), first.stdout  # one line per run, each count once
-    again = sweep_cli(text_tmp, "optim.lr=0.05,0.1,0.2", *extra, sweep_dir=sweep_dir)
+    again = sweep_cli(text_tmp, grid, *extra, sweep_dir=sweep_dir)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "sweep finished: 0 completed, 6 skipped, 0 diverged, 0 failed" in again.stdout
-    assert "6 finished before (skipped; sweep.rerun=true retrains), 0 to train" in again.stdout
-    assert " of 6]" not in again.stdout  # a skipped run is not reported as progress (once said "[6 of 6]" twice)
+    assert f"sweep finished: 0 completed, {runs} skipped, 0 diverged, 0 failed" in again.stdout
+    assert f"{runs} finished before (skipped; sweep.rerun=true retrains), 0 to train" in again.stdout
+    assert f" of {runs}]" not in again.stdout  # a skipped run is not reported as progress (once said "[6 of 6]" twice)
     if launcher == "basic":  # retraining everything: the runs of earlier launches are still to do, not done
-        rerun = sweep_cli(text_tmp, "optim.lr=0.05,0.1,0.2", "sweep.rerun=true", sweep_dir=sweep_dir)
+        rerun = sweep_cli(text_tmp, grid, "sweep.rerun=true", sweep_dir=sweep_dir)
         assert sorted(re.findall(r"\[(\d) of 6\]", rerun.stdout)) == list("123456"), rerun.stdout
 
 
