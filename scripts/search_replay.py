@@ -23,26 +23,23 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from modula_cli.analysis.tables import optimal_lrs, progress, transfer_table
+from modula_cli.analysis.tables import optimal_lrs, progress, scale_axes, transfer_table
 from modula_cli.analysis.stats import signed
-from modula_cli.results.knobs import GROUP, SCALE_KNOBS
+from modula_cli.results.knobs import GROUP
+from modula_cli.results.table import read_results_table
 from modula_cli.results.status import DIVERGED
 from modula_cli.sweep.lr_search import Lattice, SearchSettings, plan_series
 
 
-def load(path: Path) -> pd.DataFrame:
-    frame = pd.read_csv(path)
-    for column, default in (("variant", "modular"), ("setting", "")):
-        if column not in frame:
-            frame[column] = default
-    frame["setting"] = frame["setting"].astype(object).fillna("")
-    if "packed_with" not in frame:
-        frame["packed_with"] = 1
+def load(path: Path, metric: str) -> pd.DataFrame:
+    """A results.csv as the report reads it (``read_results_table``), its series' settings kept."""
+    frame = read_results_table(path, metric)
+    frame["setting"] = frame["setting"].astype(object).fillna("") if "setting" in frame else ""
     return frame
 
 
 def scale_knob(frame: pd.DataFrame) -> str:
-    return next(knob for knob in SCALE_KNOBS if knob in frame and frame[knob].nunique() > 1)
+    return scale_axes(frame)[0]
 
 
 def lr_values(rows: pd.DataFrame, metric: str) -> list[float] | None:
@@ -128,7 +125,7 @@ def main(argv: list[str] | None = None) -> None:
     for path in args.results:
         if not path.is_file():
             sys.exit(f"search_replay: no results.csv at {path}")
-        frame = load(path)
+        frame = load(path, args.metric)
         knob = scale_knob(frame)
         if args.modes:
             frame = frame[frame["mode"].isin(args.modes.split(","))]

@@ -26,7 +26,7 @@ known drift at 1–8 doublings beyond the largest scale, is measured in docs/res
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -217,11 +217,6 @@ def _curvature(design: np.ndarray, position: np.ndarray, weights: np.ndarray, op
     value = float((solver @ optima)[-1])
     low, high = interval(resampled @ solver[-1], value, seeds, stretch=stretch)
     return Estimate(value, low, high)
-
-
-def positions_of(scales: Mapping[str, float], axes: Sequence[str]) -> tuple[float, ...]:
-    """log2 of each axis's value."""
-    return tuple(math.log2(float(scales[axis])) for axis in axes)
 
 
 def curve_curvature(optimum: Optimum) -> float:

@@ -274,9 +274,9 @@ def _nearest(points: Sequence[LawPoint], axes: Sequence[str], target: Sequence[f
     return near.optimum, ", ".join(f"{axis} {2 ** x:g}" for axis, x in zip(axes, near.position))
 
 
-def _ready(optimal: pd.DataFrame, key: tuple) -> pd.DataFrame:
-    rows = optimal[(optimal[list(GROUP)] == pd.Series(key, index=list(GROUP))).all(axis=1)]
-    return rows[rows["complete"]].dropna(subset=["scale"])
+def _ready(series: pd.DataFrame) -> pd.DataFrame:
+    """A series' optimal_lr rows whose runs have all finished (the transfer table's rule)."""
+    return series[series["complete"]].dropna(subset=["scale"])
 
 
 def laws(optimal: pd.DataFrame, fits: Mapping[tuple, Optimum], transfer: pd.DataFrame, metric: str,
@@ -296,7 +296,7 @@ def laws(optimal: pd.DataFrame, fits: Mapping[tuple, Optimum], transfer: pd.Data
     for key, series in optimal.groupby(list(GROUP), dropna=False, sort=False):
         key = tuple(key)
         step = _grid_step(transfer, where.get(key), fits, key)
-        points, excluded, edges = _points(key, _ready(optimal, key), fits, knob)
+        points, excluded, edges = _points(key, _ready(series), fits, knob)
         excluded += _without_optimum(key, series, done, knob)
         law = fit_law((knob,), usable(points), step)
         if law is not None:
@@ -342,7 +342,7 @@ def _joint_rows(optimal: pd.DataFrame, fits: Mapping[tuple, Optimum], transfer: 
             continue
         points, excluded, edges, steps = [], [], [], []
         for key, series in members:
-            found, left, bounds = _points(key, _ready(optimal, key), fits, knob, (other, second[key]))
+            found, left, bounds = _points(key, _ready(series), fits, knob, (other, second[key]))
             points += found
             edges += bounds
             excluded += left + _without_optimum(key, series, done, knob, f", {other} {second[key]:g}")
