@@ -347,3 +347,32 @@ def test_a_shared_table_is_read_strictly_and_never_written_over(tmp_path):
 def test_a_target_written_wrong_is_one_line(text, message):
     with pytest.raises(TargetError, match=message):
         parse_target(text)
+
+
+def test_a_preset_target_a_sweep_does_not_vary_is_left_out_not_fatal(tmp_path, caplog):
+    """sweep=quick names width 1024 as its target; at one width there is no law: the launch says so once and
+    goes on, and the report at the sweep's end is written, predicting nothing. Typed on the command line, the
+    same target is refused (tests/test_cli.py)."""
+    import json
+    import logging
+
+    from helpers import compose_config
+    from modula_cli.sweep.final_report import write_sweep_report
+    from modula_cli.sweep.launch import _check_target
+    from modula_cli.sweep.plan import Plan
+
+    config = compose_config("sweep=quick", "arch.width=8", with_hydra=True)
+    runs = {f"lr={lr}": {"width": 8, "lr": lr} for lr in (0.1, 0.2, 0.4)}
+    with caplog.at_level(logging.INFO):
+        _check_target(config, Plan(runs, []))
+    assert "sweep.target width=1024: this sweep has runs at one scale only" in caplog.text
+    assert "the preset's target is left out" in caplog.text
+    for lr, loss in ((0.1, 2.3), (0.2, 2.1), (0.4, 2.2)):
+        run = tmp_path / f"lr={lr}"
+        run.mkdir()
+        (run / "summary.json").write_text(json.dumps({
+            "status": "completed", "train_loss": loss, "arch": "gpt", "data": "shakespeare", "optimizer": "adam",
+            "mode": "normed", "width": 8, "lr": lr, "seed": 0}))
+    write_sweep_report(config, tmp_path)
+    assert (tmp_path / "law.csv").exists() and (tmp_path / "transfer.csv").exists()
+    assert "report not written" not in caplog.text

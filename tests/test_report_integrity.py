@@ -186,15 +186,3 @@ def test_a_sweep_of_two_scale_axes_gets_the_joint_law_at_its_target(tiny_text_ro
     assert math.isfinite(joint["point_lr"].item()) and math.isnan(joint["predicted_lr"].item())  # withheld
     assert "joint width × steps" in done.stdout and "at width 64, steps 32: cannot tell: one seed" in done.stdout
     assert "experiments that differ in more than the scale" not in done.stdout + done.stderr  # by design
-
-
-@pytest.mark.slow
-def test_a_preset_target_a_sweep_does_not_vary_is_left_out_not_fatal(tiny_text_root):
-    """sweep=quick names width 1024 as its target; at one width there is no law: the launch says so once, the
-    sweep trains and its report is written, predicting nothing."""
-    tmp = tiny_text_root.parent
-    sweep_dir = tmp / "one_width"
-    done = quick_cli(tmp, sweep_dir, LRS, "arch.width=8")
-    assert "the preset's target is left out" in done.stdout + done.stderr
-    transfer = pd.read_csv(sweep_dir / "optimal_lr.csv")
-    assert len(transfer) == 1 and (sweep_dir / "law.csv").exists()
