@@ -986,7 +986,7 @@ def test_gaussian_initial_weights_are_put_on_the_manifold(tmp_path, tiny_text_ro
     cfg = compose_config(*tiny_gpt(tiny_text_root, "arch=standard_gpt", "optim.mode=manifold", "train.steps=3",
                                    "train.keep_checkpoint=true"))
     assert train(cfg, tmp_path / "run").status == "completed"
-    saved = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)["state"]["weights"]
+    saved = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)["state"]["weights"]
     from modula_cli.nn import StandardGPT, layer_roles
 
     net = StandardGPT(vocab_size=len(set((tiny_text_root / "shakespeare" / "input.txt").read_text())), context=16,

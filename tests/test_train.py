@@ -242,7 +242,7 @@ def test_preemption_checkpoints_and_resume_is_exact(mode, tmp_path, tiny_text_ro
     reference = train(cfg, tmp_path / "reference").summary
     # the signal arrives during step 17; the loop checkpoints before step 18
     interrupted_at(monkeypatch, 17, lambda: train(cfg, tmp_path / "resumed"))
-    assert torch.load(tmp_path / "resumed" / "checkpoint.pt", weights_only=False)["state"]["step"] == 18
+    assert torch.load(tmp_path / "resumed" / "checkpoint.pt", weights_only=True)["state"]["step"] == 18
     assert json.loads((tmp_path / "resumed" / "summary.json").read_text())["status"] == "interrupted"
     resumed = train(cfg, tmp_path / "resumed").summary
     assert read_losses(tmp_path / "resumed") == read_losses(tmp_path / "reference")

@@ -115,7 +115,7 @@ def test_paper_run_resumes_exactly_through_its_extra_step(tmp_path, tiny_text_ro
     cfg = compose_config(*tiny_gpt(tiny_text_root, "variant=paper", "train.steps=12", "train.checkpoint_every=5"))
     reference = train(cfg, tmp_path / "reference").summary
     interrupted_at(monkeypatch, 12, lambda: train(cfg, tmp_path / "resumed"))  # during the extra step
-    assert torch.load(tmp_path / "resumed" / "checkpoint.pt", weights_only=False)["state"]["step"] == 13
+    assert torch.load(tmp_path / "resumed" / "checkpoint.pt", weights_only=True)["state"]["step"] == 13
     resumed = train(cfg, tmp_path / "resumed").summary
     assert read_losses(tmp_path / "resumed") == read_losses(tmp_path / "reference")
     assert resumed["train_loss"] == reference["train_loss"] and resumed["steps_done"] == 13

@@ -29,11 +29,44 @@ STD = (0.2470, 0.2435, 0.2616)
 AUGMENTATIONS = ("autoaugment", "crop_flip", "none")
 
 
+# What a CIFAR batch may build: numpy arrays (as numpy 1 and numpy 2 pickle them) inside plain dicts and lists,
+# and the bytes a protocol-2 pickle written by Python 3 spells as _codecs.encode(text, "latin1").
+ARRAY_GLOBALS = frozenset({
+    ("_codecs", "encode"),
+    ("numpy", "ndarray"), ("numpy", "dtype"),
+    ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy.core.numeric", "_frombuffer"), ("numpy._core.numeric", "_frombuffer"),
+})
+
+
+class _ArraysOnly(pickle.Unpickler):
+    """A data folder may be writable by others: a batch that names any other global (and so could run code
+    while it is read) is refused before that global is looked up."""
+
+    def find_class(self, module: str, name: str) -> object:
+        if (module, name) not in ARRAY_GLOBALS:
+            raise pickle.UnpicklingError(f"it names {module}.{name}, and a CIFAR batch holds only arrays and plain "
+                                         f"values (reading it could run code)")
+        return super().find_class(module, name)
+
+
+def _read_batch(path: Path) -> dict:
+    try:
+        with open(path, "rb") as handle:
+            entry = _ArraysOnly(handle, encoding="latin1").load()
+    except (pickle.UnpicklingError, EOFError, ValueError) as error:
+        raise DataUnavailable(f"data=cifar10: {path} is refused: {error}; replace it with the official batch "
+                              f"(delete the folder to extract it again)") from error
+    if not isinstance(entry, dict) or "data" not in entry:
+        raise DataUnavailable(f"data=cifar10: {path} is not a CIFAR batch (no 'data' array); replace it with the "
+                              f"official batch (delete the folder to extract it again)")
+    return entry
+
+
 def _read_batches(folder: Path, names: list[str]) -> tuple[Tensor, Tensor]:
     images, labels = [], []
     for name in names:
-        with open(folder / name, "rb") as handle:
-            entry = pickle.load(handle, encoding="latin1")
+        entry = _read_batch(folder / name)
         images.append(np.asarray(entry["data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
         labels.extend(entry["labels"] if "labels" in entry else entry["fine_labels"])
     return torch.from_numpy(np.concatenate(images)), torch.tensor(labels, dtype=torch.int64)

@@ -2,12 +2,15 @@
 
 A checkpoint that cannot be read (truncated by a killed node, another format, another configuration's)
 is never trusted: loading warns, names the file, moves it aside to ``checkpoint.pt.corrupt`` and the
-run starts afresh.
+run starts afresh. Sweep folders often live where other users' jobs can write, so a checkpoint is read with
+``weights_only=True``: tensors and plain Python types only. A pickle that would build any other object (and
+so could run code) is refused like a truncated file, before anything in it runs.
 """
 
 from __future__ import annotations
 
 import logging
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +33,13 @@ def load(path: Path, fingerprint: str, device: torch.device) -> dict[str, Any] |
     if not path.exists():
         return None
     try:
-        payload = torch.load(path, map_location=device, weights_only=False)
-    except Exception as error:  # noqa: BLE001 - any unreadable file: truncated zip, pickle error, …
+        payload = torch.load(path, map_location=device, weights_only=True)
+    except pickle.UnpicklingError as error:  # what weights_only raises for a global outside its allow-list
+        if "weights only" in str(error).lower():
+            return discard(path, "refused: it holds objects other than tensors and plain values, and loading "
+                                 "them could run code (a file this version never writes)")
+        return discard(path, f"unreadable (UnpicklingError: {str(error)[:100]})")
+    except Exception as error:  # noqa: BLE001 - any unreadable file: truncated zip, another format, …
         return discard(path, f"unreadable ({type(error).__name__}: {str(error)[:100]})")
     if not isinstance(payload, dict) or payload.get("format") != FORMAT or "state" not in payload:
         return discard(path, "not a checkpoint of this modula-sweep version")
