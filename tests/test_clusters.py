@@ -77,6 +77,32 @@ def ray_head():
         _unavailable(reason)
 
 
+NODE_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "cluster" / "node.sh"
+
+
+def node(action: str, name: str) -> None:
+    """scripts/cluster/node.sh: freeze a node (it stops answering), or start it again."""
+    done = subprocess.run(["bash", str(NODE_SCRIPT), action, name], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
+def usable_nodes() -> int:
+    states = subprocess.run(["sinfo", "-h", "-N", "-o", "%t"], capture_output=True, text=True, timeout=20).stdout
+    return len(re.findall(r"^(idle|mix|alloc)$", states, re.M))
+
+
+def alive_ray_nodes() -> int:
+    code = "import ray; ray.init(address='auto', logging_level='ERROR'); print(sum(n['Alive'] for n in ray.nodes()))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    return int(done.stdout.strip() or 0)
+
+
+def read_job_logs(sweep_dir: Path) -> str:
+    """What the jobs printed (submitit's .out and .err files, each run's log)."""
+    return "".join(path.read_text(errors="replace") for path in sweep_dir.rglob("*")
+                   if path.is_file() and path.suffix in (".out", ".err", ".log"))
+
+
 # --- launching and watching -------------------------------------------------------------------------------
 
 class Launch:
@@ -226,6 +252,9 @@ def test_slurm_packed_sweep_reports_progress_here_and_threads_are_the_tasks_cpus
     for folder in runs:  # the task's 2 CPUs (SLURM_CPUS_PER_TASK), on a machine whose other core is busy
         record = summary(folder)
         assert (record["threads"], record["packed_with"], record["steps_done"]) == (2, 4, 101), record
+    # one task per node (2 CPUs each): each run records the node and the task that trained it
+    trained_by = {(summary(folder)["host"], summary(folder)["job"]) for folder in runs}
+    assert {host for host, _ in trained_by} == {"node1", "node2"} and len(trained_by) == 2, trained_by
     again_code, again = Launch(workdir, *args).finish()
     assert again_code == 0, again[-3000:]
     assert "sweep finished: 0 completed, 8 skipped" in again and "submitted" not in again  # nothing sent
@@ -300,25 +329,35 @@ def test_slurm_without_accounting_a_killed_task_and_a_stopped_launch_still_end(s
     assert summary(runs[1])["status"] == "interrupted" and (sweep_dir / "transfer.png").exists()
 
 
-def test_slurm_a_node_lost_mid_run_requeues_its_tasks_and_the_launch_waits_for_them(slurm_cluster, workdir,
-                                                                                     reference):
-    """The node set DOWN while a run trains (what the controller does to a node that stops answering): SLURM
-    kills and requeues its tasks; the launch follows them until they resume and finish."""
-    sweep_dir = workdir / "node_down"
-    launch = Launch(workdir, *slurm_args(sweep_dir, LONG, "optim.lr=0.05", "hydra.launcher.cpus_per_task=1"))
+def test_slurm_a_node_that_stops_answering_loses_no_run(slurm_cluster, workdir, reference):
+    """Two runs, one on each node (2 CPUs each). One node stops answering mid-run: every process on it is
+    frozen (slurmd, the task, the trainer, which keeps its run's lock). SLURM marks the node down and requeues
+    the task; the launch names the lost node and the run that moved; the run resumes on the other node from
+    its last checkpoint, taking over the lock its frozen trainer still holds, and every logged loss equals the
+    uninterrupted run's, each step once."""
+    sweep_dir = workdir / "node_lost"
+    launch = Launch(workdir, *slurm_args(sweep_dir, LONG, "optim.lr=0.05", "hydra.launcher.cpus_per_task=2"))
     array = array_of(launch)
     runs = wait_for(lambda: (sweep_dir / "sweep.json").exists() and job_runs(sweep_dir), "the plan", launch=launch)
-    wait_for(lambda: any(checkpointed(run) for run in runs), "a task to train", launch=launch)
-    node = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True).stdout.split()[0]
-    subprocess.run(["scontrol", "update", f"NodeName={node}", "State=DOWN", "Reason=modula-sweep test"], check=True)
+    wait_for(lambda: all(checkpointed(run) for run in runs), "both tasks to train", launch=launch)
+    hosts = [summary(run)["host"] for run in runs]
+    assert sorted(hosts) == ["node1", "node2"], hosts  # one task per node: 2 CPUs each, 2 per node
+    lost, survivor = hosts
     try:
-        wait_for(lambda: "BeginTime" in subprocess.run(["squeue", "-h", "-r", "-j", array, "-o", "%r"],
-                                                       capture_output=True, text=True).stdout, "the requeue")
-    finally:  # back in service (ReturnToService=2 may have done it already)
-        subprocess.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], capture_output=True)
-    code, out = launch.finish()
+        node("freeze", lost)
+        code, out = launch.finish(timeout=480)
+    finally:
+        node("start", lost)  # its frozen processes killed, as by a reboot; slurmd back
+        wait_for(lambda: slurm_missing() is None and usable_nodes() == 2, f"{lost} back in service")
     assert code == 0 and "sweep finished: 2 completed, 0 skipped, 0 diverged, 0 failed" in out, out[-3000:]
     assert "Traceback" not in out
+    assert re.search(rf"node {lost} is lost \(SLURM: DOWN\S*, Not responding\): SLURM requeued job {array}_0, which "
+                     rf"ran there", out), out[-3000:]
+    moved = summary(runs[0])
+    assert f"SLURM job {array}_0 moved from {lost} to {survivor}, resuming from step {moved['resumed_from']}: " \
+           f"{runs[0].name}" in out, out[-3000:]
+    assert f"{lost} is lost, and this run takes over from its last checkpoint" in read_job_logs(sweep_dir)
+    assert (moved["host"], moved["job"]) == (survivor, f"slurm:{array}_0") and moved["resumed_from"] >= 20
     for run in runs:
         assert losses(run) == reference[run.name]
 
@@ -341,6 +380,36 @@ def test_slurm_request_the_cluster_cannot_run_is_refused_in_one_line(slurm_clust
 
 
 # --- Ray --------------------------------------------------------------------------------------------------
+
+def test_ray_a_node_that_stops_answering_loses_no_run(ray_head, workdir, reference):
+    """Two runs, one on the head and one on raynode2 (2 CPUs each). raynode2 stops answering mid-run (its
+    raylet, workers and trainer frozen): Ray declares it dead and runs its task again on the head, where the
+    run resumes from its last checkpoint, taking over the frozen trainer's lock; every logged loss equals the
+    uninterrupted run's."""
+    sweep_dir = workdir / "ray_node_lost"
+    launch = Launch(workdir, *ray_args(str(sweep_dir), LONG, "optim.lr=0.05", "hydra.launcher.ray.remote.num_cpus=2",
+                                       "hydra.launcher.ray.remote.max_retries=1"))
+    runs = wait_for(lambda: (sweep_dir / "sweep.json").exists() and job_runs(sweep_dir), "the plan", launch=launch)
+    wait_for(lambda: all(checkpointed(run) for run in runs), "both tasks to train", launch=launch)
+    hosts = [summary(run)["host"] for run in runs]
+    assert sorted(hosts) == sorted([socket.gethostname(), "raynode2"]), hosts
+    victim = hosts.index("raynode2")
+    try:
+        node("freeze", "raynode2")
+        code, out = launch.finish(timeout=480)
+    finally:
+        node("start", "raynode2")
+        wait_for(lambda: alive_ray_nodes() == 2, "raynode2 back in the Ray cluster", timeout=120)
+    assert code == 0 and "sweep finished: 2 completed, 0 skipped, 0 diverged, 0 failed" in out, out[-3000:]
+    assert "Traceback" not in out
+    assert "Ray node raynode2 (10.78.2.2) is lost" in out, out[-3000:]
+    moved = summary(runs[victim])
+    assert f"Ray task {victim} moved from raynode2 to {socket.gethostname()}, resuming from step " \
+           f"{moved['resumed_from']}: {runs[victim].name}" in out, out[-3000:]
+    assert moved["host"] == socket.gethostname() and moved["resumed_from"] >= 20
+    for run in runs:
+        assert losses(run) == reference[run.name]
+
 
 def ray_args(sweep_dir: str, *extra: str) -> list[str]:
     return [*GRID, "data.root=data", "hydra/launcher=ray_cluster", "hydra.launcher.poll_s=0.5",

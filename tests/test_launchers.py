@@ -203,6 +203,36 @@ def test_a_run_whose_trainer_was_killed_reads_interrupted_at_its_checkpoint_and_
     assert mark_abandoned(run_dir) is None  # once
 
 
+def test_a_lock_left_by_this_very_job_on_a_lost_node_is_taken_over_and_no_other(tmp_path, monkeypatch, caplog):
+    """A node that stops answering keeps its trainer, and that trainer's lock. The scheduler requeues the job
+    elsewhere: the same job, on another host, takes the run over; another job, or the same job on the
+    holder's own host (where the kernel would have released a dead holder's lock), does not."""
+    from modula_cli.plumbing.locks import HOST, OWNER_FILE, RunLocks, owner_of
+
+    run_dir = tmp_path / "lr=0.1"
+    run_dir.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(run_dir)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        lost = {"pid": holder.pid, "host": "node-lost", "since": 1.0, "job": "slurm:9_0"}
+        (run_dir / OWNER_FILE).write_text(json.dumps(lost))  # as the frozen node wrote it
+        monkeypatch.setenv("MODULA_JOB_ID", "slurm:9_1")
+        assert not RunLocks([run_dir]).try_acquire()  # another job: the holder may well be alive
+        (run_dir / OWNER_FILE).write_text(json.dumps({**lost, "host": HOST}))
+        monkeypatch.setenv("MODULA_JOB_ID", "slurm:9_0")
+        assert not RunLocks([run_dir]).try_acquire()  # this host: its kernel is the judge
+        (run_dir / OWNER_FILE).write_text(json.dumps(lost))
+        survivor = RunLocks([run_dir])
+        assert survivor.try_acquire()
+        assert "held by pid" in caplog.text and "node-lost is lost, and this run takes over" in caplog.text
+        assert owner_of(run_dir)["host"] == HOST and owner_of(run_dir)["job"] == "slurm:9_0"
+        assert is_held(run_dir)  # by the survivor now, on the fresh lock file
+        assert holder.poll() is None  # the lost holder was never touched
+        survivor.release()
+    finally:
+        holder.kill()
+
+
 def test_the_report_never_shows_a_killed_run_as_running(tmp_path, capsys):
     from modula_cli.analysis.report import main
 

@@ -65,6 +65,25 @@ def held_here(folder: Path) -> bool:
     return owner is None or owner.get("host") in (None, HOST)
 
 
+def _take_over_from_lost_node(folder: Path, lock: FileLock) -> bool:
+    """The lock is held by an earlier run of this very cluster job on another host: the scheduler runs one
+    instance of a job at a time, so having started it again here it has given up that host (a node that
+    stopped answering keeps its processes, and their locks, where a shared file system still honours them).
+    Its word settles the lock: a fresh lock file, which the lost holder never had, is taken. Whether taken."""
+    job, owner = os.environ.get(environment.JOB), owner_of(folder)
+    if not job or owner is None or owner.get("job") != job or owner.get("host") in (None, HOST):
+        return False
+    (folder / LOCK_FILE).unlink(missing_ok=True)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:  # another process took the fresh file first
+        return False
+    log.warning("%s was held by pid %s on %s, an earlier run of this job (%s) that the scheduler has started "
+                "again here: %s is lost, and this run takes over from its last checkpoint", folder / LOCK_FILE,
+                owner.get("pid"), owner.get("host"), job, owner.get("host"))
+    return True
+
+
 class RunLocks:
     """All-or-nothing exclusive hold of several run folders (a packed run's members), taken in sorted
     order so that two processes can never each hold half."""
@@ -81,9 +100,10 @@ class RunLocks:
             try:
                 lock.acquire(timeout=0)
             except Timeout:
-                for other in taken:
-                    other.release()
-                return False
+                if not _take_over_from_lost_node(folder, lock):
+                    for other in taken:
+                        other.release()
+                    return False
             taken.append(lock)
         self.held = True
         owner = json.dumps({"pid": os.getpid(), "host": HOST, "since": time.time(),

@@ -58,6 +58,8 @@ class Summary(TypedDict, total=False):
     packed_with: int             # members trained together (1: a separate run)
     overrides: list[str]
     launch: str | None           # the sweep launch that trained it
+    host: str                    # the host its last process trained on
+    job: str | None              # the cluster job that process ran in ("slurm:12_3", "ray:<task id>")
     resumed_from: int            # the step its last process resumed from (absent: it started from step 0)
     ortho_dtype: str             # dualized mode's iteration dtype
     error: str                   # failed runs

@@ -3,6 +3,7 @@ and when the run fails, with where it came from (its overrides, its sweep, its l
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -11,6 +12,8 @@ import torch
 
 from ..config.members import Members, member_overrides
 from ..optim import MODES
+from ..plumbing import environment
+from ..plumbing.locks import HOST
 from ..results.status import COMPLETED, DIVERGED, FAILED, RUNNING
 from ..results.summary import Summary, summary_record, write_summary
 from .state import RunState
@@ -31,7 +34,7 @@ class Provenance:
     def fields(self, members: Members, k: int) -> dict[str, Any]:
         member = members.items[k]
         overrides = member_overrides(self.overrides, member.packed) if members.packed else self.overrides
-        return {"overrides": overrides, "launch": self.launch,
+        return {"overrides": overrides, "launch": self.launch, "host": HOST, "job": os.environ.get(environment.JOB),
                 **({"resumed_from": self.resumed_from} if self.resumed_from else {})}
 
 

@@ -102,6 +102,7 @@ class Follower:
         self.counted = 0          # the k of "[k of N]": runs of the jobs told so far
         self.stopping_since: float | None = None
         self.troubled = False     # a file problem was said (once)
+        self.hosts: dict[str, str] = {}  # the host each run of this launch trains on, as its summary says
 
     def follow(self) -> list[JobReturn]:
         wake = threading.Event()
@@ -118,6 +119,7 @@ class Follower:
         while True:
             self.ended.update(self.jobs.poll())
             summaries = self.record.summaries(self.sweep_dir)  # once per poll
+            self._tell_moves(summaries)
             if any([self._tell(i, summaries) for i in range(len(self.overrides)) if i not in self.told]):
                 last_word = time.monotonic()
             if len(self.ended) == len(self.overrides) or not self._keep_waiting(summaries):
@@ -128,6 +130,23 @@ class Follower:
                 last_word = time.monotonic()
             wake.wait(self.poll_s if self.stopping_since is None else min(self.poll_s, 1.0))  # a stop: soon
             wake.clear()
+
+    def _tell_moves(self, summaries: dict[str, dict | None]) -> None:
+        """Say where a job's runs went when it started again on another host (a lost node, a requeue)."""
+        for index, names in enumerate(self.runs):
+            moved, move = [], None
+            for name in names:
+                summary = summaries.get(name) or {}
+                host = summary.get("host")
+                if summary.get("launch") != self.launch or summary.get("status") != RUNNING or not host:
+                    continue
+                before, self.hosts[name] = self.hosts.get(name), host
+                if before is not None and before != host:
+                    moved.append(name)
+                    move = (before, host, summary.get("resumed_from", 0))
+            if move is not None:
+                log.warning("%s moved from %s to %s, resuming from step %d: %s", self.jobs.name(index), *move,
+                            ", ".join(moved))
 
     def _keep_waiting(self, summaries: dict[str, dict | None]) -> bool:
         """Stop the jobs on a stop (or when they can never start); False once a stop's grace is over."""

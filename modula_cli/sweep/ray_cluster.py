@@ -11,6 +11,7 @@ from __future__ import annotations
 from types import MappingProxyType
 
 import logging
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -93,11 +94,14 @@ class RayTasks:
     A cluster that stops answering for ``GONE_AFTER_S`` ends every task still out."""
 
     GONE_AFTER_S = 300.0
+    NODES_EVERY_S = 5.0  # how often the cluster's nodes are looked at, for one that died
 
     def __init__(self, refs: Sequence[Any]):
         self.refs = list(refs)
         self._done: set[int] = set()
         self._silent_since: float | None = None
+        self._alive: dict[str, str] | None = None  # alive node id -> "raynode2 (10.78.2.2)"
+        self._nodes_at = -math.inf
 
     def poll(self) -> dict[int, JobEnd]:
         import ray
@@ -110,12 +114,34 @@ class RayTasks:
         except (ray.exceptions.RayError, ConnectionError, OSError) as error:
             return self._silent(error)
         self._silent_since = None
+        self._watch_nodes()
         ended = {}
         for ref in ready:
             index = self.refs.index(ref)
             self._done.add(index)
             ended[index] = self._end(ref)
         return ended
+
+    def _watch_nodes(self) -> None:
+        """Say once when a node of the cluster dies; which runs moved where is the follower's word."""
+        import ray
+
+        now = time.monotonic()
+        if now - self._nodes_at < self.NODES_EVERY_S:
+            return
+        self._nodes_at = now
+        try:
+            nodes = ray.nodes()
+        except (ray.exceptions.RayError, ConnectionError, OSError) as error:
+            log.debug("ray.nodes: %s", error)
+            return
+        alive = {node["NodeID"]: f"{node.get('NodeManagerHostname')} ({node.get('NodeManagerAddress')})"
+                 for node in nodes if node.get("Alive")}
+        for node_id, name in (self._alive or {}).items():
+            if node_id not in alive:
+                log.warning("Ray node %s is lost: Ray runs the tasks it held again on another node (up to "
+                            "%s.max_retries times), each resuming from its last checkpoint", name, SETTING)
+        self._alive = alive
 
     def _silent(self, error: Exception) -> dict[int, JobEnd]:
         """The cluster did not answer: said once; after GONE_AFTER_S, every task still out has ended."""

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from .slurm import SlurmError, command
+from .slurm import SlurmError, command, records
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +28,7 @@ class TaskState:
     state: str            # SLURM's state word (PENDING, RUNNING, COMPLETED, CANCELLED, FAILED, ...), or ENDED
     reason: str = ""      # a pending task's reason; an ended task's exit code
     listed: bool = True   # squeue still lists the task (it is the scheduler's)
+    node: str = ""        # the node a running task runs on
 
     @property
     def live(self) -> bool:
@@ -40,12 +42,12 @@ class TaskState:
 
 
 def squeue_states(text: str) -> dict[str, TaskState]:
-    """``squeue -h -r -o '%i|%T|%r'``: each listed task's state and pending reason."""
+    """``squeue -h -r -o '%i|%T|%r|%N'``: each listed task's state, pending reason and node."""
     out = {}
     for line in text.splitlines():
         parts = line.strip().split("|")
         if len(parts) >= 3:
-            out[parts[0]] = TaskState(parts[1], parts[2])
+            out[parts[0]] = TaskState(parts[1], parts[2], node=parts[3] if len(parts) > 3 else "")
     return out
 
 
@@ -63,7 +65,7 @@ def sacct_states(text: str) -> dict[str, TaskState]:
 def _squeue(array_id: str, *flags: str) -> dict[str, TaskState]:
     """``squeue`` on the array: nothing once SLURM has forgotten it (``Invalid job id``, after ``MinJobAge``)."""
     try:
-        return squeue_states(command(["squeue", "-h", "-r", *flags, "-j", array_id, "-o", "%i|%T|%r"]))
+        return squeue_states(command(["squeue", "-h", "-r", *flags, "-j", array_id, "-o", "%i|%T|%r|%N"]))
     except SlurmError as error:
         if "Invalid job id" in str(error):
             return {}
@@ -85,6 +87,20 @@ def task_states(array_id: str, accounting: bool, ended_ask: bool = True) -> dict
         ended = {task: TaskState(s.state, "", listed=False)
                  for task, s in _squeue(array_id, "--states=all").items() if task not in live}
     return {**ended, **live}
+
+
+def node_trouble(node: str) -> str | None:
+    """``DOWN*, Not responding`` when ``node`` is down, drained or failing (SLURM's state and reason); None when
+    it is well, or SLURM does not say."""
+    try:
+        found = records(command(["scontrol", "-o", "show", "node", node]))
+    except SlurmError:
+        return None
+    state = found[0].get("State", "") if found else ""
+    if not re.search(r"DOWN|DRAIN|FAIL|NOT_RESPONDING", state):
+        return None
+    reason = found[0].get("Reason", "")
+    return state + (f", {reason.split(' [')[0]}" if reason and reason != "(null)" else "")
 
 
 def has_accounting() -> bool:
@@ -136,6 +152,8 @@ class SlurmArray:
         self._stuck_since: dict[str, float] = {}
         self._silent = False   # SLURM did not answer at the last poll (said once)
         self._signalled = False
+        self._ran_on: dict[int, str] = {}  # each task's node while it ran
+        self._lost: set[str] = set()       # nodes said lost
 
     def poll(self) -> dict[int, Any]:
         from .jobs import JobEnd
@@ -149,6 +167,7 @@ class SlurmArray:
             self._silent = True
             return {}
         self._silent = False
+        self._watch_nodes()
         ended = {}
         for index, job_id in enumerate(self.job_ids):
             state = self._states.get(job_id)
@@ -175,6 +194,26 @@ class SlurmArray:
                                   log=self.logs[index] if index < len(self.logs) else None)
             self._reported.add(index)
         return ended
+
+    def _watch_nodes(self) -> None:
+        """Say once when a node that ran a task of this launch is lost (down, failing) and SLURM has put the
+        task back in the queue; where each task goes next is the follower's word (its run's host)."""
+        requeued: dict[str, list[str]] = {}
+        for index, job_id in enumerate(self.job_ids):
+            state = self._states.get(job_id)
+            if state is None or not state.live:
+                continue
+            if state.state == "RUNNING" and state.node:
+                self._ran_on[index] = state.node
+            elif state.state != "RUNNING" and index in self._ran_on:
+                requeued.setdefault(self._ran_on.pop(index), []).append(job_id)
+        for node, job_ids in requeued.items():
+            if node in self._lost or (trouble := node_trouble(node)) is None:
+                continue
+            self._lost.add(node)
+            log.warning("node %s is lost (SLURM: %s): SLURM requeued %s, which ran there; %s resume%s from the "
+                        "last checkpoint on another node", node, trouble, ", ".join(f"job {j}" for j in job_ids),
+                        "it" if len(job_ids) == 1 else "they", "s" if len(job_ids) == 1 else "")
 
     def waiting(self) -> str:
         """``1 running, 2 pending (Resources)``: running first, then each other state (a pending one with its

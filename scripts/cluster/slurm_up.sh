@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
-# A one-machine SLURM cluster with accounting, for trying `hydra/launcher=slurm` on a workstation and for
-# the test suite: munge, MariaDB, slurmdbd, slurmctld and slurmd started by hand (no systemd), one node
-# with this machine's CPUs and memory in one partition, `cpu`. Root; Debian's packages
-# (scripts/cluster/install.sh). Idempotent: a daemon already running is left alone.
+# A SLURM cluster with accounting on one machine, for trying `hydra/launcher=slurm` on a workstation and for
+# the test suite: munge, MariaDB, slurmdbd, slurmctld and slurmd started by hand (no systemd), in one
+# partition, `cpu`. Root; Debian's packages (scripts/cluster/install.sh). Idempotent: a daemon already
+# running is left alone.
 #
+#   SLURM_NODES          compute nodes (default 1: this machine itself). With 2 or more, each node is a slurmd
+#                        with its own host name (node1, node2, ...; a UTS namespace) and address (a network
+#                        namespace modula-nodeK joined to this machine by a veth pair: 10.77.K.2, the machine
+#                        10.77.K.1), each declared with this machine's CPUs and memory. Its jobs see the same
+#                        file system, as on a cluster's shared one. scripts/cluster/node.sh stops one
+#                        (freezes or kills every process of it) and starts it again.
 #   MODULA_CLUSTER_DIR   state, logs and pid files (default /var/lib/modula-cluster)
 #   SLURM_CRED_EXPIRE    seconds a requeued job waits before it may start again (SLURM's default: 120)
 #
@@ -16,6 +22,9 @@ command -v slurmctld >/dev/null || { echo "slurm_up.sh: SLURM is not installed; 
 
 DIR=${MODULA_CLUSTER_DIR:-/var/lib/modula-cluster}
 CRED_EXPIRE=${SLURM_CRED_EXPIRE:-120}
+NODES=${SLURM_NODES:-1}
+[[ "$NODES" =~ ^[1-9][0-9]?$ ]] || { echo "slurm_up.sh: SLURM_NODES=$NODES; allowed: 1 to 99" >&2; exit 1; }
+here=$(cd "$(dirname "$0")" && pwd)
 MARK="# written by modula-sweep scripts/cluster/slurm_up.sh"
 CONF=/etc/slurm/slurm.conf
 DBD_CONF=/etc/slurm/slurmdbd.conf
@@ -78,24 +87,30 @@ PidFile=$DIR/slurmdbd.pid
 EOF
 chmod 600 "$DBD_CONF"
 
-# --- slurm.conf: this machine as the one node of partition `cpu` -----------------------------------------
-# this machine, addressed by loopback (its name need not resolve)
-NODE=$(slurmd -C | head -n 1 | sed -e "s/^NodeName=[^ ]*/NodeName=$HOST NodeAddr=127.0.0.1/")
+# --- slurm.conf: the nodes of partition `cpu` --------------------------------------------------------------
+HARDWARE=$(slurmd -C | head -n 1 | sed -e "s/^NodeName=[^ ]* //")
+if [ "$NODES" -eq 1 ]; then  # this machine, addressed by loopback (its name need not resolve)
+  CONTROLLER=127.0.0.1
+  NODE_LINES="NodeName=$HOST NodeAddr=127.0.0.1 $HARDWARE State=UNKNOWN"
+else  # node K answers at 10.77.K.2; the controller at this machine's side of node1's link, which every node reaches
+  CONTROLLER=10.77.1.1
+  NODE_LINES=$(for k in $(seq 1 "$NODES"); do echo "NodeName=node$k NodeAddr=10.77.$k.2 $HARDWARE State=UNKNOWN"; done)
+fi
 OLD=$(cat "$CONF" 2>/dev/null || true)
 cat >"$CONF" <<EOF
 $MARK
 ClusterName=modula
-SlurmctldHost=$HOST(127.0.0.1)
+SlurmctldHost=$HOST($CONTROLLER)
 SlurmUser=root
 AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=cred_expire=$CRED_EXPIRE
 StateSaveLocation=$DIR/slurmctld
-SlurmdSpoolDir=$DIR/slurmd
+SlurmdSpoolDir=$DIR/slurmd/%n
 SlurmctldPidFile=$DIR/slurmctld.pid
-SlurmdPidFile=$DIR/slurmd.pid
+SlurmdPidFile=$DIR/slurmd-%n.pid
 SlurmctldLogFile=$DIR/log/slurmctld.log
-SlurmdLogFile=$DIR/log/slurmd.log
+SlurmdLogFile=$DIR/log/slurmd-%n.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
@@ -112,23 +127,30 @@ DefMemPerCPU=1024
 MpiDefault=none
 ReturnToService=2
 KillWait=10
-$NODE State=UNKNOWN
+# a node that stops answering is DOWN after 10 s (SLURM's default: 300 s), and its jobs are requeued
+SlurmdTimeout=10
+$NODE_LINES
 PartitionName=cpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOF
 
 if [ "$OLD" != "$(cat "$CONF")" ]; then  # a changed slurm.conf: restart (some settings are read only at start)
-  for daemon in slurmd slurmctld; do
-    if running "$DIR/$daemon.pid"; then kill "$(cat "$DIR/$daemon.pid")"; fi
-  done
-  for daemon in slurmd slurmctld; do
-    for _ in $(seq 1 40); do running "$DIR/$daemon.pid" || break; sleep 0.25; done
-  done
+  pids=("$DIR"/slurmd*.pid "$DIR/slurmctld.pid")
+  for pid in "${pids[@]}"; do if running "$pid"; then kill "$(cat "$pid")"; fi; done
+  for pid in "${pids[@]}"; do for _ in $(seq 1 40); do running "$pid" || break; sleep 0.25; done; done
 fi
 if ! running "$DIR/slurmdbd.pid"; then /usr/sbin/slurmdbd; fi
 wait_for 30 slurmdbd sacctmgr -n list cluster
 sacctmgr -i -Q add cluster modula >/dev/null 2>&1 || true
+if [ "$NODES" -gt 1 ]; then
+  for k in $(seq 1 "$NODES"); do MODULA_CLUSTER_DIR=$DIR bash "$here/node.sh" link "node$k"; done
+fi
 if ! running "$DIR/slurmctld.pid"; then /usr/sbin/slurmctld; fi
 wait_for 30 slurmctld scontrol ping
-if ! running "$DIR/slurmd.pid"; then /usr/sbin/slurmd; fi
-wait_for 30 "the node" sh -c "sinfo -h -N -o '%t' | grep -qE '^(idle|mix|alloc)'"
-sinfo
+if [ "$NODES" -eq 1 ]; then
+  if ! running "$DIR/slurmd-$HOST.pid"; then /usr/sbin/slurmd -N "$HOST"; fi
+else
+  for k in $(seq 1 "$NODES"); do MODULA_CLUSTER_DIR=$DIR bash "$here/node.sh" start "node$k"; done
+fi
+usable() { [ "$(sinfo -h -N -o '%t' | grep -cE '^(idle|mix|alloc)')" -ge "$NODES" ]; }
+wait_for 30 "every node" usable
+sinfo -N
