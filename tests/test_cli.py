@@ -352,6 +352,15 @@ def test_a_read_only_folder_is_named(tmp_path, monkeypatch):
     # the report's target, checked before anything trains (not by the report at the sweep's end)
     (["sweep.target=depth:8"], "sweep.target depth=8: this sweep varies width, not depth; name width"),
     (["sweep.target=width:-3"], "sweep.target width=-3: a scale is a positive number"),
+    # detach: only a launcher whose jobs outlive the launching process, and never an LR search
+    (["sweep.detach=true"], "sweep.detach=true with hydra/launcher=basic: it trains the runs in this process or its "
+                            "children, so the launch cannot end before its runs; detach with hydra/launcher=slurm"),
+    (["sweep.detach=true", "hydra/launcher=local_parallel"], "sweep.detach=true with hydra/launcher=local_parallel: "
+                                                             "it trains the runs in this process or its children"),
+    (["sweep.detach=true", "hydra/launcher=ray_cluster"], "sweep.detach=true with hydra/launcher=ray_cluster: Ray "
+                                                          "ends a driver's tasks when the driver exits"),
+    (["sweep.detach=true", "hydra/launcher=slurm", "sweep.search=true"], "sweep.detach=true with sweep.search=true: "
+                                                                         "an LR search chooses each round's LRs"),
 ])
 def test_a_mistake_in_a_sweep_is_said_once_as_for_a_single_run(tmp_path, args, message):
     """A preset's grid is computed from optim.mode (${lr_grid:…}): a mistyped mode gets the single run's line, not

@@ -362,6 +362,42 @@ def test_slurm_a_node_that_stops_answering_loses_no_run(slurm_cluster, workdir, 
         assert losses(run) == reference[run.name]
 
 
+def sweep_status(sweep_dir: Path, *flags: str) -> tuple[int, str]:
+    code = "import sys; from modula_cli.sweep.sweep_status import main; sys.exit(main(sys.argv[1:]))"
+    done = subprocess.run([sys.executable, "-c", code, str(sweep_dir), *flags], capture_output=True, text=True,
+                          timeout=300)
+    return done.returncode, done.stdout + done.stderr
+
+
+def test_slurm_a_detached_launch_exits_at_once_and_the_same_command_follows_it(slurm_cluster, workdir, reference):
+    """sweep.detach=true: the launching process submits, prints how to follow, and exits 0 while the jobs
+    train. modula-sweep-status shows them with SLURM's word. The same command again (not detached) follows the
+    first launch's jobs instead of submitting its runs twice, and ends with the report; every logged loss
+    equals the uninterrupted sweep's."""
+    sweep_dir = workdir / "detached"
+    args = slurm_args(sweep_dir, LONG, "hydra.launcher.cpus_per_task=1")
+    started = time.monotonic()
+    code, out = Launch(workdir, *args, "sweep.detach=true").finish(timeout=120)
+    assert code == 0 and "sweep submitted: 4 runs in 4 SLURM jobs (array " in out, out[-3000:]
+    assert time.monotonic() - started < 60 and f"modula-sweep-status {sweep_dir}" in out
+    array = re.search(r"\(array (\d+)\)", out)[1]
+    assert not no_task_left(array) and not (sweep_dir / "results.csv").exists()  # training on, without it
+    runs = job_runs(sweep_dir)
+    wait_for(lambda: any(checkpointed(run) for run in runs), "a run to train")
+    status_code, status = sweep_status(sweep_dir)
+    assert status_code == 0 and "detached, SLURM job " + array in status, status
+    assert re.search(rf"running at step \d+ — SLURM job {array}_\d: RUNNING on node[12]", status), status
+    assert "not ended yet: look again later, or follow it with --follow" in status
+    again_code, again = Launch(workdir, *args).finish(timeout=480)
+    assert again_code == 0, again[-3000:]
+    assert re.search(rf"SLURM job {array} still holds \d runs?: following it instead of submitting them again", again)
+    assert "submitted" not in again and "sweep finished: 0 completed, 4 skipped" in again, again[-3000:]
+    assert (sweep_dir / "results.csv").exists()
+    assert_resumed_exactly(sweep_dir, reference)
+    final_code, final = sweep_status(sweep_dir)
+    assert final_code == 0 and "report: written already" in final and "sweep finished:" in final, final
+
+
 @pytest.mark.parametrize("override, message", [
     ("hydra.launcher.cpus_per_task=64", r"cpus_per_task=64 needs 64 CPUs on one node, but the nodes of partition "
                                         r"\w+ have at most \d+; set hydra.launcher.cpus_per_task=\d+ or less"),

@@ -444,8 +444,8 @@ def test_slurm_cancels_only_after_a_reason_that_never_clears_has_stood(monkeypat
 class ScriptedJobs:
     """A scheduler that says what a test scripts: poll results in turn, and records stops and cancels."""
 
-    def __init__(self, polls, never=None):
-        self.polls, self.never = list(polls), never
+    def __init__(self, polls, never=None, ids=None):
+        self.polls, self.never, self.ids = list(polls), never, ids
         self.stops, self.cancels = [], 0
 
     def poll(self):
@@ -468,6 +468,9 @@ class ScriptedJobs:
 
     def owner(self, index):
         return f"slurm:9_{index}"
+
+    def scheduler_ids(self):
+        return self.ids
 
 
 @pytest.fixture
@@ -541,6 +544,92 @@ def test_jobs_that_can_never_start_are_cancelled_and_the_closing_says_why(three_
     record = read_launch(sweep, "L")
     closing(sweep, record, record.summaries(sweep), stopped=None)
     assert note in capsys.readouterr().out
+
+
+# --- detached launches, their followers and modula-sweep-status ---------------------------------------------
+
+def test_a_detached_launch_records_its_jobs_and_follows_none(three_jobs, capsys):
+    from modula_cli.sweep.cluster import run_unfinished
+    from modula_cli.sweep.progress import detached_closing
+
+    sweep, overrides = three_jobs
+    jobs = ScriptedJobs([{0: "never polled"}], ids=["31_0", "31_1", "31_2"])
+    results = run_unfinished(overrides, sweep, "L", lambda todo: jobs, poll_s=0.01, grace_s=1, detach=True)
+    assert [r.return_value.status for r in results] == ["pending"] * 3 and jobs.polls  # nothing waited for
+    record = read_launch(sweep, "L")
+    assert record.detached and record.scheduler == "slurm"
+    assert [(job.runs, job.job_id) for job in record.jobs] == [(("a",), "31_0"), (("b",), "31_1"), (("c",), "31_2")]
+    assert detached_closing(sweep, record) == 0
+    out = capsys.readouterr().out
+    assert "sweep submitted: 3 runs in 3 SLURM jobs (array 31), training without this process" in out
+    assert f"modula-sweep-status {sweep}" in out
+
+
+def test_a_relaunch_leaves_runs_an_earlier_launchs_live_jobs_hold_to_them(three_jobs, caplog):
+    """Launch L detached; the same command again (launch M, detached too) submits only what L's live jobs do
+    not hold: here job 31_2 has ended (its run c is to retrain), 31_0 and 31_1 still run a and b."""
+    import logging
+
+    from modula_cli.results.manifest import record_submission
+    from modula_cli.sweep.cluster import run_unfinished
+
+    caplog.set_level(logging.INFO)
+    sweep, overrides = three_jobs
+    record_submission(sweep, "L", "slurm", {tuple(o): f"31_{i}" for i, o in enumerate(overrides)}, detached=True)
+    planned = {name: {**KNOBS, "lr": lr, "fingerprint": "fp"} for name, lr in (("a", 0.1), ("b", 0.2), ("c", 0.4))}
+    record_launch(sweep, "M", planned, jobs=[(o, [n]) for o, n in zip(overrides, "abc")])
+    asked = []
+
+    def adopt(job_ids):
+        asked.append(list(job_ids))
+        return [([0, 1], ScriptedJobs([]))]  # the scheduler lists 31_0 and 31_1 only
+
+    submitted = []
+    run_unfinished(overrides, sweep, "M", lambda todo: submitted.append(todo) or ScriptedJobs([], ids=["40_0"]),
+                   poll_s=0.01, grace_s=1, detach=True, adopt=adopt)
+    assert asked == [["31_0", "31_1", "31_2"]] and submitted == [[2]]
+    assert "launch L's SLURM job 31 still holds 2 runs: not submitted again" in caplog.text
+
+
+def test_status_reports_once_when_the_jobs_have_ended_and_never_on_a_silent_scheduler(three_jobs, monkeypatch,
+                                                                                      capsys):
+    from modula_cli.results.manifest import record_submission
+    from modula_cli.sweep import sweep_status
+
+    sweep, overrides = three_jobs
+    record_submission(sweep, "L", "slurm", {tuple(o): f"31_{i}" for i, o in enumerate(overrides)}, detached=True)
+    _summary_of_launch(sweep / "a", "completed", 101)
+    _summary_of_launch(sweep / "b", "running", 40, owner_host="node-17", job="slurm:31_1")
+    words = {"31_0": sweep_status.JobWord(False, "COMPLETED"),
+             "31_1": sweep_status.JobWord(True, "SLURM did not answer (timed out)"),
+             "31_2": sweep_status.JobWord(True, "PENDING (Resources), requeued 2×")}
+    monkeypatch.setattr(sweep_status, "slurm_words", lambda ids: dict(words))
+    assert sweep_status.main([str(sweep)]) == 0
+    out = capsys.readouterr().out
+    assert "launch L (started " in out and "detached, SLURM job 31): 3 runs: 1 completed, 1 pending, 1 running" in out
+    assert "  b: running at step 40 — SLURM job 31_1: SLURM did not answer (timed out)" in out
+    assert "  c: pending — SLURM job 31_2: PENDING (Resources), requeued 2×" in out
+    assert "not ended yet" in out and not (sweep / "results.csv").exists()  # a silence decides nothing
+
+    words.update({"31_1": sweep_status.JobWord(False, "FAILED, exit code 9:0"),
+                  "31_2": sweep_status.JobWord(False, "CANCELLED by 0")})
+    assert sweep_status.main([str(sweep)]) == 1  # ended, not all finished
+    out = capsys.readouterr().out
+    b = read_summary(sweep / "b")
+    assert (b["status"], b["ended"]) == (INTERRUPTED, "SLURM job 31_1: FAILED, exit code 9:0")  # settled
+    assert (sweep / "results.csv").exists() and read_launch(sweep, "L").reported
+    assert "sweep incomplete: 1 completed, 0 skipped, 0 diverged, 0 failed, 1 interrupted, 1 not started" in out
+    assert sweep_status.main([str(sweep)]) == 1
+    assert "report: written already" in capsys.readouterr().out
+
+
+def test_status_of_a_folder_without_a_launch_says_so_in_one_line(tmp_path, capsys):
+    from modula_cli.sweep import sweep_status
+
+    assert sweep_status.main([str(tmp_path)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"modula-sweep-status: {tmp_path} holds no sweep launch (no readable sweep.json); give the "
+                   f"folder a `modula-sweep -m` launch wrote into (its hydra.sweep.dir)"]
 
 
 def socket_host() -> str:

@@ -65,6 +65,7 @@ def _fit(launcher: Any) -> Any:
 
 class SlurmLauncher(BaseSubmititLauncher):
     _EXECUTOR = "slurm"
+    CAN_DETACH = True  # its jobs outlive the launching process (sweep.detach=true)
 
     def __init__(self, **params: Any) -> None:
         own = {key: params.pop(key) for key in OWN if key in params}
@@ -140,7 +141,8 @@ class SlurmLauncher(BaseSubmititLauncher):
                                     [_result_reader(job) for job in jobs], [str(job.paths.stderr) for job in jobs])
 
         return run_unfinished(job_overrides, sweep_dir, launch_of(self.config), submit, self.poll_s,
-                              self.stop_grace_s)
+                              self.stop_grace_s, detach=bool(self.config.sweep.get("detach")),
+                              adopt=None if self.config.sweep.get("rerun") else slurm_tasks.adopt)
 
 
 def slurm_executor(params: dict[str, Any]) -> Any:

@@ -83,6 +83,8 @@ class SweepConfig:
                                          above=0)
     target: str | None = setting(None, "the scale to predict the LR at from the transfer law: width:4096, or "
                                        "width:4096+steps:20000 for a sweep of both (null: none)")
+    detach: bool = setting(False, "submit the jobs and exit (hydra/launcher=slurm): they run on; "
+                                  "`modula-sweep-status <sweep folder>` shows them and writes the report at the end")
 
 @dataclass
 class LoggerConfig:

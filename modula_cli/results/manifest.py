@@ -26,9 +26,11 @@ Jobs = Sequence[tuple[Sequence[str], Sequence[str]]]  # per job: its overrides a
 
 @dataclass(frozen=True)
 class JobRuns:
-    """One job of a launch: its overrides and the run folders it trains."""
+    """One job of a launch: its overrides, the run folders it trains and, once submitted to a scheduler, its id
+    there ("213_0": what ``modula-sweep-status`` and a relaunch ask the scheduler about)."""
     overrides: tuple[str, ...]
     runs: tuple[str, ...]
+    job_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -42,28 +44,37 @@ class LaunchRecord:
     search: bool = False           # its runs are known round by round: the time left is the round's
     axes: tuple[str, ...] | None = None
     notes: tuple[str, ...] = ()    # what its launcher said for the closing lines (why its jobs were cancelled)
+    scheduler: str | None = None   # where its jobs were submitted ("slurm"), once they were
+    detached: bool = False         # its launching process submitted and left (sweep.detach=true)
+    reported: bool = False         # the report after its last run was written (by whichever follower saw it)
 
     @classmethod
     def from_json(cls, launch_id: str, raw: Any) -> LaunchRecord:
         raw = raw if isinstance(raw, dict) else {}
-        jobs = tuple(JobRuns(tuple(job.get("overrides", ())), tuple(job.get("runs", ())))
+        jobs = tuple(JobRuns(tuple(job.get("overrides", ())), tuple(job.get("runs", ())),
+                             job["job_id"] if isinstance(job.get("job_id"), str) else None)
                      for job in raw.get("jobs", ()) if isinstance(job, dict))
         started = raw.get("started")
         return cls(launch_id, float(started) if isinstance(started, (int, float)) else time.time(),
                    tuple(raw.get("runs", ())), tuple(raw.get("finished_before", ())), jobs, bool(raw.get("search")),
-                   tuple(raw["axes"]) if isinstance(raw.get("axes"), list) else None, tuple(raw.get("notes", ())))
+                   tuple(raw["axes"]) if isinstance(raw.get("axes"), list) else None, tuple(raw.get("notes", ())),
+                   raw["scheduler"] if isinstance(raw.get("scheduler"), str) else None, raw.get("detached") is True,
+                   raw.get("reported") is True)
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {"started": self.started, "runs": sorted(self.runs),
                                 "finished_before": sorted(self.finished_before),
-                                "jobs": [{"overrides": list(job.overrides), "runs": list(job.runs)}
-                                         for job in self.jobs]}
+                                "jobs": [{"overrides": list(job.overrides), "runs": list(job.runs),
+                                          **({"job_id": job.job_id} if job.job_id else {})} for job in self.jobs]}
         if self.axes is not None:
             body["axes"] = list(self.axes)
         if self.search:
             body["search"] = True
         if self.notes:
             body["notes"] = list(self.notes)
+        for key in ("scheduler", "detached", "reported"):
+            if getattr(self, key):
+                body[key] = getattr(self, key)
         return body
 
     @property
@@ -167,6 +178,29 @@ def add_to_launch(sweep_dir: Path, launch_id: str, runs: dict[str, dict], jobs: 
         axes = swept_axes({name: manifest.runs[name] for name in names if name in manifest.runs})
         manifest.put(LaunchRecord(record.id, record.started, names, record.finished_before,
                                   record.jobs + _jobs(jobs), True, tuple(axes), record.notes))
+
+
+def record_submission(sweep_dir: Path, launch_id: str, scheduler: str, job_ids: dict[tuple[str, ...], str],
+                      detached: bool) -> None:
+    """The scheduler's id of each submitted job (by its overrides), so that ``modula-sweep-status`` and a
+    relaunch can ask the scheduler about them after the launching process is gone."""
+    with Manifest.updating(sweep_dir) as manifest:
+        record = manifest.launch(launch_id)
+        jobs = tuple(JobRuns(job.overrides, job.runs, job_ids.get(job.overrides, job.job_id)) for job in record.jobs)
+        known = {job.overrides for job in record.jobs}
+        jobs += tuple(JobRuns(overrides, (), job_id) for overrides, job_id in job_ids.items() if overrides not in known)
+        manifest.put(LaunchRecord(**{**vars(record), "jobs": jobs, "scheduler": scheduler,
+                                     "detached": record.detached or detached}))
+
+
+def mark_reported(sweep_dir: Path, launch_id: str) -> bool:
+    """Record that the report after this launch's last run is written; False when another process did first."""
+    with Manifest.updating(sweep_dir) as manifest:
+        record = manifest.launch(launch_id)
+        if record.reported:
+            return False
+        manifest.put(LaunchRecord(**{**vars(record), "reported": True}))
+        return True
 
 
 def add_note(sweep_dir: Path, launch_id: str, note: str) -> None:

@@ -26,7 +26,8 @@ from ..config.identity import run_name
 from ..data.storage import data_root
 from ..plumbing.signals import STOP
 from ..plumbing import environment
-from ..results.manifest import LaunchRecord, Manifest, add_note, read_launch
+from ..plumbing.wording import counted
+from ..results.manifest import LaunchRecord, Manifest, add_note, read_launch, record_submission
 from ..results.status import COMPLETED, DIVERGED, FAILED, PENDING, RUNNING, SKIPPED
 from ..results.summary import Outcome, mark_abandoned, record_failed_start
 from .jobs import JobEnd, Jobs
@@ -66,22 +67,72 @@ def runs_by_job(record: LaunchRecord, overrides: Sequence[Sequence[str]]) -> lis
     return [list(record.runs_of(job) or [run_name(list(job))]) for job in overrides]
 
 
+Adopt = Callable[[Sequence[str]], list[tuple[list[int], Jobs]]]
+
+
 def run_unfinished(overrides: Sequence[Sequence[str]], sweep_dir: Path, launch: str,
-                   submit: Callable[[list[int]], Jobs], poll_s: float, grace_s: float) -> list[JobReturn]:
+                   submit: Callable[[list[int]], Jobs], poll_s: float, grace_s: float,
+                   detach: bool = False, adopt: Adopt | None = None) -> list[JobReturn]:
     """Submit the jobs that have a run left to train (``submit`` gets their positions and returns them as
-    ``Jobs``), follow them, and return a result for every job: a job whose runs all finished before the
-    launch is not sent to the cluster to find that out (nor any after a stop)."""
+    ``Jobs``), follow them (unless ``detach``: their ids recorded, they are left to run), and return a result
+    for every job: a job whose runs all finished before the launch is not sent to the cluster to find that out
+    (nor any after a stop). Runs that an earlier launch's jobs still hold on the scheduler (``adopt`` finds
+    them) are not submitted again: followed to their end first, or, when detaching, left to those jobs."""
+    held = follow_earlier(sweep_dir, launch, adopt, poll_s, grace_s, detach) if adopt is not None else set()
     record = read_launch(sweep_dir, launch)
     runs = runs_by_job(record, overrides)
-    before = set(record.finished_before)
+    before = set(record.finished_before) | held
     todo = [] if STOP.requested else [i for i, names in enumerate(runs) if not set(names) <= before]
-    followed = Follower(submit(todo), [overrides[i] for i in todo], sweep_dir, launch, poll_s, grace_s).follow() \
-        if todo else []
+    followed: list[JobReturn] = []
+    if todo:
+        jobs = submit(todo)
+        if ids := jobs.scheduler_ids():
+            record_submission(sweep_dir, launch, "slurm", {tuple(overrides[i]): ids[k] for k, i in enumerate(todo)},
+                              detach)
+        followed = [_completed(overrides[i], Outcome(PENDING)) for i in todo] if detach else \
+            Follower(jobs, [overrides[i] for i in todo], sweep_dir, launch, poll_s, grace_s).follow()
     results = dict(zip(todo, followed))
     for i, job in enumerate(overrides):
         if i not in results:
             results[i] = _completed(job, _outcome(runs[i], record.summaries(sweep_dir, runs[i]), None, skipped=True))
     return [results[i] for i in range(len(overrides))]
+
+
+def follow_earlier(sweep_dir: Path, launch: str, adopt: Adopt, poll_s: float, grace_s: float, detach: bool
+                   ) -> set[str]:
+    """Earlier launches of this folder whose jobs the scheduler still holds (a detached launch, or one whose
+    launching process died): followed to their end, or, when this launch detaches too, left to run. The runs
+    this launch must not submit again: those held (detaching), or those finished by the end of the follow.
+    (Not asked with sweep.rerun=true, which retrains what finished.)"""
+    manifest = Manifest.read(sweep_dir)
+    held: set[str] = set()
+    for launch_id in sorted(manifest.launches, key=lambda i: manifest.launch(i).started):
+        record = manifest.launch(launch_id)
+        jobs = [job for job in record.jobs if job.job_id]
+        if launch_id == launch or not jobs:
+            continue
+        summaries = record.summaries(sweep_dir)
+        done = {n for job in jobs for n in job.runs if (summaries.get(n) or {}).get("status") in SETTLED
+                and (summaries.get(n) or {}).get("launch") == launch_id}
+        held |= done  # trained by that launch, maybe since this one planned: not sent again to find that out
+        jobs = [job for job in jobs if not set(job.runs) <= done]
+        if not jobs or STOP.requested:
+            continue
+        for positions, scheduled in adopt([job.job_id for job in jobs]):
+            mine = [jobs[p] for p in positions]
+            runs = sorted(name for job in mine for name in job.runs)
+            arrays = ", ".join(sorted({job.job_id.split("_")[0] for job in mine}))
+            if detach:
+                log.info("launch %s's SLURM job %s still holds %s: not submitted again", launch_id, arrays,
+                         counted(len(runs), "run"))
+                held.update(runs)
+                continue
+            log.info("launch %s's SLURM job %s still holds %s: following it instead of submitting them again",
+                     launch_id, arrays, counted(len(runs), "run"))
+            Follower(scheduled, [job.overrides for job in mine], sweep_dir, launch_id, poll_s, grace_s).follow()
+            settled = record.summaries(sweep_dir, runs)
+            held.update(name for name in runs if (settled.get(name) or {}).get("status") in SETTLED)
+    return held
 
 
 class Follower:

@@ -42,3 +42,7 @@ class Jobs(Protocol):
 
     def owner(self, index: int) -> str:
         """The job as its trainer records itself in ``run.owner`` (``MODULA_JOB_ID``): "slurm:12_3"."""
+
+    def scheduler_ids(self) -> list[str] | None:
+        """Each job's id on a scheduler that outlives the launching process ("12_3"), by position; None where
+        the jobs end with it (Ray's tasks are their driver's)."""

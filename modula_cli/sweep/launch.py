@@ -31,7 +31,7 @@ from ..plumbing import atomic
 from ..plumbing.environment import carry_launch
 from ..plumbing.signals import STOP, StopRequested
 from ..results.files import stop_marker
-from ..results.manifest import read_launch, record_launch
+from ..results.manifest import mark_reported, read_launch, record_launch
 from ..results.status import BUSY
 from ..results.summary import Outcome, mark_abandoned
 from .final_report import write_sweep_report
@@ -39,7 +39,7 @@ from .grid import Host, host_of
 from .job import train_job
 from .lr_search import SearchError
 from .plan import Plan, another_experiment_line, edited_model_note, finished_runs, validate_grid
-from .progress import closing, report_progress
+from .progress import closing, detached_closing, report_progress
 from .search import SearchSpace, search_space
 
 log = logging.getLogger(__name__)
@@ -115,7 +115,12 @@ class Launch:
 
     def end(self, config: DictConfig) -> int:
         """After the last job: the deferred runs (unless stopped), killed runs settled, the report, the closing
-        lines. The exit code: 128 + signal after a stop, 1 when some run failed or did not finish, else 0."""
+        lines. The exit code: 128 + signal after a stop, 1 when some run failed or did not finish, else 0. A
+        detached launch only says how to follow its jobs (exit 0): the report comes once they have ended."""
+        record = read_launch(self.sweep_dir, self.id)
+        if record.detached:
+            self.opened.close()
+            return detached_closing(self.sweep_dir, record)
         stopped = None
         try:
             for deferred in self.deferred:
@@ -125,6 +130,7 @@ class Launch:
                 report_progress(self.sweep_dir, self.id, deferred.run_dir.name, result)
             self._settle_abandoned()
             write_sweep_report(config, self.sweep_dir)
+            mark_reported(self.sweep_dir, self.id)  # modula-sweep-status need not write it again
         finally:
             stopped = STOP.signum
             self.opened.close()
@@ -149,6 +155,7 @@ def _checked(config: DictConfig, host: Host) -> tuple[Plan, SearchSpace | None]:
         space = search_space(config) if searches(config) else None
         plan = validate_grid(config, prepare_data=host.local, devices_here=host.local)
         _check_target(config, plan)
+        _check_detach(config, space is not None)
         _preflight(config.hydra.launcher)
         return plan, space
     except (ConfigError, LaunchRefused, SearchError) as error:
@@ -183,6 +190,26 @@ def _check_target(config: DictConfig, plan: Plan) -> None:
             raise ConfigError([str(error)]) from None
         log.info("%s: the preset's target is left out, the report predicts no LR (sweep.target=null says so "
                  "quietly)", error)
+
+
+def _check_detach(config: DictConfig, searching: bool) -> None:
+    """``sweep.detach=true`` needs a launcher whose jobs outlive the launching process, and a plan known in
+    full at the start."""
+    from hydra.utils import get_class
+
+    if not config.sweep.get("detach"):
+        return
+    target = config.hydra.launcher.get("_target_")
+    name = config.hydra.runtime.choices.get("hydra/launcher", target)
+    if not (target and getattr(get_class(target), "CAN_DETACH", False)):
+        why = ("Ray ends a driver's tasks when the driver exits" if "ray" in str(name)
+               else "it trains the runs in this process or its children")
+        raise ConfigError([f"sweep.detach=true with hydra/launcher={name}: {why}, so the launch cannot end before "
+                           f"its runs; detach with hydra/launcher=slurm, or keep the launch running under nohup, "
+                           f"tmux or screen"])
+    if searching:
+        raise ConfigError(["sweep.detach=true with sweep.search=true: an LR search chooses each round's LRs from "
+                           "the last round, in the launching process; keep it running under nohup, tmux or screen"])
 
 
 def _preflight(launcher: DictConfig) -> None:

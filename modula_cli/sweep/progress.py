@@ -124,6 +124,21 @@ def natural(name: str) -> list:
             for part in re.split(r"(\d+(?:\.\d+)?(?:e-?\d+)?)", name) if part]
 
 
+def detached_closing(sweep_dir: Path, record: LaunchRecord) -> int:
+    """The closing lines of a launch that submitted its jobs and leaves them running: how to follow them."""
+    submitted = [job for job in record.jobs if job.job_id]
+    runs = sum(len(job.runs) for job in submitted)
+    arrays = sorted({job.job_id.split("_")[0] for job in submitted})
+    if not submitted:
+        print(f"sweep finished: nothing left to train ({counted(len(record.runs), 'run')} finished before)  "
+              f"({sweep_dir})", flush=True)
+        return 0
+    print(f"sweep submitted: {counted(runs, 'run')} in {counted(len(submitted), 'SLURM job')} "
+          f"({'array' if len(arrays) == 1 else 'arrays'} {', '.join(arrays)}), training without this process. "
+          f"Follow them (and get the report once they end) with:\n  modula-sweep-status {sweep_dir}", flush=True)
+    return 0
+
+
 def closing(sweep_dir: Path, record: LaunchRecord, summaries: dict[str, Summary | None], stopped: int | None
             ) -> int:
     """Print the unfinished runs, what the launcher noted, and the closing line; the exit code: 128 + signal

@@ -206,3 +206,6 @@ class RayTasks:
 
     def owner(self, index: int) -> str:
         return f"ray:{self.refs[index].task_id().hex()}"
+
+    def scheduler_ids(self) -> list[str] | None:
+        return None

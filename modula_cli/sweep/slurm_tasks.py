@@ -259,6 +259,32 @@ class SlurmArray:
     def owner(self, index: int) -> str:
         return f"slurm:{self.job_ids[index]}"
 
+    def scheduler_ids(self) -> list[str] | None:
+        return list(self.job_ids)
+
+
+def adopt(job_ids: Sequence[str]) -> list[tuple[list[int], SlurmArray]]:
+    """The jobs of ``job_ids`` that SLURM still lists (queued, running, requeued), as one ``SlurmArray`` per
+    array with their positions in ``job_ids``: an earlier launch's jobs, for a relaunch to follow instead of
+    submitting their runs again. Nothing when SLURM does not answer (the relaunch then submits; a run is
+    never trained twice, its lock sees to that)."""
+    by_array: dict[str, list[int]] = {}
+    for position, job_id in enumerate(job_ids):
+        by_array.setdefault(job_id.split("_")[0], []).append(position)
+    adopted = []
+    accounting = None
+    for array, positions in by_array.items():
+        try:
+            live = {task for task, state in task_states(array, False, ended_ask=False).items() if state.live}
+        except SlurmError as error:
+            log.warning("could not ask SLURM about the earlier launch's job %s (%s)", array, error)
+            continue
+        kept = [p for p in positions if job_ids[p] in live]
+        if kept:
+            accounting = has_accounting() if accounting is None else accounting
+            adopted.append((kept, SlurmArray([job_ids[p] for p in kept], accounting)))
+    return adopted
+
 
 def job_id_here() -> str | None:
     """This process's SLURM task, as ``SlurmArray.owner`` names it ("slurm:12_3"); None outside SLURM."""

@@ -1,0 +1,188 @@
+"""``modula-sweep-status FOLDER``: every launch into a sweep folder, as its files and its scheduler tell it, for
+a launch whose process has left (``sweep.detach=true``, a closed laptop, a dropped SSH session).
+
+Per launch: its runs by state, the scheduler's word on each unfinished job (state, pending reason, node, how
+often it was requeued), the time left. A run whose job the scheduler says has ended while its summary still
+says ``running`` is settled as interrupted at its last checkpoint, as the launching process would have. Once
+every run of every launch has ended, the report is written, once, by whichever follower sees the end first
+(``sweep.json`` records it); ``--follow`` looks again until then.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..results.files import MANIFEST_FILE
+from ..results.manifest import LaunchRecord, Manifest, mark_reported
+from ..results.status import FINISHED, PENDING, RUNNING
+from ..results.summary import Summary, mark_abandoned
+from ..run.loggers import duration_text
+from .progress import closing, launch_time_left
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class JobWord:
+    """What the scheduler says of one job now."""
+    live: bool            # queued, running or requeued (or unknown: SLURM did not answer): it may still train
+    text: str             # "RUNNING on node2, requeued 1×", "PENDING (Resources)", "COMPLETED"
+
+
+GONE = JobWord(False, "no longer known to SLURM")
+
+
+def slurm_words(job_ids: list[str]) -> dict[str, JobWord]:
+    """Each job's state from ``squeue`` / ``sacct``, and its requeue count from ``scontrol show job``; a job
+    SLURM no longer knows of is missing (ended long ago). When SLURM does not answer, its jobs count as live:
+    nothing is settled or reported on a silence."""
+    from . import slurm, slurm_tasks
+
+    words: dict[str, JobWord] = {}
+    accounting = slurm_tasks.has_accounting()
+    for array in sorted({job_id.split("_")[0] for job_id in job_ids}):
+        try:
+            states = slurm_tasks.task_states(array, accounting)
+            shown = _shown_jobs(array) if any(state.live for state in states.values()) else []
+        except slurm.SlurmError as error:
+            silent = JobWord(True, f"SLURM did not answer ({error})")
+            words.update({job_id: silent for job_id in job_ids if job_id.split("_")[0] == array})
+            continue
+        restarts = {f"{r.get('ArrayJobId')}_{r.get('ArrayTaskId')}" if r.get("ArrayTaskId") else r.get("JobId", ""):
+                    int(r.get("Restarts", "0") or 0) for r in shown if (r.get("Restarts") or "0").isdigit()}
+        for job_id, state in states.items():
+            text = state.text() + (f" on {state.node}" if state.node and state.live else "")
+            if restarts.get(job_id):
+                text += f", requeued {restarts[job_id]}×"
+            words[job_id] = JobWord(state.live, text)
+    return words
+
+
+def _shown_jobs(array: str) -> list[dict[str, str]]:
+    """``scontrol show job`` of the array's tasks (their requeue counts); none once SLURM has forgotten them."""
+    from . import slurm
+
+    try:
+        return slurm.records(slurm.command(["scontrol", "-o", "show", "job", array]))
+    except slurm.SlurmError as error:
+        if "Invalid job id" in str(error):
+            return []
+        raise
+
+
+def launch_ended(record: LaunchRecord, summaries: dict[str, Summary | None], words: dict[str, JobWord]) -> bool:
+    """No run of the launch trains now and none of its jobs is still the scheduler's."""
+    if any((summary or {}).get("status") == RUNNING for summary in summaries.values()):
+        return False
+    return not any(job.job_id and words.get(job.job_id, GONE).live for job in record.jobs)
+
+
+def settle(sweep_dir: Path, record: LaunchRecord, summaries: dict[str, Summary | None],
+           words: dict[str, JobWord]) -> None:
+    """A run left ``running`` by a job the scheduler says has ended: interrupted at its last checkpoint."""
+    for job in record.jobs:
+        word = words.get(job.job_id or "")
+        if not job.job_id or (word is not None and word.live):
+            continue
+        for name in job.runs:
+            if (summaries.get(name) or {}).get("status") != RUNNING:
+                continue
+            ended = f"SLURM job {job.job_id}: " + (word or GONE).text
+            if mark_abandoned(sweep_dir / name, ended, job=f"slurm:{job.job_id}") is not None:
+                summaries.update(record.summaries(sweep_dir, [name]))
+
+
+def describe(sweep_dir: Path, manifest: Manifest, record: LaunchRecord, summaries: dict[str, Summary | None],
+             words: dict[str, JobWord]) -> list[str]:
+    """The launch's lines: a header with its counts, each unfinished job's runs and the scheduler's word."""
+    counts = record.counts(summaries)
+    arrays = sorted({job.job_id.split("_")[0] for job in record.jobs if job.job_id})
+    where = f"SLURM job {', '.join(arrays)}" if arrays else "no scheduler ids (a local or Ray launch)"
+    started = time.strftime("%Y-%m-%d %H:%M", time.localtime(record.started))
+    shown = ", ".join(f"{n} {state}" for state, n in counts.items() if n)
+    lines = [f"launch {record.id} (started {started}, {'detached, ' if record.detached else ''}{where}): "
+             f"{len(record.runs)} runs: {shown or 'none'}"]
+    for job in record.jobs:
+        states = [record.status(name, summaries.get(name)) for name in job.runs]
+        if all(state in FINISHED for state in states):
+            continue
+        steps = [(summaries.get(name) or {}).get("steps_done") for name in job.runs]
+        at = f" at step {max(s for s in steps if s)}" if any(steps) else ""
+        said = f" — SLURM job {job.job_id}: {words.get(job.job_id, GONE).text}" if job.job_id else ""
+        lines.append(f"  {', '.join(job.runs)}: {'/'.join(sorted(set(states)))}{at}{said}")
+    left = launch_time_left(manifest.runs, summaries, record)
+    if left is not None and (counts[PENDING] or counts[RUNNING]):
+        lines.append(f"  about {duration_text(left[0])} left")
+    return lines
+
+
+def look(sweep_dir: Path) -> tuple[bool, LaunchRecord | None]:
+    """Print every launch's state once (settling runs whose job ended); whether every launch has ended, and
+    the latest launch."""
+    manifest = Manifest.read(sweep_dir)
+    records = sorted((manifest.launch(i) for i in manifest.launches), key=lambda r: r.started)
+    ids = [job.job_id for record in records for job in record.jobs if job.job_id]
+    words = slurm_words(ids) if ids else {}
+    all_ended = True
+    print(f"{sweep_dir}: {len(records)} launch{'es' if len(records) != 1 else ''}", flush=True)
+    for record in records:
+        summaries = record.summaries(sweep_dir)
+        settle(sweep_dir, record, summaries, words)
+        print(*describe(sweep_dir, manifest, record, summaries, words), sep="\n", flush=True)
+        all_ended &= launch_ended(record, summaries, words)
+    return all_ended, records[-1] if records else None
+
+
+def report_once(sweep_dir: Path, record: LaunchRecord) -> None:
+    """The report for the sweep's end, written by the first follower that sees it (``sweep.json`` says)."""
+    from omegaconf import OmegaConf
+
+    from ..analysis.report import write_report
+
+    if not mark_reported(sweep_dir, record.id):
+        print(f"report: written already ({sweep_dir / 'transfer.png'})", flush=True)
+        return
+    settings = {}
+    try:  # the launch's own metric and target: Hydra's record of the launching command's config
+        settings = OmegaConf.to_container(OmegaConf.load(sweep_dir / "multirun.yaml").get("sweep") or {})
+    except (OSError, ValueError) as error:
+        log.debug("multirun.yaml: %s", error)
+    try:
+        write_report(sweep_dir, metric=settings.get("metric") or "train_loss", target=settings.get("target"))
+    except Exception as error:  # noqa: BLE001 - the runs' results stand; the report can be written again
+        print(f"report not written ({type(error).__name__}: {error}); write it with: modula-sweep-report "
+              f"{sweep_dir}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="modula-sweep-status", description=(
+        "Every launch into a sweep folder: its runs by state, the scheduler's word on each unfinished job, the "
+        "time left; the report once every run has ended."))
+    parser.add_argument("folder", help="a sweep folder (hydra.sweep.dir of a `modula-sweep -m` launch)")
+    parser.add_argument("--follow", action="store_true",
+                        help="look again every --poll seconds until every run has ended, then write the report")
+    parser.add_argument("--poll", type=float, default=30.0, help="seconds between looks with --follow (default 30)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    sweep_dir = Path(args.folder).expanduser().absolute()
+    if args.poll <= 0:
+        parser.error(f"--poll {args.poll:g}; allowed: a number of seconds > 0")
+    if not (sweep_dir / MANIFEST_FILE).is_file() or not Manifest.read(sweep_dir).launches:
+        print(f"modula-sweep-status: {sweep_dir} holds no sweep launch (no readable {MANIFEST_FILE}); give the "
+              f"folder a `modula-sweep -m` launch wrote into (its hydra.sweep.dir)", file=sys.stderr)
+        return 1
+    while True:
+        ended, latest = look(sweep_dir)
+        if ended or not args.follow:
+            break
+        time.sleep(args.poll)
+    if not ended:
+        print("not ended yet: look again later, or follow it with --follow", flush=True)
+        return 0
+    report_once(sweep_dir, latest)
+    return closing(sweep_dir, latest, latest.summaries(sweep_dir), None)
