@@ -398,6 +398,40 @@ def test_slurm_a_detached_launch_exits_at_once_and_the_same_command_follows_it(s
     assert final_code == 0 and "report: written already" in final and "sweep finished:" in final, final
 
 
+def test_slurm_runs_per_task_trains_a_job_of_several_runs_and_a_requeue_resumes_them_all(slurm_cluster, workdir,
+                                                                                        reference):
+    """runs_per_task=2: the 4 runs go in 2 jobs of 2 SLURM tasks (1 CPU each); `scontrol requeue` of the first
+    job while both its runs train resumes both from their checkpoints; every logged loss equals the
+    uninterrupted sweep's."""
+    sweep_dir = workdir / "runs_per_task"
+    launch = Launch(workdir, *slurm_args(sweep_dir, LONG, "hydra.launcher.cpus_per_task=1",
+                                         "hydra.launcher.runs_per_task=2"))
+    array = array_of(launch)
+    runs = wait_for(lambda: (sweep_dir / "sweep.json").exists() and job_runs(sweep_dir), "the plan", launch=launch)
+    wait_for(lambda: checkpointed(runs[0]) and checkpointed(runs[1]), "the first job's runs to train", launch=launch)
+    subprocess.run(["scontrol", "requeue", f"{array}_0"], check=True)
+    code, out = launch.finish(timeout=480)
+    assert code == 0 and "sweep finished: 4 completed, 0 skipped, 0 diverged, 0 failed" in out, out[-3000:]
+    assert re.search(rf"submitted 2 jobs as SLURM job {array} \(partition \w+, 2 runs per job \(a task each\), 1 CPU "
+                     rf"per task", out), out[-3000:]
+    records = [summary(run) for run in runs]
+    assert [r["job"] for r in records] == [f"slurm:{array}_{k}" for k in (0, 0, 1, 1)]
+    assert records[0]["host"] == records[1]["host"] and {r["threads"] for r in records} == {1}
+    assert records[0]["resumed_from"] >= 20 and records[1]["resumed_from"] >= 20  # both resumed after the requeue
+    assert_resumed_exactly(sweep_dir, reference)
+
+
+def test_slurm_a_run_that_diverges_leaves_its_sibling_in_the_job_training(slurm_cluster, workdir):
+    sweep_dir = workdir / "siblings"
+    args = [a for a in slurm_args(sweep_dir, "train.steps=100", "hydra.launcher.cpus_per_task=1",
+                                  "hydra.launcher.runs_per_task=2") if not a.startswith(("optim.lr=", "arch.width="))]
+    code, out = Launch(workdir, *args, "arch.width=8", "optim.lr=0.05,100000").finish(timeout=300)
+    assert code == 0 and "sweep finished: 1 completed, 0 skipped, 1 diverged, 0 failed" in out, out[-3000:]
+    records = sorted((summary(run) for run in job_runs(sweep_dir)), key=lambda r: r["lr"])
+    assert [(r["status"], r["job"] == records[0]["job"]) for r in records] == [("completed", True), ("diverged", True)]
+    assert records[0]["steps_done"] == 101 and records[1]["steps_done"] < 101
+
+
 @pytest.mark.parametrize("override, message", [
     ("hydra.launcher.cpus_per_task=64", r"cpus_per_task=64 needs 64 CPUs on one node, but the nodes of partition "
                                         r"\w+ have at most \d+; set hydra.launcher.cpus_per_task=\d+ or less"),

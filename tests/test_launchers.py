@@ -97,7 +97,34 @@ def test_a_gpu_partition_gets_an_sbatch_script_that_asks_for_its_gpu(cluster, tm
     assert "gpus" not in sbatch_script(on_cpu.params)
 
 
+def test_runs_per_task_sizes_one_job_for_its_runs_and_auto_fills_a_gpu_node(cluster, tmp_path):
+    """runs_per_task=N: N SLURM tasks in one job, each with a run's CPUs; auto: one run per GPU of a node."""
+    auto = slurm.fit({**BASE, "partition": "gpu", "runs_per_task": "auto"}, cluster)
+    assert not auto.problems
+    # the gpu nodes have 4 GPUs and 48 CPUs: 4 runs, 8 CPUs each (48 // 4 = 12, at most 8), 4 × 32 GB capped at
+    # the node's share for 32 CPUs (512000 MB × 32 / 48 = 333 GB) and the partition's 250 GB per node
+    assert (auto.params["runs_per_task"], auto.params["tasks_per_node"], auto.params["gpus_per_node"],
+            auto.params["cpus_per_task"], auto.params["mem_gb"]) == (4, 4, 4, 8, 128)
+    assert auto.describe() == "partition gpu, 4 runs per job (a task each), 8 CPU per task, 128 GB and 4 GPU per node"
+    assert slurm.fit({**BASE, "runs_per_task": "auto"}, cluster).params["runs_per_task"] == 1  # no GPU: one run
+    two = slurm.fit({**BASE, "runs_per_task": 2, "cpus_per_task": 4}, cluster)
+    assert (two.params["tasks_per_node"], two.params["cpus_per_task"], two.params["gpus_per_node"]) == (2, 4, None)
+    script = sbatch_script({**auto.params, "submitit_folder": str(tmp_path), "max_num_timeout": 20,
+                            "signal_delay_s": 120, "array_parallelism": 64, "setup": [], "additional_parameters": {},
+                            "name": "train", "stderr_to_stdout": False, "runs_per_task": None})
+    for line in ("--ntasks-per-node=4", "--gpus-per-node=4", "--cpus-per-task=8", "--mem=128GB"):
+        assert f"#SBATCH {line}\n" in script, script
+
+
 @pytest.mark.parametrize("change, message", [
+    ({"partition": "gpu", "runs_per_task": 8}, "hydra.launcher.runs_per_task=8 × 1 GPU, but the nodes of partition "
+                                               "gpu have at most 4 GPUs; set hydra.launcher.runs_per_task=4 or less "
+                                               "(or auto)"),
+    ({"cpus_per_task": 20, "runs_per_task": 2}, "hydra.launcher.cpus_per_task=20 × runs_per_task=2 needs 40 CPUs on "
+                                                "one node, but the nodes of partition cpu have at most 32"),
+    ({"runs_per_task": 0}, "hydra.launcher.runs_per_task=0; allowed: auto, or an integer >= 1"),
+    ({"runs_per_task": 2, "tasks_per_node": 2}, "hydra.launcher.runs_per_task=2 with tasks_per_node=2: a run of "
+                                                "several tasks (one process per GPU) trains alone in its job"),
     ({"cpus_per_task": 64}, "hydra.launcher.cpus_per_task=64 needs 64 CPUs on one node, but the nodes of partition "
                             "cpu have at most 32; set hydra.launcher.cpus_per_task=32 or less (or auto)"),
     ({"cpus_per_task": 20, "tasks_per_node": 2}, "cpus_per_task=20 × tasks_per_node=2 needs 40 CPUs on one node"),

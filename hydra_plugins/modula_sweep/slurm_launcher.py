@@ -37,6 +37,7 @@ class SlurmLauncherConf(SlurmQueueConf):
     cpus_per_task: Any = "auto"   # auto: 8, at most what one node of the partition has
     gpus_per_node: Any = "auto"   # auto: one per task where the partition's nodes have GPUs, else none
     mem_gb: Any = "auto"          # auto: the node's memory in proportion to the CPUs asked for, at most 32 GB
+    runs_per_task: Any = 1        # grid points per job, each its own SLURM task (auto: one per GPU of a node)
     poll_s: float = 10.0          # how often the launching process looks at the queue and the run folders
     stop_grace_s: float = 120.0   # after a stop, how long to wait for running tasks to checkpoint and end
 
@@ -109,6 +110,7 @@ class SlurmLauncher(BaseSubmititLauncher):
             forget_launch(sweep_dir, launch_of(self.config))
             raise SystemExit(f"modula-sweep: sweep not launched, {error}") from None
         self.params = {key: value for key, value in fitted.params.items() if value is not None}
+        runs_per_task = int(self.params.pop("runs_per_task", 1))
         self.job_env = job_environment()
         executor = slurm_executor(self.params)
         folder = Path(str(self.params["submitit_folder"]).split("%")[0])
@@ -117,9 +119,11 @@ class SlurmLauncher(BaseSubmititLauncher):
             before = set(folder.glob("*")) if folder.is_dir() else set()
             arguments = [(list(job_overrides[i]), "hydra.sweep.dir", initial_job_idx + i,
                           f"job_id_for_{initial_job_idx + i}", Singleton.get_state()) for i in todo]
+            groups = [arguments[k:k + runs_per_task] for k in range(0, len(arguments), runs_per_task)]
             try:
                 with contextlib.redirect_stderr(io.StringIO()):  # submitit echoes sbatch's error: said once, below
-                    jobs = executor.map_array(self, *zip(*arguments))
+                    jobs = executor.map_array(self, *zip(*arguments)) if runs_per_task == 1 else \
+                        executor.map_array(RunGroup(self), groups)
             except (submitit.core.utils.UncompletedJobError, submitit.core.utils.FailedSubmissionError,
                     OSError) as error:  # no job id came back
                 lines = [line for line in str(error).splitlines() if line.strip()] or [type(error).__name__]
@@ -137,12 +141,45 @@ class SlurmLauncher(BaseSubmititLauncher):
                                  f"running the command again (it skips what finished)") from None
             log.info("submitted %d job%s as SLURM job %s (%s; logs in %s)", len(jobs), "s" if len(jobs) > 1 else "",
                      jobs[0].job_id.split("_")[0], fitted.describe(), folder)
-            return slurm_tasks.SlurmArray([job.job_id for job in jobs], slurm_tasks.has_accounting(),
-                                    [_result_reader(job) for job in jobs], [str(job.paths.stderr) for job in jobs])
+            # by position in todo: a job's runs are its tasks, in order (SLURM_PROCID k trains the group's k-th)
+            tasks = owners = list(jobs)
+            if runs_per_task > 1:
+                tasks = [job.task(k) for job, group in zip(jobs, groups) for k in range(len(group))]
+                owners = [job for job, group in zip(jobs, groups) for _ in group]
+            return slurm_tasks.SlurmArray([job.job_id for job in owners], slurm_tasks.has_accounting(),
+                                          [_result_reader(task) for task in tasks],
+                                          [str(task.paths.stderr) for task in tasks])
 
         return run_unfinished(job_overrides, sweep_dir, launch_of(self.config), submit, self.poll_s,
                               self.stop_grace_s, detach=bool(self.config.sweep.get("detach")),
                               adopt=None if self.config.sweep.get("rerun") else slurm_tasks.adopt)
+
+
+class RunGroup:
+    """What one job of ``runs_per_task=N`` runs in each of its N SLURM tasks: task k (SLURM_PROCID) trains the
+    group's k-th grid point, on the k-th of the job's GPUs where it has several, with its own CPUs
+    (``cpus_per_task``). A run that fails or diverges ends its own task only. On SLURM's pre-emption or
+    time-limit signal every task checkpoints and task 0 requeues the job, which resumes them all."""
+
+    def __init__(self, launcher: SlurmLauncher) -> None:
+        self.launcher = launcher
+
+    def __call__(self, group: list[tuple]) -> JobReturn | None:
+        import submitit
+
+        env = submitit.JobEnvironment()
+        if env.global_rank >= len(group):  # the last job's spare tasks, when the grid does not fill it
+            return None
+        visible = [gpu for gpu in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if gpu]
+        if len(visible) > 1:  # the job's GPUs are every task's: each run takes its own, before CUDA starts
+            os.environ["CUDA_VISIBLE_DEVICES"] = visible[env.local_rank % len(visible)]
+        return self.launcher(*group[env.global_rank])
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
+        """Requeue the same group (each run resumes from its own checkpoint)."""
+        import submitit
+
+        return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
 
 
 def slurm_executor(params: dict[str, Any]) -> Any:
@@ -159,7 +196,7 @@ def executor_parameters(params: dict[str, Any]) -> dict[str, Any]:
     """The fitted settings as submitit's executor takes them (``slurm_``-prefixed but for the shared ones)."""
     base = set(OmegaConf.structured(BaseQueueConf).keys())
     return {key if key in base else f"slurm_{key}": value for key, value in params.items()
-            if key not in ("submitit_folder", "max_num_timeout") and value is not None}
+            if key not in ("submitit_folder", "max_num_timeout", "runs_per_task") and value is not None}
 
 
 def _result_reader(job: Any) -> Any:

@@ -171,7 +171,9 @@ class Fit:
         """``partition cpu, 1 CPU per task, 11 GB and no GPU per node``."""
         gpus = self.params.get("gpus_per_node") or 0
         mem = self.params.get("mem_gb")
-        return (f"partition {self.partition}, {self.params.get('cpus_per_task') or 'default'} CPU per task, "
+        runs = self.params.get("runs_per_task") or 1
+        return (f"partition {self.partition}, " + (f"{runs} runs per job (a task each), " if runs > 1 else "") +
+                f"{self.params.get('cpus_per_task') or 'default'} CPU per task, "
                 + (f"{mem} GB" if mem else "default memory") + " and " + (f"{gpus} GPU" if gpus else "no GPU")
                 + " per node")
 
@@ -199,7 +201,13 @@ def fit(params: Mapping[str, Any], cluster: Mapping[str, Partition]) -> Fit:
     part, problems = _partition(params, cluster)
     if part is None or problems:
         return Fit(params, part.name if part else params.get("partition"), problems)
+    runs, problem = _runs_per_task(params, part)
+    if problem:
+        return Fit(params, part.name, [problem])
+    if runs > 1:  # one SLURM task per run, all in one job: sized for all of them
+        params["tasks_per_node"] = runs
     tasks = params["tasks_per_node"]
+    several = f" × runs_per_task={runs}" if runs > 1 else f" × tasks_per_node={tasks}"
     gpus, nodes, problem = _fit_gpus(params, part)
     if problem:
         return Fit(params, part.name, [problem])
@@ -210,17 +218,17 @@ def fit(params: Mapping[str, Any], cluster: Mapping[str, Partition]) -> Fit:
     elif cpus == AUTO:
         cpus = max(1, min(AUTO_CPUS, cpu_limit // tasks))
     elif cpus is not None and cpus * tasks > cpu_limit:
-        problems.append(f"{SETTING}.cpus_per_task={cpus}" + (f" × tasks_per_node={tasks}" if tasks > 1 else "") +
+        problems.append(f"{SETTING}.cpus_per_task={cpus}" + (several if tasks > 1 else "") +
                         f" needs {cpus * tasks} CPUs on one node, but the nodes of partition {part.name} have at "
                         f"most {cpu_limit}; set {SETTING}.cpus_per_task={max(1, cpu_limit // tasks)} or less (or auto)")
     nodes = [n for n in nodes if n.cpus >= (cpus or 1) * tasks] or nodes
     mem = None if params.get("mem_gb") == AUTO and _asked_otherwise(params, "mem_per_gpu", "mem_per_cpu", "mem") \
         else params.get("mem_gb")
-    mem, problem = _fit_memory(mem, part, nodes, (cpus or 1) * tasks)
+    mem, problem = _fit_memory(mem, part, nodes, (cpus or 1) * tasks, tasks)
     problems += [problem] if problem else []
     problems += _limit_problems(params, part)
     resolved = {**params, "partition": part.name, "cpus_per_task": cpus, "gpus_per_node": gpus or None,
-                "mem_gb": mem}
+                "mem_gb": mem, "runs_per_task": runs}
     return Fit(resolved, part.name, problems, _notes(part, nodes))
 
 
@@ -246,6 +254,26 @@ def _partition(params: Mapping[str, Any], cluster: Mapping[str, Partition]) -> t
                  for key in ("tasks_per_node", "nodes", "timeout_min")
                  if not (_is_count(params.get(key)) and params[key] >= 1)]
     return part, problems
+
+
+def _runs_per_task(params: Mapping[str, Any], part: Partition) -> tuple[int, str | None]:
+    """Grid points per job (``auto``: one per GPU of the partition's biggest GPU node, else 1), or the problem:
+    a count that is not one, several runs beside several tasks per run, more runs than a node has GPUs."""
+    runs = params.get("runs_per_task", 1)
+    most = max((n.gpus for n in part.nodes), default=0)
+    if runs == AUTO:
+        return max(1, most), None
+    if not (_is_count(runs) and runs >= 1):
+        return 1, f"{SETTING}.runs_per_task={runs!r}; allowed: auto, or an integer >= 1"
+    if runs > 1 and params.get("tasks_per_node", 1) > 1:
+        return 1, (f"{SETTING}.runs_per_task={runs} with tasks_per_node={params['tasks_per_node']}: a run of several "
+                   f"tasks (one process per GPU) trains alone in its job; set one of them to 1")
+    asked_gpus = params.get("gpus_per_node")
+    per_run = 1 if asked_gpus == AUTO and most else (0 if asked_gpus in (AUTO, None, 0) else None)
+    if runs > 1 and per_run and runs > most:
+        return 1, (f"{SETTING}.runs_per_task={runs} × 1 GPU, but the nodes of partition {part.name} have at most "
+                   f"{most} GPUs; set {SETTING}.runs_per_task={most} or less (or auto)")
+    return runs, None
 
 
 def _asked_otherwise(params: Mapping[str, Any], *keys: str) -> bool:
@@ -286,14 +314,14 @@ def _fit_gpus(params: Mapping[str, Any], part: Partition) -> tuple[int, list[Nod
     return 0, [], f"{SETTING}.{setting}={params.get(setting)}{total}, but {have}; {fix}"
 
 
-def _fit_memory(mem: Any, part: Partition, nodes: list[Node], cpus: int) -> tuple[Any, str | None]:
+def _fit_memory(mem: Any, part: Partition, nodes: list[Node], cpus: int, tasks: int = 1) -> tuple[Any, str | None]:
     """Memory per node in GB (``auto``: the node's memory in proportion to the CPUs asked for, so that tasks
-    share a node, at most AUTO_MEM_GB), or the problem when it is more than a node has."""
+    share a node, at most AUTO_MEM_GB per task), or the problem when it is more than a node has."""
     node_mb = min(max(n.memory_mb for n in nodes), part.max_mem_per_node_mb)
     if mem == AUTO:
         biggest = max(nodes, key=lambda n: n.memory_mb)
         share = biggest.memory_mb * cpus / max(1, biggest.cpus)
-        return max(1, int(min(AUTO_MEM_GB * 1024, share, node_mb) // 1024)), None
+        return max(1, int(min(AUTO_MEM_GB * 1024 * tasks, share, node_mb) // 1024)), None
     if mem is not None and mem * 1024 > node_mb:
         return mem, (f"{SETTING}.mem_gb={mem} is more than a node of partition {part.name} has ({node_mb / 1024:.1f} "
                      f"GB at most); set {SETTING}.mem_gb={max(1, int(node_mb // 1024))} or less (or auto)")
