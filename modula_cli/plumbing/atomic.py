@@ -4,7 +4,9 @@ half of one. Each write goes to a temporary file unique to this process and thre
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 import socket
 import tempfile
 import threading
@@ -35,9 +37,55 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+class DiskFull(OSError):
+    """The disk (or quota) holding a file is full: said in one line naming the disk and what is kept."""
+
+
+FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def full_disk_cause(error: BaseException) -> OSError | None:
+    """The ENOSPC / EDQUOT behind ``error``, if one is (torch.save reports it as its writer's RuntimeError, the
+    OSError as its context)."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno in FULL:
+            return error
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def mount_point(path: Path) -> Path:
+    """The mount point of the file system holding ``path`` (the deepest folder above it on the same device)."""
+    path = path.absolute()
+    while not path.exists():
+        path = path.parent
+    device = path.stat().st_dev
+    while path.parent != path and path.parent.stat().st_dev == device:
+        path = path.parent
+    return path
+
+
+def disk_full(error: OSError, path: Path, kept: str) -> DiskFull:
+    """``error`` (ENOSPC or EDQUOT while writing ``path``) as one line: the disk, its free space, what is kept."""
+    place = mount_point(path.parent)
+    try:
+        left = shutil.disk_usage(place).free
+        free = f"{left / 2**20:.1f} MB free" if left >= 2**20 else f"{left / 1024:.0f} KB free"
+    except OSError:
+        free = "free space unknown"
+    what = "the disk quota is used up" if error.errno == errno.EDQUOT else "no space left on the disk"
+    full = DiskFull(f"{what} at {place} ({free}) while writing {path}; {kept}; free space and run the same command "
+                    f"to resume")
+    full.errno = error.errno
+    return full
+
+
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path to write; on success it replaces ``path`` atomically, on error it is removed."""
+    """Yield a temporary path to write; on success it replaces ``path`` atomically, on error it is removed (a full
+    disk: ``DiskFull``, the file there before kept whole)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _temporary_name(path)
@@ -46,6 +94,13 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         with open(tmp, "rb+") as handle:
             os.fsync(handle.fileno())
         os.replace(tmp, path)
+    except Exception as error:
+        full = full_disk_cause(error)
+        if full is not None and not isinstance(error, DiskFull):
+            tmp.unlink(missing_ok=True)  # its space back first: what comes next (the run's summary) needs a little
+            kept = f"the last {path.name} is kept as it was" if path.exists() else f"no {path.name} was written"
+            raise disk_full(full, path, kept) from error
+        raise
     finally:
         tmp.unlink(missing_ok=True)
     _fsync_dir(path.parent)

@@ -25,7 +25,12 @@ FORMAT = 2
 
 def save(path: Path, state: dict[str, Any], fingerprint: str) -> None:
     payload = {"format": FORMAT, "fingerprint": fingerprint, "state": state}
-    atomic.write_with(path, lambda tmp: torch.save(payload, tmp))
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as handle:  # closed here, even on a full disk: its space comes back with the unlink
+            torch.save(payload, handle)
+
+    atomic.write_with(path, write)
 
 
 def load(path: Path, fingerprint: str, device: torch.device) -> dict[str, Any] | None:

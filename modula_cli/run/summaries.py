@@ -12,7 +12,7 @@ import torch
 
 from ..config.members import Members, member_overrides
 from ..optim import MODES
-from ..plumbing import environment
+from ..plumbing import atomic, environment
 from ..plumbing.locks import HOST
 from ..results.status import COMPLETED, DIVERGED, FAILED, RUNNING
 from ..results.summary import Summary, summary_record, write_summary
@@ -42,10 +42,11 @@ def write_failed(members: Members, error: Exception, provenance: Provenance) -> 
     import traceback
 
     for k, member in enumerate(members):
+        # a full disk is said in its one line: a traceback would only make the summary less likely to fit
+        trace = {} if isinstance(error, atomic.DiskFull) else {"traceback": traceback.format_exc()}
         write_summary(member.run_dir, summary_record(
             FAILED, member.run_dir, member.identity.knobs, member.fingerprint,
-            error=f"{type(error).__name__}: {error}",
-            traceback=traceback.format_exc(), **provenance.fields(members, k)))
+            error=f"{type(error).__name__}: {error}", **trace, **provenance.fields(members, k)))
 
 
 def write_summaries(ctx: RunContext, state: RunState, provenance: Provenance, final: str | None,

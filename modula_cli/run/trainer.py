@@ -76,6 +76,12 @@ def train(cfg: DictConfig, run_dir: Path, *, member_dir: MemberDir | None = None
                 locks.discard()
         raise
     except Exception as error:
+        if (cause := atomic.full_disk_cause(error)) is not None and not isinstance(error, atomic.DiskFull):
+            # a log appended to a full disk: said as a checkpoint's full disk is, in one line
+            full = atomic.disk_full(cause, run_dir / "metrics.jsonl", "the last checkpoint is kept as it was")
+            if rank == 0:
+                write_failed(members, full, provenance)
+            raise full from error
         if isinstance(error, ONE_LINE_ERRORS) and sweep_dir is None:  # a single run: nothing written or left
             locks.discard()
         elif rank == 0:

@@ -10,9 +10,10 @@ if [ -f "$RAY_MARK" ] && command -v ray >/dev/null; then
   ray stop >/dev/null 2>&1; rm -f "$RAY_MARK"
 fi
 stopping=()
-for pid in "$DIR"/slurmctld.pid "$DIR"/slurmd*.pid "$DIR"/slurmdbd.pid "$DIR"/mariadb.pid; do
-  [ -f "$pid" ] && kill "$(cat "$pid")" 2>/dev/null && stopping+=("$(cat "$pid")")
-  rm -f "$pid"
+for file in "$DIR"/slurmctld.pid "$DIR"/slurmd*.pid "$DIR"/slurmdbd.pid "$DIR"/mariadb.pid; do
+  pid=$(cat "$file" 2>/dev/null) || continue  # a daemon removes its own file as it exits
+  kill "$pid" 2>/dev/null && stopping+=("$pid")
+  rm -f "$file"
 done
 for pid in "${stopping[@]}"; do  # gone before anything starts again (a new MariaDB needs the old one's files)
   for _ in $(seq 1 120); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done

@@ -10,6 +10,9 @@
 #                        10.77.K.1), each declared with this machine's CPUs and memory. Its jobs see the same
 #                        file system, as on a cluster's shared one. scripts/cluster/node.sh stops one
 #                        (freezes or kills every process of it) and starts it again.
+#   SLURM_NODE_CPUS      CPUs each node declares (default: this machine's). More than the machine has are
+#                        declared as given (SlurmdParameters=config_overrides): for measuring how jobs are
+#                        packed (scripts/bench_runs_per_task.py), not for timing training
 #   MODULA_CLUSTER_DIR   state, logs and pid files (default /var/lib/modula-cluster)
 #   SLURM_CRED_EXPIRE    seconds a requeued job waits before it may start again (SLURM's default: 120)
 #
@@ -89,6 +92,12 @@ chmod 600 "$DBD_CONF"
 
 # --- slurm.conf: the nodes of partition `cpu` --------------------------------------------------------------
 HARDWARE=$(slurmd -C | head -n 1 | sed -e "s/^NodeName=[^ ]* //")
+OVERRIDES=""
+if [ -n "${SLURM_NODE_CPUS:-}" ]; then
+  [[ "$SLURM_NODE_CPUS" =~ ^[1-9][0-9]*$ ]] || { echo "slurm_up.sh: SLURM_NODE_CPUS=$SLURM_NODE_CPUS; allowed: a count >= 1" >&2; exit 1; }
+  HARDWARE="CPUs=$SLURM_NODE_CPUS $(echo "$HARDWARE" | grep -o 'RealMemory=[0-9]*')"
+  OVERRIDES="SlurmdParameters=config_overrides"
+fi
 if [ "$NODES" -eq 1 ]; then  # this machine, addressed by loopback (its name need not resolve)
   CONTROLLER=127.0.0.1
   NODE_LINES="NodeName=$HOST NodeAddr=127.0.0.1 $HARDWARE State=UNKNOWN"
@@ -129,6 +138,7 @@ ReturnToService=2
 KillWait=10
 # a node that stops answering is DOWN after 10 s (SLURM's default: 300 s), and its jobs are requeued
 SlurmdTimeout=10
+$OVERRIDES
 $NODE_LINES
 PartitionName=cpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOF
