@@ -1,7 +1,9 @@
-"""Sweeps on real engines, as a cluster user meets them: a one-machine SLURM cluster with accounting
-(slurm-wlm, slurmdbd, MariaDB, munge) and a local Ray head, both started by ``scripts/cluster/up.sh``
-(``.ci/run`` always runs it). The faults are the real ones: ``scancel``, ``scontrol requeue``, SLURM's
-pre-emption signal, ``kill -9`` of a training process, SIGTERM to the launching process.
+"""Sweeps on real engines, as a cluster user meets them: a SLURM cluster with accounting (slurm-wlm, slurmdbd,
+MariaDB, munge) of two nodes, node1 and node2, and a Ray cluster of two nodes (the head and raynode2), each
+node with its own host name and address (network namespaces on this machine), all started by
+``scripts/cluster/up.sh`` (``.ci/run`` always runs it). The faults are the real ones: ``scancel``,
+``scontrol requeue``, SLURM's pre-emption signal, ``kill -9`` of a training process, SIGTERM to the launching
+process, a node whose every process is frozen (``scripts/cluster/node.sh freeze``): it stops answering.
 
 Without an engine these tests skip with one line; with ``MODULA_CLUSTER_TESTS=required`` (CI) they fail
 instead. They share one xdist group: the engines have the machine's two cores, not one per test worker.
@@ -447,6 +449,39 @@ def test_slurm_request_the_cluster_cannot_run_is_refused_in_one_line(slurm_clust
     assert code == 1, out[-3000:]
     assert re.search("modula-sweep: sweep not launched, .*" + message, out), out[-3000:]
     assert "Traceback" not in out and not sweep_dir.exists(), out[-3000:]  # nothing written, nothing left
+
+
+def test_eight_launches_from_both_nodes_into_one_folder_train_each_run_once(slurm_cluster, workdir):
+    """Eight `modula-sweep -m` launches at once into one shared folder, four on each node (its own host name and
+    network), on the basic launcher: every launch exits 0, each run is trained by exactly one of them (the
+    completed counts add up to the runs, each step logged once), and the report lists every run."""
+    sweep_dir = workdir / "crowd"
+    grid = [a for a in GRID if not a.startswith("optim.lr=")] + [
+        "optim.lr=0.025,0.05,0.1,0.2", "train.steps=200", "data.root=data", f"hydra.sweep.dir={sweep_dir}"]
+    launches = []
+    for k in range(8):
+        host = f"node{1 + k % 2}"
+        log = workdir / f"crowd-{k}.log"
+        with open(log, "w") as out:
+            launches.append((log, subprocess.Popen(
+                ["nsenter", f"--net=/run/netns/modula-{host}", "unshare", "--uts", "sh", "-c",
+                 f'hostname {host} && exec "$0" "$@"', sys.executable, "-m", "modula_cli.train", "-m", *grid],
+                cwd=workdir, stdout=out, stderr=subprocess.STDOUT,
+                env={**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"})))
+    completed = 0
+    for log, process in launches:
+        assert process.wait(timeout=600) == 0, log.read_text()[-3000:]
+        found = re.search(r"sweep finished: (\d+) completed, (\d+) skipped, 0 diverged, 0 failed", log.read_text())
+        assert found, log.read_text()[-3000:]
+        completed += int(found[1])
+    runs = [folder for folder in sweep_dir.iterdir() if (folder / "summary.json").exists()]
+    assert len(runs) == 8 and completed == 8  # each run trained by one launch
+    for run in runs:
+        steps = [step for step, _ in losses(run)]
+        assert steps == sorted(set(steps)) and summary(run)["status"] == "completed", run.name
+    assert {summary(run)["host"] for run in runs} <= {"node1", "node2"}
+    results = pd.read_csv(sweep_dir / "results.csv")
+    assert len(results) == 8 and set(results["status"]) == {"completed"}
 
 
 # --- Ray --------------------------------------------------------------------------------------------------

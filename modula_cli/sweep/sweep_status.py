@@ -97,7 +97,7 @@ def settle(sweep_dir: Path, record: LaunchRecord, summaries: dict[str, Summary |
                 summaries.update(record.summaries(sweep_dir, [name]))
 
 
-def describe(sweep_dir: Path, manifest: Manifest, record: LaunchRecord, summaries: dict[str, Summary | None],
+def describe(manifest: Manifest, record: LaunchRecord, summaries: dict[str, Summary | None],
              words: dict[str, JobWord]) -> list[str]:
     """The launch's lines: a header with its counts, each unfinished job's runs and the scheduler's word."""
     counts = record.counts(summaries)
@@ -133,7 +133,7 @@ def look(sweep_dir: Path) -> tuple[bool, LaunchRecord | None]:
     for record in records:
         summaries = record.summaries(sweep_dir)
         settle(sweep_dir, record, summaries, words)
-        print(*describe(sweep_dir, manifest, record, summaries, words), sep="\n", flush=True)
+        print(*describe(manifest, record, summaries, words), sep="\n", flush=True)
         all_ended &= launch_ended(record, summaries, words)
     return all_ended, records[-1] if records else None
 

@@ -21,7 +21,11 @@ if [ "$NODES" -gt 1 ]; then
   for k in $(seq 2 "$NODES"); do bash "$here/node.sh" link "raynode$k"; done
   head_address=(--node-ip-address=10.78.2.1)
 fi
-ray start --head "${head_address[@]}" --num-cpus="$CPUS" --include-dashboard=false --disable-usage-stats >/dev/null
+# a node that stops answering is declared dead in about 10 s, and a task's owner gives up on a frozen worker's
+# connection in about 10 s (Ray's defaults: 30 s and 5 min); every node and driver takes these from the head
+TIMEOUTS='{"health_check_period_ms": 1000, "health_check_timeout_ms": 1000, "health_check_failure_threshold": 5, "grpc_client_keepalive_time_ms": 5000, "grpc_client_keepalive_timeout_ms": 5000}'
+ray start --head "${head_address[@]}" --num-cpus="$CPUS" --include-dashboard=false --disable-usage-stats \
+  --system-config="$TIMEOUTS" >/dev/null
 touch "${TMPDIR:-/tmp}/modula-ray.started"  # down.sh stops only a cluster this script started
 for k in $(seq 2 "$NODES"); do RAY_CPUS=$CPUS bash "$here/node.sh" start "raynode$k"; done
 alive() { [ "$(python -c 'import ray; ray.init(address="auto", logging_level="ERROR"); print(sum(n["Alive"] for n in ray.nodes()))' 2>/dev/null)" = "$NODES" ]; }
