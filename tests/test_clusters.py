@@ -423,6 +423,19 @@ def test_slurm_runs_per_task_trains_a_job_of_several_runs_and_a_requeue_resumes_
     assert_resumed_exactly(sweep_dir, reference)
 
 
+def test_slurm_runs_per_task_composes_with_packed_runs(slurm_cluster, workdir):
+    """sweep.pack=true with runs_per_task=2: the two packed grid points (each 2 LRs × 2 seeds) go in one job
+    of two tasks."""
+    sweep_dir = workdir / "packed_per_task"
+    args = slurm_args(sweep_dir, "train.steps=50", "train.seed=0,1", "sweep.pack=true",
+                      "hydra.launcher.cpus_per_task=1", "hydra.launcher.runs_per_task=2")
+    code, out = Launch(workdir, *args).finish(timeout=300)
+    assert code == 0 and "sweep finished: 8 completed, 0 skipped, 0 diverged, 0 failed" in out, out[-3000:]
+    assert re.search(r"submitted 1 job as SLURM job \d+ \(partition \w+, 2 runs per job", out), out[-3000:]
+    records = [summary(folder) for folder in sweep_dir.iterdir() if (folder / "summary.json").exists()]
+    assert len(records) == 8 and {r["packed_with"] for r in records} == {4} and len({r["job"] for r in records}) == 1
+
+
 def test_slurm_a_run_that_diverges_leaves_its_sibling_in_the_job_training(slurm_cluster, workdir):
     sweep_dir = workdir / "siblings"
     args = [a for a in slurm_args(sweep_dir, "train.steps=100", "hydra.launcher.cpus_per_task=1",
@@ -514,6 +527,32 @@ def test_ray_a_node_that_stops_answering_loses_no_run(ray_head, workdir, referen
     assert moved["host"] == socket.gethostname() and moved["resumed_from"] >= 20
     for run in runs:
         assert losses(run) == reference[run.name]
+
+
+def test_ray_runs_per_task_a_run_whose_process_dies_ends_alone_and_the_relaunch_resumes_it(ray_head, workdir,
+                                                                                           reference):
+    """runs_per_task=2, 1 CPU per run: the 4 runs go in 2 Ray tasks of 2 processes. One trainer killed with
+    SIGKILL ends its run alone (interrupted at its checkpoint) while its sibling in the same task completes;
+    the same command resumes it; every logged loss equals the uninterrupted sweep's."""
+    sweep_dir = workdir / "ray_per_task"
+    args = ray_args(str(sweep_dir), LONG, "hydra.launcher.ray.remote.num_cpus=1", "hydra.launcher.runs_per_task=2",
+                    "hydra.launcher.ray.remote.max_retries=0")
+    launch = Launch(workdir, *args)
+    runs = wait_for(lambda: (sweep_dir / "sweep.json").exists() and job_runs(sweep_dir), "the plan", launch=launch)
+    wait_for(lambda: checkpointed(runs[0]) and checkpointed(runs[1]), "the first task's runs to train", launch=launch)
+    os.kill(trainer_pid(runs[0]), signal.SIGKILL)
+    code, out = launch.finish(timeout=480)
+    assert code == 1 and "Traceback" not in out, out[-3000:]
+    assert "submitted 2 tasks to the Ray cluster (2 runs per task, 1 CPU per run, no GPU" in out, out[-3000:]
+    assert "sweep incomplete: 3 completed, 0 skipped, 0 diverged, 0 failed, 1 interrupted" in out, out[-3000:]
+    killed = summary(runs[0])
+    assert killed["status"] == "interrupted" and "exit code -9" in killed["ended"], killed
+    records = [summary(run) for run in runs]
+    assert records[0]["job"] == records[1]["job"] != records[2]["job"] == records[3]["job"]
+    assert {r["threads"] for r in records} == {1}
+    again_code, again = Launch(workdir, *args).finish(timeout=480)
+    assert again_code == 0 and "sweep finished: 1 completed, 3 skipped" in again, again[-3000:]
+    assert_resumed_exactly(sweep_dir, reference)
 
 
 def ray_args(sweep_dir: str, *extra: str) -> list[str]:

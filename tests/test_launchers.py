@@ -187,6 +187,40 @@ def test_ray_auto_takes_a_gpu_only_where_a_node_has_one_and_refuses_what_no_node
         "hydra.launcher.ray.remote.resources.TPU=1, but no node of this Ray cluster has TPU")
 
 
+def test_ray_runs_per_task_asks_a_task_for_its_runs_and_refuses_what_no_node_holds():
+    gpu_nodes = [{"CPU": 16.0, "GPU": 2.0, "memory": 6e10}, {"CPU": 64.0, "memory": 2e11}]
+    auto = ray_cluster.fit({"num_cpus": "auto", "num_gpus": "auto"}, gpu_nodes, "auto")
+    # one run per GPU of the GPU node: 2 runs, each 1 GPU and 4 CPUs (16 // 2 = 8, at most 4): the task 2 and 8
+    assert (auto.problems, auto.runs, auto.options["num_gpus"], auto.options["num_cpus"]) == ([], 2, 1, 4)
+    assert (auto.task_options["num_gpus"], auto.task_options["num_cpus"]) == (2, 8)
+    assert auto.describe() == "2 runs per task, 4 CPU per run, 1 GPU"
+    cpu_only = ray_cluster.fit({"num_cpus": 1, "num_gpus": 0}, [{"CPU": 4.0}], 3)
+    assert (cpu_only.runs, cpu_only.task_options["num_cpus"], cpu_only.task_options["num_gpus"]) == (3, 3, 0)
+    assert ray_cluster.fit({"num_cpus": 1}, [{"CPU": 4.0}], "auto").runs == 1  # no GPU: one run per task
+    assert ray_cluster.fit({"num_cpus": 1, "num_gpus": 1}, gpu_nodes, 4).problems == [
+        "hydra.launcher.runs_per_task=4 × 1 GPU, but the nodes of this Ray cluster have at most 2 GPU; set "
+        "hydra.launcher.runs_per_task=2 or less (or auto)"]
+    assert ray_cluster.fit({"num_cpus": 2, "num_gpus": 0}, [{"CPU": 4.0}], 3).problems == [
+        "hydra.launcher.runs_per_task=3 × 2 CPU, but the nodes of this Ray cluster have at most 4 CPU; set "
+        "hydra.launcher.runs_per_task=2 or less"]
+    assert ray_cluster.fit({"num_cpus": 1}, [{"CPU": 4.0}], 0).problems == [
+        "hydra.launcher.runs_per_task=0; allowed: auto, or an integer >= 1"]
+
+
+def test_ray_tasks_of_several_runs_end_each_run_with_its_own_result():
+    from hydra.core.utils import JobReturn
+
+    from modula_cli.sweep.jobs import JobEnd
+
+    first = JobReturn(overrides=["optim.lr=0.1"])
+    end = JobEnd("finished", [first, "its process ended with exit code -9 before its run did"])
+    assert ray_cluster._member_end(end, 0) == JobEnd("finished", first)
+    assert ray_cluster._member_end(end, 1) == JobEnd(
+        "finished", error="its process ended with exit code -9 before its run did")
+    failed = JobEnd("raised", error="RuntimeError: boom")
+    assert ray_cluster._member_end(failed, 1) is failed  # the whole task failed: each of its runs with it
+
+
 # --- runs whose process died -------------------------------------------------------------------------------
 
 HOLDER = """

@@ -36,6 +36,8 @@ class RayOptions:
 class RayLauncherConf:
     _target_: str = "hydra_plugins.modula_sweep.ray_launcher.RayClusterLauncher"
     ray: RayOptions = field(default_factory=RayOptions)
+    runs_per_task: Any = 1        # grid points per Ray task, each in its own process with its CPUs and GPU
+                                  # (ray.remote's num_cpus / num_gpus are per run); auto: one per GPU of a node
     poll_s: float = 2.0           # how often the launching process looks at the tasks and the run folders
     stop_grace_s: float = 120.0   # after a stop, how long to wait for running tasks to checkpoint and end
 
@@ -76,14 +78,14 @@ def _probe(address: Any, timeout_s: float = 5.0) -> None:
         pass
 
 
-def _fit(ray_options: Any) -> Any:
+def _fit(ray_options: Any, runs_per_task: Any = 1) -> Any:
     from modula_cli.sweep import ray_cluster
     from modula_cli.sweep.launch import LaunchRefused
 
     options = OmegaConf.to_container(ray_options, resolve=True) if OmegaConf.is_config(ray_options) \
         else dict(ray_options)
     _connect(dict(options.get("init") or {}))
-    fitted = ray_cluster.fit(dict(options.get("remote") or {}), ray_cluster.alive_nodes())
+    fitted = ray_cluster.fit(dict(options.get("remote") or {}), ray_cluster.alive_nodes(), runs_per_task)
     if fitted.problems:
         raise LaunchRefused(fitted.problems)
     return fitted
@@ -98,7 +100,8 @@ def _run_job(env: dict[str, str], hydra_context: HydraContext, sweep_config: Dic
     from modula_cli.sweep.cluster import enter_job_environment
 
     enter_job_environment(env)
-    os.environ[environment.JOB] = f"ray:{ray.get_runtime_context().get_task_id()}"
+    if environment.JOB not in env:  # a task's own run (a task of several names its runs' job for them)
+        os.environ[environment.JOB] = f"ray:{ray.get_runtime_context().get_task_id()}"
     setup_globals()
     Singleton.set_state(singleton_state)
     HydraConfig.instance().set_config(sweep_config)
@@ -106,9 +109,67 @@ def _run_job(env: dict[str, str], hydra_context: HydraContext, sweep_config: Dic
                    job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
 
 
+def _run_member(results: Any, k: int, *job: Any) -> None:
+    """One run of a task of several, in its own process: its JobReturn, or why it failed, back to the task."""
+    import ctypes
+    import signal
+
+    try:  # the task's process killed (a forced cancel): this run stops too, checkpointing first
+        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    try:
+        results.put((k, _run_job(*job)))
+    except BaseException as error:  # noqa: BLE001 - told to the task, which tells the launch
+        results.put((k, f"{type(error).__name__}: {error}"))
+
+
+def _run_group(env: dict[str, str], hydra_context: HydraContext, sweep_configs: list[DictConfig],
+               task_function: TaskFunction, singleton_state: dict[Any, Any]) -> list[Any]:
+    """A Ray task of several runs (``runs_per_task``): each in its own process, with its share of the task's
+    CPUs (``JOB_CPUS``) and its own GPU. A run that fails or whose process dies ends alone; a retry of the task
+    runs them all again, each resuming from its checkpoint (finished ones are skipped). Per run: its JobReturn,
+    or the line saying how its process ended."""
+    import multiprocessing
+
+    import ray
+
+    from modula_cli.plumbing import environment
+
+    gpus = [str(gpu) for gpu in ray.get_gpu_ids()]
+    task_env = {**env, environment.JOB: f"ray:{ray.get_runtime_context().get_task_id()}"}
+    spawn = multiprocessing.get_context("spawn")  # a fresh interpreter: CUDA set up after the run's GPU is chosen
+    results = spawn.Queue()
+    processes = []
+    for k, sweep_config in enumerate(sweep_configs):
+        own = {**task_env, **({"CUDA_VISIBLE_DEVICES": gpus[k % len(gpus)]} if gpus else {})}
+        process = spawn.Process(target=_run_member, args=(results, k, own, hydra_context, sweep_config,
+                                                          task_function, singleton_state))
+        process.start()
+        processes.append(process)
+    returned: dict[int, Any] = {}
+    try:
+        while len(returned) < len(processes):
+            try:
+                k, value = results.get(timeout=1.0)
+                returned[k] = value
+            except Exception:  # noqa: BLE001 - queue.Empty: look for a process that died without a word
+                for k, process in enumerate(processes):
+                    if k not in returned and not process.is_alive() and results.empty():
+                        returned[k] = f"its process ended with exit code {process.exitcode} before its run did"
+    finally:  # a cancel of this task: every run stops, checkpointing first
+        for process in processes:
+            if process.is_alive():
+                process.terminate()
+        for process in processes:
+            process.join()
+    return [returned[k] for k in range(len(processes))]
+
+
 class RayClusterLauncher(Launcher):
-    def __init__(self, ray: Any, poll_s: float = 2.0, stop_grace_s: float = 120.0) -> None:
+    def __init__(self, ray: Any, runs_per_task: Any = 1, poll_s: float = 2.0, stop_grace_s: float = 120.0) -> None:
         self.ray_options = ray
+        self.runs_per_task = runs_per_task
         self.poll_s, self.stop_grace_s = float(poll_s), float(stop_grace_s)
         self.config: DictConfig | None = None
         self.hydra_context: HydraContext | None = None
@@ -132,26 +193,31 @@ class RayClusterLauncher(Launcher):
         assert self.config is not None and self.hydra_context is not None
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         try:  # joins the cluster; again: it may have changed since the preflight
-            fitted = _fit(self.ray_options)
+            fitted = _fit(self.ray_options, self.runs_per_task)
         except LaunchRefused as error:
             forget_launch(sweep_dir, launch_of(self.config))
             raise SystemExit(f"modula-sweep: sweep not launched, {error}") from None
         import ray
-        options = {key: value for key, value in fitted.options.items() if value is not None}
-        env = {**job_environment(), JOB_CPUS: str(max(1, int(options.get("num_cpus") or 1)))}
-        remote = ray.remote(**options)(_run_job)
+        runs = fitted.runs
+        options = {key: value for key, value in fitted.task_options.items() if value is not None}
+        env = {**job_environment(), JOB_CPUS: str(max(1, int(fitted.options.get("num_cpus") or 1)))}
+        remote = ray.remote(**options)(_run_job if runs == 1 else _run_group)
+
+        def config_of(i: int) -> DictConfig:
+            sweep_config = self.hydra_context.config_loader.load_sweep_config(self.config, list(job_overrides[i]))
+            with open_dict(sweep_config):
+                sweep_config.hydra.job.id = f"job_id_for_{initial_job_idx + i}"
+                sweep_config.hydra.job.num = initial_job_idx + i
+            return sweep_config
 
         def submit(todo: list[int]) -> Any:
-            refs = []
-            for i in todo:
-                sweep_config = self.hydra_context.config_loader.load_sweep_config(self.config, list(job_overrides[i]))
-                with open_dict(sweep_config):
-                    sweep_config.hydra.job.id = f"job_id_for_{initial_job_idx + i}"
-                    sweep_config.hydra.job.num = initial_job_idx + i
-                refs.append(remote.remote(env, self.hydra_context, sweep_config, self.task_function,
-                                          Singleton.get_state()))
+            groups = [todo[k:k + runs] for k in range(0, len(todo), runs)]
+            refs = [remote.remote(env, self.hydra_context, config_of(group[0]) if runs == 1 else
+                                  [config_of(i) for i in group], self.task_function, Singleton.get_state())
+                    for group in groups]
             log.info("submitted %d task%s to the Ray cluster (%s; their logs: /tmp/ray/session_latest/logs/worker-*)",
                      len(refs), "s" if len(refs) > 1 else "", fitted.describe())
-            return ray_cluster.RayTasks(refs)
+            members = None if runs == 1 else [(g, k) for g, group in enumerate(groups) for k in range(len(group))]
+            return ray_cluster.RayTasks(refs, members)
 
         return run_unfinished(job_overrides, sweep_dir, launch_of(self.config), submit, self.poll_s, self.stop_grace_s)

@@ -244,8 +244,8 @@ class Follower:
         names, end = self.runs[index], self.ended.get(index)
         if end is not None:
             for name in names:
-                if mark_abandoned(self.sweep_dir / name, f"{self.jobs.name(index)}: {end.state}",
-                                  job=self.jobs.owner(index)) is not None:
+                how = f"{self.jobs.name(index)}: {end.state}" + (f" ({end.error})" if end.error else "")
+                if mark_abandoned(self.sweep_dir / name, how, job=self.jobs.owner(index)) is not None:
                     summaries.update(self.record.summaries(self.sweep_dir, [name]))
         statuses = [self.record.status(name, summaries.get(name)) for name in names]
         if end is None and not all(status in SETTLED for status in statuses):

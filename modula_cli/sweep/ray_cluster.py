@@ -31,25 +31,57 @@ ARTICLE = MappingProxyType({"CPU": "a CPU", "GPU": "a GPU"})
 
 @dataclass
 class Fit:
-    """The remote options with ``auto`` resolved, or the problems that stop the launch."""
+    """The remote options with ``auto`` resolved (each run's, and the task's: ``runs`` runs' worth), or the
+    problems that stop the launch."""
     options: dict[str, Any]
     problems: list[str] = field(default_factory=list)
+    runs: int = 1
+
+    @property
+    def task_options(self) -> dict[str, Any]:
+        """What one Ray task asks for: its runs' CPUs, GPUs and memory together."""
+        return {**self.options, **{name: self.options[name] * self.runs for name, _ in RESOURCES
+                                   if isinstance(self.options.get(name), (int, float)) and self.options[name]}}
 
     def describe(self) -> str:
         gpus = self.options.get("num_gpus") or 0
-        return f"{self.options.get('num_cpus')} CPU per task, " + (f"{gpus:g} GPU" if gpus else "no GPU")
+        per = "run" if self.runs > 1 else "task"
+        return (f"{self.runs} runs per task, " if self.runs > 1 else "") + \
+            f"{self.options.get('num_cpus')} CPU per {per}, " + (f"{gpus:g} GPU" if gpus else "no GPU")
 
 
 def _amount(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
 
 
-def fit(options: Mapping[str, Any], nodes: Sequence[Mapping[str, float]]) -> Fit:
+def fit(options: Mapping[str, Any], nodes: Sequence[Mapping[str, float]], runs_per_task: Any = 1) -> Fit:
     """Resolve ``auto`` against the alive nodes' resources (``ray.nodes()[i]["Resources"]``) and check that one
-    node can hold a task."""
+    node can hold a task of ``runs_per_task`` runs (``auto``: one per GPU of the biggest GPU node)."""
     options = dict(options)
     if not nodes:
         return Fit(options, ["the Ray cluster has no alive node"])
+    most_gpus = int(max(node.get("GPU", 0) for node in nodes))
+    runs = max(1, most_gpus) if runs_per_task == AUTO else runs_per_task
+    if not (isinstance(runs, int) and not isinstance(runs, bool) and runs >= 1):
+        return Fit(options, [f"hydra.launcher.runs_per_task={runs_per_task!r}; allowed: auto, or an integer >= 1"])
+    per_run = _fit_run(options, nodes, runs)
+    if per_run.problems or runs == 1:
+        return per_run
+    task = Fit(per_run.options, [], runs)
+    holding = fit(task.task_options, nodes)
+    if holding.problems:  # said for the runs per task, the setting that asked for so much
+        gpus, cpus = task.options.get("num_gpus") or 0, task.options.get("num_cpus") or 0
+        resource, each = ("GPU", gpus) if gpus and runs * gpus > most_gpus else ("CPU", cpus)
+        most = int(max(node.get(resource, 0) for node in nodes))
+        fewer = int(most // each) if each else 0
+        return Fit(task.options, [f"hydra.launcher.runs_per_task={runs} × {each:g} {resource}, but the nodes of this "
+                                  f"Ray cluster have at most {most} {resource}; set hydra.launcher.runs_per_task="
+                                  f"{max(1, fewer)} or less" + (" (or auto)" if resource == "GPU" else "")])
+    return task
+
+
+def _fit_run(options: dict[str, Any], nodes: Sequence[Mapping[str, float]], runs: int) -> Fit:
+    """One run's options: ``auto`` resolved for a node that holds ``runs`` of them."""
     problems = [f"{SETTING}.{name}={options[name]!r}; allowed: auto, or a number >= 0"
                 for name in ("num_cpus", "num_gpus") if name in options and options[name] != AUTO
                 and not _amount(options[name])]
@@ -59,7 +91,7 @@ def fit(options: Mapping[str, Any], nodes: Sequence[Mapping[str, float]]) -> Fit
         options["num_gpus"] = 1 if any(node.get("GPU", 0) >= 1 for node in nodes) else 0
     if options.get("num_cpus") == AUTO:
         holding = [node for node in nodes if node.get("GPU", 0) >= (options.get("num_gpus") or 0)] or nodes
-        options["num_cpus"] = max(1, min(AUTO_CPUS, int(max(node.get("CPU", 0) for node in holding))))
+        options["num_cpus"] = max(1, min(AUTO_CPUS, int(max(node.get("CPU", 0) for node in holding)) // runs))
     wanted = {resource: float(options.get(name) or 0) for name, resource in RESOURCES}
     wanted.update({name: float(amount) for name, amount in (options.get("resources") or {}).items()})
     if not any(all(node.get(resource, 0) >= amount for resource, amount in wanted.items() if amount)
@@ -83,6 +115,16 @@ def fit(options: Mapping[str, Any], nodes: Sequence[Mapping[str, float]]) -> Fit
     return Fit(options, problems)
 
 
+def _member_end(end: JobEnd, k: int) -> JobEnd:
+    """The end of a task's k-th run: its own result (a JobReturn, or the error that ended its process)."""
+    if not isinstance(end.returned, list):
+        return end
+    returned = end.returned[k] if k < len(end.returned) else None
+    if isinstance(returned, str):  # its process died: the task's other runs went on
+        return JobEnd(end.state, error=returned)
+    return JobEnd(end.state, returned)
+
+
 def alive_nodes() -> list[dict[str, float]]:
     import ray
 
@@ -91,14 +133,17 @@ def alive_nodes() -> list[dict[str, float]]:
 
 class RayTasks:
     """A launch's Ray tasks, by position: ended once ``ray.wait`` says so; what each raised is said in words.
-    A cluster that stops answering for ``GONE_AFTER_S`` ends every task still out."""
+    A cluster that stops answering for ``GONE_AFTER_S`` ends every task still out. With ``members`` (a task of
+    several runs, ``runs_per_task``), position i is member ``members[i] = (task, k)``: the k-th of that task's
+    results."""
 
     GONE_AFTER_S = 300.0
     NODES_EVERY_S = 2.0  # how often the cluster's nodes are looked at, for one that died (a cheap GCS call)
 
-    def __init__(self, refs: Sequence[Any]):
+    def __init__(self, refs: Sequence[Any], members: Sequence[tuple[int, int]] | None = None):
         self.refs = list(refs)
-        self._done: set[int] = set()
+        self.members = list(members) if members is not None else [(i, -1) for i in range(len(self.refs))]
+        self._done: set[int] = set()  # tasks (indices of refs) that have ended
         self._silent_since: float | None = None
         self._alive: dict[str, str] | None = None  # alive node id -> "raynode2 (10.78.2.2)"
         self._nodes_at = -math.inf
@@ -117,9 +162,12 @@ class RayTasks:
         self._watch_nodes()
         ended = {}
         for ref in ready:
-            index = self.refs.index(ref)
-            self._done.add(index)
-            ended[index] = self._end(ref)
+            task = self.refs.index(ref)
+            self._done.add(task)
+            end = self._end(ref)
+            for position, (of, k) in enumerate(self.members):
+                if of == task:
+                    ended[position] = end if k < 0 else _member_end(end, k)
         return ended
 
     def _watch_nodes(self) -> None:
@@ -152,8 +200,8 @@ class RayTasks:
         if now - self._silent_since < self.GONE_AFTER_S:
             return {}
         gone = {i: JobEnd(f"the Ray cluster stopped answering ({type(error).__name__})")
-                for i in range(len(self.refs)) if i not in self._done}
-        self._done.update(gone)
+                for i, (task, _) in enumerate(self.members) if task not in self._done}
+        self._done.update(range(len(self.refs)))
         return gone
 
     @staticmethod
@@ -181,13 +229,17 @@ class RayTasks:
     def waiting(self) -> str:
         return f"{len(self.refs) - len(self._done)} tasks not finished"
 
+    def _tasks(self, positions: set[int]) -> set[int]:
+        return {self.members[i][0] for i in positions}
+
     def never_starts(self) -> str | None:
         return None  # fitted before submission; a node that leaves later shows as a task that waits
 
     def stop(self, training: set[int]) -> None:
         """Tasks not training yet are cancelled (a waiting one never starts); training ones have the stop
         marker, and checkpoint at their next step."""
-        self._cancel([i for i in range(len(self.refs)) if i not in self._done and i not in training], force=False)
+        busy = self._tasks(training)  # a task with one run training checkpoints through the marker, whole
+        self._cancel([i for i in range(len(self.refs)) if i not in self._done and i not in busy], force=False)
 
     def cancel(self) -> None:
         self._cancel([i for i in range(len(self.refs)) if i not in self._done], force=True)
@@ -202,10 +254,11 @@ class RayTasks:
                 log.debug("ray.cancel: %s", error)
 
     def name(self, index: int) -> str:
-        return f"Ray task {index}"
+        task, k = self.members[index]
+        return f"Ray task {task}" + (f" (run {k + 1})" if k >= 0 else "")
 
     def owner(self, index: int) -> str:
-        return f"ray:{self.refs[index].task_id().hex()}"
+        return f"ray:{self.refs[self.members[index][0]].task_id().hex()}"
 
     def scheduler_ids(self) -> list[str] | None:
         return None

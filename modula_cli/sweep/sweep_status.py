@@ -34,7 +34,11 @@ class JobWord:
     text: str             # "RUNNING on node2, requeued 1×", "PENDING (Resources)", "COMPLETED"
 
 
-GONE = JobWord(False, "no longer known to SLURM")
+GONE = "no longer known to SLURM"  # a job ended so long ago that neither squeue nor sacct lists it
+
+
+def word_of(words: dict[str, JobWord], job_id: str) -> JobWord:
+    return words.get(job_id) or JobWord(False, GONE)
 
 
 def slurm_words(job_ids: list[str]) -> dict[str, JobWord]:
@@ -79,7 +83,7 @@ def launch_ended(record: LaunchRecord, summaries: dict[str, Summary | None], wor
     """No run of the launch trains now and none of its jobs is still the scheduler's."""
     if any((summary or {}).get("status") == RUNNING for summary in summaries.values()):
         return False
-    return not any(job.job_id and words.get(job.job_id, GONE).live for job in record.jobs)
+    return not any(job.job_id and word_of(words, job.job_id).live for job in record.jobs)
 
 
 def settle(sweep_dir: Path, record: LaunchRecord, summaries: dict[str, Summary | None],
@@ -92,7 +96,7 @@ def settle(sweep_dir: Path, record: LaunchRecord, summaries: dict[str, Summary |
         for name in job.runs:
             if (summaries.get(name) or {}).get("status") != RUNNING:
                 continue
-            ended = f"SLURM job {job.job_id}: " + (word or GONE).text
+            ended = f"SLURM job {job.job_id}: {word_of(words, job.job_id).text}"
             if mark_abandoned(sweep_dir / name, ended, job=f"slurm:{job.job_id}") is not None:
                 summaries.update(record.summaries(sweep_dir, [name]))
 
@@ -113,7 +117,7 @@ def describe(manifest: Manifest, record: LaunchRecord, summaries: dict[str, Summ
             continue
         steps = [(summaries.get(name) or {}).get("steps_done") for name in job.runs]
         at = f" at step {max(s for s in steps if s)}" if any(steps) else ""
-        said = f" — SLURM job {job.job_id}: {words.get(job.job_id, GONE).text}" if job.job_id else ""
+        said = f" — SLURM job {job.job_id}: {word_of(words, job.job_id).text}" if job.job_id else ""
         lines.append(f"  {', '.join(job.runs)}: {'/'.join(sorted(set(states)))}{at}{said}")
     left = launch_time_left(manifest.runs, summaries, record)
     if left is not None and (counts[PENDING] or counts[RUNNING]):
