@@ -109,8 +109,9 @@ def _run_job(env: dict[str, str], hydra_context: HydraContext, sweep_config: Dic
                    job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
 
 
-def _run_member(results: Any, k: int, *job: Any) -> None:
-    """One run of a task of several, in its own process: its JobReturn, or why it failed, back to the task."""
+def _run_member(results: Any, k: int, job: bytes) -> None:
+    """One run of a task of several, in its own process: its JobReturn, or why it failed, back to the task.
+    ``job``: ``_run_job``'s arguments as Ray pickles them (the task function may live in ``__main__``)."""
     import ctypes
     import signal
 
@@ -119,7 +120,9 @@ def _run_member(results: Any, k: int, *job: Any) -> None:
     except (OSError, AttributeError):
         pass
     try:
-        results.put((k, _run_job(*job)))
+        from ray import cloudpickle
+
+        results.put((k, _run_job(*cloudpickle.loads(job))))
     except BaseException as error:  # noqa: BLE001 - told to the task, which tells the launch
         results.put((k, f"{type(error).__name__}: {error}"))
 
@@ -133,6 +136,7 @@ def _run_group(env: dict[str, str], hydra_context: HydraContext, sweep_configs: 
     import multiprocessing
 
     import ray
+    from ray import cloudpickle
 
     from modula_cli.plumbing import environment
 
@@ -143,8 +147,8 @@ def _run_group(env: dict[str, str], hydra_context: HydraContext, sweep_configs: 
     processes = []
     for k, sweep_config in enumerate(sweep_configs):
         own = {**task_env, **({"CUDA_VISIBLE_DEVICES": gpus[k % len(gpus)]} if gpus else {})}
-        process = spawn.Process(target=_run_member, args=(results, k, own, hydra_context, sweep_config,
-                                                          task_function, singleton_state))
+        job = cloudpickle.dumps((own, hydra_context, sweep_config, task_function, singleton_state))
+        process = spawn.Process(target=_run_member, args=(results, k, job))
         process.start()
         processes.append(process)
     returned: dict[int, Any] = {}
@@ -181,7 +185,7 @@ class RayClusterLauncher(Launcher):
     @staticmethod
     def preflight(launcher: DictConfig) -> None:
         """Before the launch writes anything: a Ray cluster answers and one of its nodes can hold a task."""
-        log.info("Ray: %s", _fit(launcher.ray).describe())
+        log.info("Ray: %s", _fit(launcher.ray, launcher.get("runs_per_task", 1)).describe())
 
     def launch(self, job_overrides: Any, initial_job_idx: int) -> list[JobReturn]:
         from modula_cli.sweep import ray_cluster
