@@ -61,13 +61,14 @@ def main(cfg: DictConfig) -> Outcome:
 
 @contextmanager
 def one_line_errors(program: str, run_dir: Path) -> Iterator[None]:
-    """For the command line: ``ONE_LINE_ERRORS`` exit with ``<program>: <message>`` (exit code 1) and the run
-    folder made for this command is removed when the command left it empty."""
+    """For the command line: ``ONE_LINE_ERRORS`` and a full disk exit with ``<program>: <message>`` (exit code 1)
+    and the run folder made for this command is removed when the command left it empty."""
+    from .plumbing.atomic import DiskFull
     from .run.trainer import ONE_LINE_ERRORS
 
     try:
         yield
-    except ONE_LINE_ERRORS as error:
+    except (*ONE_LINE_ERRORS, DiskFull) as error:
         remove_if_empty(run_dir, up_to=Path.cwd())  # and outputs/runs/ when this run made it
         raise SystemExit(f"{program}: {error}") from None
 

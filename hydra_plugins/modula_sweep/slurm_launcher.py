@@ -71,6 +71,7 @@ class SlurmLauncher(BaseSubmititLauncher):
     def __init__(self, **params: Any) -> None:
         own = {key: params.pop(key) for key in OWN if key in params}
         super().__init__(**params)
+        self.request = dict(self.params)  # as asked (auto included): each launch fits it to the cluster anew
         self.poll_s = float(own.get("poll_s", 10.0))
         self.stop_grace_s = float(own.get("stop_grace_s", 120.0))
         self.job_env: dict[str, str] = {}
@@ -105,10 +106,11 @@ class SlurmLauncher(BaseSubmititLauncher):
         assert self.config is not None
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         try:  # again: the preflight's answer may have changed since (or SLURM may not answer now)
-            fitted = _fit(self.params)
+            fitted = _fit(self.request)
         except LaunchRefused as error:
             forget_launch(sweep_dir, launch_of(self.config))
             raise SystemExit(f"modula-sweep: sweep not launched, {error}") from None
+        # the fitted request; self.request stays the user's, for the next round of an LR search to fit again
         self.params = {key: value for key, value in fitted.params.items() if value is not None}
         runs_per_task = int(self.params.pop("runs_per_task", 1))
         self.job_env = job_environment()
@@ -141,14 +143,7 @@ class SlurmLauncher(BaseSubmititLauncher):
                                  f"running the command again (it skips what finished)") from None
             log.info("submitted %d job%s as SLURM job %s (%s; logs in %s)", len(jobs), "s" if len(jobs) > 1 else "",
                      jobs[0].job_id.split("_")[0], fitted.describe(), folder)
-            # by position in todo: a job's runs are its tasks, in order (SLURM_PROCID k trains the group's k-th)
-            tasks = owners = list(jobs)
-            if runs_per_task > 1:
-                tasks = [job.task(k) for job, group in zip(jobs, groups) for k in range(len(group))]
-                owners = [job for job, group in zip(jobs, groups) for _ in group]
-            return slurm_tasks.SlurmArray([job.job_id for job in owners], slurm_tasks.has_accounting(),
-                                          [_result_reader(task) for task in tasks],
-                                          [str(task.paths.stderr) for task in tasks])
+            return _followed(jobs, [len(group) for group in groups], runs_per_task)
 
         return run_unfinished(job_overrides, sweep_dir, launch_of(self.config), submit, self.poll_s,
                               self.stop_grace_s, detach=bool(self.config.sweep.get("detach")),
@@ -159,7 +154,9 @@ class RunGroup:
     """What one job of ``runs_per_task=N`` runs in each of its N SLURM tasks: task k (SLURM_PROCID) trains the
     group's k-th grid point, on the k-th of the job's GPUs where it has several, with its own CPUs
     (``cpus_per_task``). A run that fails or diverges ends its own task only. On SLURM's pre-emption or
-    time-limit signal every task checkpoints and task 0 requeues the job, which resumes them all."""
+    time-limit signal every task checkpoints and task 0 (submitit requeues from task 0 alone) requeues the job,
+    which resumes them all; once task 0's own run has ended, the others end interrupted at their checkpoints
+    instead, and the same command resumes them."""
 
     def __init__(self, launcher: SlurmLauncher) -> None:
         self.launcher = launcher
@@ -180,6 +177,17 @@ class RunGroup:
         import submitit
 
         return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
+
+
+def _followed(jobs: list[Any], sizes: list[int], runs_per_task: int) -> Any:
+    """The submitted jobs as the launch follows them, by position in its list of grid points: a job of several
+    runs (``runs_per_task``) is its tasks, in order (SLURM_PROCID k trains the group's k-th)."""
+    from modula_cli.sweep import slurm_tasks
+
+    tasks = [job.task(k) if runs_per_task > 1 else job for job, size in zip(jobs, sizes) for k in range(size)]
+    owners = [job for job, size in zip(jobs, sizes) for _ in range(size)]
+    return slurm_tasks.SlurmArray([job.job_id for job in owners], slurm_tasks.has_accounting(),
+                                  [_result_reader(task) for task in tasks], [str(task.paths.stderr) for task in tasks])
 
 
 def slurm_executor(params: dict[str, Any]) -> Any:

@@ -69,12 +69,12 @@ def mount_point(path: Path) -> Path:
 
 def disk_full(error: OSError, path: Path, kept: str) -> DiskFull:
     """``error`` (ENOSPC or EDQUOT while writing ``path``) as one line: the disk, its free space, what is kept."""
-    place = mount_point(path.parent)
     try:
+        place = mount_point(path.parent)
         left = shutil.disk_usage(place).free
         free = f"{left / 2**20:.1f} MB free" if left >= 2**20 else f"{left / 1024:.0f} KB free"
     except OSError:
-        free = "free space unknown"
+        place, free = path.parent, "free space unknown"
     what = "the disk quota is used up" if error.errno == errno.EDQUOT else "no space left on the disk"
     full = DiskFull(f"{what} at {place} ({free}) while writing {path}; {kept}; free space and run the same command "
                     f"to resume")

@@ -78,7 +78,10 @@ def train(cfg: DictConfig, run_dir: Path, *, member_dir: MemberDir | None = None
     except Exception as error:
         if (cause := atomic.full_disk_cause(error)) is not None and not isinstance(error, atomic.DiskFull):
             # a log appended to a full disk: said as a checkpoint's full disk is, in one line
-            full = atomic.disk_full(cause, run_dir / "metrics.jsonl", "the last checkpoint is kept as it was")
+            written = Path(cause.filename) if cause.filename else run_dir
+            kept = "the last checkpoint is kept as it was" if (run_dir / checkpoint.CHECKPOINT_FILE).exists() else \
+                "no checkpoint was written yet"
+            full = atomic.disk_full(cause, written, kept)
             if rank == 0:
                 write_failed(members, full, provenance)
             raise full from error

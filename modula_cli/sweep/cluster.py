@@ -29,7 +29,7 @@ from ..plumbing import environment
 from ..plumbing.wording import counted
 from ..results.manifest import LaunchRecord, Manifest, add_note, read_launch, record_submission
 from ..results.status import COMPLETED, DIVERGED, FAILED, PENDING, RUNNING, SKIPPED
-from ..results.summary import Outcome, mark_abandoned, record_failed_start
+from ..results.summary import Outcome, is_finished, mark_abandoned, record_failed_start
 from .jobs import JobEnd, Jobs
 from .progress import report_progress
 
@@ -105,15 +105,21 @@ def follow_earlier(sweep_dir: Path, launch: str, adopt: Adopt, poll_s: float, gr
     this launch must not submit again: those held (detaching), or those finished by the end of the follow.
     (Not asked with sweep.rerun=true, which retrains what finished.)"""
     manifest = Manifest.read(sweep_dir)
+    planned_here = set(manifest.launch(launch).runs)
     held: set[str] = set()
     for launch_id in sorted(manifest.launches, key=lambda i: manifest.launch(i).started):
         record = manifest.launch(launch_id)
-        jobs = [job for job in record.jobs if job.job_id]
+        jobs = [job for job in record.jobs if job.job_id and set(job.runs) & planned_here]  # what this launch plans
         if launch_id == launch or not jobs:
             continue
         summaries = record.summaries(sweep_dir)
-        done = {n for job in jobs for n in job.runs if (summaries.get(n) or {}).get("status") in SETTLED
-                and (summaries.get(n) or {}).get("launch") == launch_id}
+
+        def finished_there(name: str) -> bool:  # by that launch, of this very configuration (a failed run retries)
+            summary = summaries.get(name) or {}
+            return summary.get("launch") == launch_id and \
+                is_finished(summary, (manifest.runs.get(name) or {}).get("fingerprint"))
+
+        done = {name for job in jobs for name in job.runs if finished_there(name)}
         held |= done  # trained by that launch, maybe since this one planned: not sent again to find that out
         jobs = [job for job in jobs if not set(job.runs) <= done]
         if not jobs or STOP.requested:
@@ -130,8 +136,8 @@ def follow_earlier(sweep_dir: Path, launch: str, adopt: Adopt, poll_s: float, gr
             log.info("launch %s's SLURM job %s still holds %s: following it instead of submitting them again",
                      launch_id, arrays, counted(len(runs), "run"))
             Follower(scheduled, [job.overrides for job in mine], sweep_dir, launch_id, poll_s, grace_s).follow()
-            settled = record.summaries(sweep_dir, runs)
-            held.update(name for name in runs if (settled.get(name) or {}).get("status") in SETTLED)
+            summaries.update(record.summaries(sweep_dir, runs))
+            held.update(name for name in runs if finished_there(name))
     return held
 
 

@@ -16,8 +16,9 @@ from ..results.files import SWEEP_LOCK
 log = logging.getLogger(__name__)
 
 
-def write_sweep_report(config: DictConfig, sweep_dir: Path) -> None:
-    """The report (one writer at a time: several processes may end a sweep of one folder together)."""
+def write_sweep_report(config: DictConfig, sweep_dir: Path) -> bool:
+    """The report (one writer at a time: several processes may end a sweep of one folder together); whether it
+    was written."""
     from ..analysis.prediction import TargetError
     from ..analysis.report import write_report
 
@@ -32,6 +33,8 @@ def write_sweep_report(config: DictConfig, sweep_dir: Path) -> None:
             log_report_to_wandb(logger, sweep_dir)
     except Exception as error:  # noqa: BLE001 - a report problem must not hide the runs' results
         log.warning("report not written: %s: %s", type(error).__name__, error)
+        return False
+    return True
 
 
 def log_report_to_wandb(logger: LoggerConfig, sweep_dir: Path) -> None:

@@ -71,6 +71,7 @@ class Launch:
     host: Host
     deferred: list[DeferredRun] = field(default_factory=list)
     opened: ExitStack = field(default_factory=ExitStack)
+    detach: bool = False  # sweep.detach=true: it submits and leaves; the report is its followers'
 
     @classmethod
     def start(cls, config: DictConfig) -> Launch:
@@ -79,7 +80,7 @@ class Launch:
         plan, space = _checked(config, host)
         launch_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
         carry_launch(config, launch_id, _hydra_quoted(launch_id))
-        launch = cls(launch_id, _pin_sweep_dir(config), host)
+        launch = cls(launch_id, _pin_sweep_dir(config), host, detach=bool(config.sweep.get("detach")))
         before = [] if space is not None else sorted(finished_runs(config, plan.runs))
         if note := edited_model_note(config, plan.runs):
             log.info("%s", note)
@@ -117,10 +118,9 @@ class Launch:
         """After the last job: the deferred runs (unless stopped), killed runs settled, the report, the closing
         lines. The exit code: 128 + signal after a stop, 1 when some run failed or did not finish, else 0. A
         detached launch only says how to follow its jobs (exit 0): the report comes once they have ended."""
-        record = read_launch(self.sweep_dir, self.id)
-        if record.detached:
+        if self.detach:  # whether or not it had anything to submit
             self.opened.close()
-            return detached_closing(self.sweep_dir, record)
+            return detached_closing(self.sweep_dir, read_launch(self.sweep_dir, self.id))
         stopped = None
         try:
             for deferred in self.deferred:
@@ -129,8 +129,8 @@ class Launch:
                 result = train_job(deferred.cfg, deferred.run_dir, deferred.overrides, self.id, wait=True)
                 report_progress(self.sweep_dir, self.id, deferred.run_dir.name, result)
             self._settle_abandoned()
-            write_sweep_report(config, self.sweep_dir)
-            mark_reported(self.sweep_dir, self.id)  # modula-sweep-status need not write it again
+            if write_sweep_report(config, self.sweep_dir):
+                mark_reported(self.sweep_dir, self.id)  # modula-sweep-status need not write it again
         finally:
             stopped = STOP.signum
             self.opened.close()

@@ -128,14 +128,16 @@ def detached_closing(sweep_dir: Path, record: LaunchRecord) -> int:
     """The closing lines of a launch that submitted its jobs and leaves them running: how to follow them."""
     submitted = [job for job in record.jobs if job.job_id]
     runs = sum(len(job.runs) for job in submitted)
-    arrays = sorted({job.job_id.split("_")[0] for job in submitted})
+    jobs = {job.job_id for job in submitted}  # a job of several runs (runs_per_task) counts once
+    arrays = sorted({job_id.split("_")[0] for job_id in jobs})
+    follow = f"Follow them (and get the report once they end) with:\n  modula-sweep-status {sweep_dir}"
     if not submitted:
-        print(f"sweep finished: nothing left to train ({counted(len(record.runs), 'run')} finished before)  "
-              f"({sweep_dir})", flush=True)
+        print(f"sweep submitted nothing: its runs finished before or are held by an earlier launch's jobs. "
+              f"{follow}", flush=True)
         return 0
-    print(f"sweep submitted: {counted(runs, 'run')} in {counted(len(submitted), 'SLURM job')} "
+    print(f"sweep submitted: {counted(runs, 'run')} in {counted(len(jobs), 'SLURM job')} "
           f"({'array' if len(arrays) == 1 else 'arrays'} {', '.join(arrays)}), training without this process. "
-          f"Follow them (and get the report once they end) with:\n  modula-sweep-status {sweep_dir}", flush=True)
+          f"{follow}", flush=True)
     return 0
 
 

@@ -61,7 +61,9 @@ def fit(options: Mapping[str, Any], nodes: Sequence[Mapping[str, float]], runs_p
     if not nodes:
         return Fit(options, ["the Ray cluster has no alive node"])
     most_gpus = int(max(node.get("GPU", 0) for node in nodes))
-    runs = max(1, most_gpus) if runs_per_task == AUTO else runs_per_task
+    asked = options.get("num_gpus")
+    each = asked if _amount(asked) and asked >= 1 else 1  # auto, none or a fraction: one GPU's worth of runs
+    runs = max(1, int(most_gpus // each)) if runs_per_task == AUTO else runs_per_task
     if not (isinstance(runs, int) and not isinstance(runs, bool) and runs >= 1):
         return Fit(options, [f"hydra.launcher.runs_per_task={runs_per_task!r}; allowed: auto, or an integer >= 1"])
     per_run = _fit_run(options, nodes, runs)
@@ -187,8 +189,8 @@ class RayTasks:
                  for node in nodes if node.get("Alive")}
         for node_id, name in (self._alive or {}).items():
             if node_id not in alive:
-                log.warning("Ray node %s is lost: Ray runs the tasks it held again on another node (up to "
-                            "%s.max_retries times), each resuming from its last checkpoint", name, SETTING)
+                log.warning("Ray node %s is lost: Ray runs the tasks it held, if any, again on another node (up "
+                            "to %s.max_retries times), each resuming from its last checkpoint", name, SETTING)
         self._alive = alive
 
     def _silent(self, error: Exception) -> dict[int, JobEnd]:

@@ -261,8 +261,8 @@ def _runs_per_task(params: Mapping[str, Any], part: Partition) -> tuple[int, str
     a count that is not one, several runs beside several tasks per run, more runs than a node has GPUs."""
     runs = params.get("runs_per_task", 1)
     most = max((n.gpus for n in part.nodes), default=0)
-    if runs == AUTO:
-        return max(1, most), None
+    if runs == AUTO:  # a run of several tasks (one process per GPU) fills its job alone
+        return (1 if params.get("tasks_per_node", 1) > 1 else max(1, most)), None
     if not (_is_count(runs) and runs >= 1):
         return 1, f"{SETTING}.runs_per_task={runs!r}; allowed: auto, or an integer >= 1"
     if runs > 1 and params.get("tasks_per_node", 1) > 1:

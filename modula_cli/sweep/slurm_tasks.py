@@ -90,14 +90,14 @@ def task_states(array_id: str, accounting: bool, ended_ask: bool = True) -> dict
 
 
 def node_trouble(node: str) -> str | None:
-    """``DOWN*, Not responding`` when ``node`` is down, drained or failing (SLURM's state and reason); None when
-    it is well, or SLURM does not say."""
+    """``DOWN+NOT_RESPONDING, Not responding`` when ``node`` is down or failing (SLURM's state and reason); None
+    when it is well (draining is not lost), or SLURM does not say."""
     try:
         found = records(command(["scontrol", "-o", "show", "node", node]))
     except SlurmError:
         return None
     state = found[0].get("State", "") if found else ""
-    if not re.search(r"DOWN|DRAIN|FAIL|NOT_RESPONDING", state):
+    if not re.search(r"DOWN|FAIL|NOT_RESPONDING", state):
         return None
     reason = found[0].get("Reason", "")
     return state + (f", {reason.split(' [')[0]}" if reason and reason != "(null)" else "")
@@ -205,8 +205,10 @@ class SlurmArray:
                 continue
             if state.state == "RUNNING" and state.node:
                 self._ran_on[index] = state.node
-            elif state.state != "RUNNING" and index in self._ran_on:
-                requeued.setdefault(self._ran_on.pop(index), []).append(job_id)
+            elif state.state.startswith(("PENDING", "REQUEUE")) and index in self._ran_on:  # back in the queue
+                ids = requeued.setdefault(self._ran_on.pop(index), [])
+                if job_id not in ids:  # a job of several runs (runs_per_task) is named once
+                    ids.append(job_id)
         for node, job_ids in requeued.items():
             if node in self._lost or (trouble := node_trouble(node)) is None:
                 continue

@@ -38,6 +38,7 @@ GONE = "no longer known to SLURM"  # a job ended so long ago that neither squeue
 
 
 def word_of(words: dict[str, JobWord], job_id: str) -> JobWord:
+    """SLURM's word on a job; one it no longer lists has ended."""
     return words.get(job_id) or JobWord(False, GONE)
 
 
@@ -88,10 +89,17 @@ def launch_ended(record: LaunchRecord, summaries: dict[str, Summary | None], wor
 
 def settle(sweep_dir: Path, record: LaunchRecord, summaries: dict[str, Summary | None],
            words: dict[str, JobWord]) -> None:
-    """A run left ``running`` by a job the scheduler says has ended: interrupted at its last checkpoint."""
+    """A run left ``running`` by a job the scheduler says has ended: interrupted at its last checkpoint. A run
+    of a launch without scheduler ids (local, Ray) is settled by its lock, where this host can tell."""
     for job in record.jobs:
         word = words.get(job.job_id or "")
-        if not job.job_id or (word is not None and word.live):
+        if not job.job_id:
+            for name in job.runs:
+                if (summaries.get(name) or {}).get("status") == RUNNING and \
+                        mark_abandoned(sweep_dir / name) is not None:
+                    summaries.update(record.summaries(sweep_dir, [name]))
+            continue
+        if word is not None and word.live:
             continue
         for name in job.runs:
             if (summaries.get(name) or {}).get("status") != RUNNING:
@@ -143,27 +151,30 @@ def look(sweep_dir: Path) -> tuple[bool, LaunchRecord | None]:
 
 
 def report_once(sweep_dir: Path, record: LaunchRecord) -> None:
-    """The report for the sweep's end, written by the first follower that sees it (``sweep.json`` says)."""
+    """The report for the sweep's end, written by the first follower that sees it (``sweep.json`` says) with the
+    launch's own settings (its metric, its target, its logger: Hydra's record of the launching command)."""
     from omegaconf import OmegaConf
 
-    from ..analysis.report import write_report
+    from .final_report import write_sweep_report
 
-    if not mark_reported(sweep_dir, record.id):
+    if record.reported:
         print(f"report: written already ({sweep_dir / 'transfer.png'})", flush=True)
         return
-    settings = {}
-    try:  # the launch's own metric and target: Hydra's record of the launching command's config
-        settings = OmegaConf.to_container(OmegaConf.load(sweep_dir / "multirun.yaml").get("sweep") or {})
-    except (OSError, ValueError) as error:
-        log.debug("multirun.yaml: %s", error)
     try:
-        write_report(sweep_dir, metric=settings.get("metric") or "train_loss", target=settings.get("target"))
-    except Exception as error:  # noqa: BLE001 - the runs' results stand; the report can be written again
-        print(f"report not written ({type(error).__name__}: {error}); write it with: modula-sweep-report "
-              f"{sweep_dir}", flush=True)
+        config = OmegaConf.load(sweep_dir / "multirun.yaml")
+    except (OSError, ValueError) as error:  # a folder without Hydra's record: the report's defaults
+        log.debug("multirun.yaml: %s", error)
+        config = OmegaConf.create({})
+    config.setdefault("sweep", {})
+    config.sweep.setdefault("metric", "train_loss")
+    if write_sweep_report(config, sweep_dir):
+        mark_reported(sweep_dir, record.id)
+    else:
+        print(f"write it again with: modula-sweep-report {sweep_dir}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``modula-sweep-status``: the exit code is the closing line's once every run has ended, else 0."""
     parser = argparse.ArgumentParser(prog="modula-sweep-status", description=(
         "Every launch into a sweep folder: its runs by state, the scheduler's word on each unfinished job, the "
         "time left; the report once every run has ended."))
