@@ -187,8 +187,6 @@ def record_submission(sweep_dir: Path, launch_id: str, scheduler: str, job_ids: 
     with Manifest.updating(sweep_dir) as manifest:
         record = manifest.launch(launch_id)
         jobs = tuple(JobRuns(job.overrides, job.runs, job_ids.get(job.overrides, job.job_id)) for job in record.jobs)
-        known = {job.overrides for job in record.jobs}
-        jobs += tuple(JobRuns(overrides, (), job_id) for overrides, job_id in job_ids.items() if overrides not in known)
         manifest.put(LaunchRecord(**{**vars(record), "jobs": jobs, "scheduler": scheduler,
                                      "detached": record.detached or detached}))
 
