@@ -390,9 +390,19 @@ def test_slurm_a_detached_launch_exits_at_once_and_the_same_command_follows_it(s
     assert status_code == 0 and "detached, SLURM job " + array in status, status
     assert re.search(rf"running at step \d+ — SLURM job {array}_\d: RUNNING on node[12]", status), status
     assert "not ended yet: look again later, or follow it with --follow" in status
-    again_code, again = Launch(workdir, *args).finish(timeout=480)
+    # A fast machine ends these runs within seconds: suspended, the job is surely the scheduler's while the
+    # second launch looks, and resumed once it follows.
+    subprocess.run(["scontrol", "suspend", array], check=True)
+    try:
+        assert not no_task_left(array), "every task ended before the second launch: nothing left to follow"
+        again_launch = Launch(workdir, *args)
+        wait_for(lambda: re.search(rf"SLURM job {array} still holds \d runs?: following it instead of submitting "
+                                   rf"them again", again_launch.output), "the second launch to follow the first's job",
+                 launch=again_launch)
+    finally:
+        subprocess.run(["scontrol", "resume", array], capture_output=True)
+    again_code, again = again_launch.finish(timeout=480)
     assert again_code == 0, again[-3000:]
-    assert re.search(rf"SLURM job {array} still holds \d runs?: following it instead of submitting them again", again)
     assert "submitted" not in again and "sweep finished: 0 completed, 4 skipped" in again, again[-3000:]
     assert (sweep_dir / "results.csv").exists()
     assert_resumed_exactly(sweep_dir, reference)

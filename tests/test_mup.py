@@ -301,12 +301,12 @@ def test_the_stray_readout_check_by_hand():
 def test_a_prepared_network_is_asked_for_twice_the_base_width_and_its_rules_hold_per_member():
     asked = []
 
-    def at_width(width):
+    def resize(width):
         asked.append(width)
         return build_model(arch_at("standard_gpt", width), LANGUAGE)
 
     cfg = OptimConfig(mode="mup", mup_base_width=16)
-    net = MODES["mup"].network(build_model(arch_at("standard_gpt", 64), LANGUAGE), at_width, cfg)
+    net = MODES["mup"].network(build_model(arch_at("standard_gpt", 64), LANGUAGE), resize, cfg)
     assert asked == [16, 32]
     assert MODES["mup"].summary_fields(cfg, torch.device("cpu")) == {"mup_base_width": 16}
     rules = rules_of(net)

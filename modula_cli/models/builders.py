@@ -38,7 +38,7 @@ def gpt(arch: Any, data: Any, variant: Variant) -> Module:
 
 def standard_gpt(arch: Any, data: Any, variant: Variant) -> Module:
     return StandardGPT(vocab_size=data.vocab_size, context=data.context, num_heads=arch.heads, width=arch.width,
-                       depth=arch.depth)
+                       depth=arch.depth, residual_scale=arch.get("residual_scale") or 1.0)
 
 
 def resmlp(arch: Any, data: Any, variant: Variant) -> Module:

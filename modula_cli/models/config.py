@@ -21,5 +21,8 @@ class ArchConfig:
     loss_window: int = setting(1, "a run's final train loss: the mean of the last N steps' losses", minimum=1)
     data_kind: str | None = setting(None, "your own network: language | image (leave out: both)")
     kernel_size: int | None = setting(None, "convolution kernel size (ResNet)", minimum=1)
+    residual_scale: float | None = setting(None, "the multiplier s on every residual branch, x + s·f(x) (standard_gpt; "
+                                                 "your own model reads it from its YAML); μP's depth recipes scale it "
+                                                 "(optim.mup_depth, docs/mup.md)", above=0)
     readout: str | None = setting(None, "your torch model: the module path of its readout (e.g. lm_head), for μP and "
                                         "Muon; leave out: found from the shapes")

@@ -111,14 +111,19 @@ def GPT(vocab_size: int, context: int, num_heads: int, width: int, depth: int,
     return named(net, f"GPT(width={width}, depth={depth}, heads={num_heads}, context={context})")
 
 
-def StandardGPT(vocab_size: int, context: int, num_heads: int, width: int, depth: int) -> Module:
+def StandardGPT(vocab_size: int, context: int, num_heads: int, width: int, depth: int,
+                residual_scale: float = 1.0) -> Module:
     """nanoGPT-style baseline: Gaussian init 0.02 (0.02/√(2L) on residual outputs), 1/√d_q attention,
-    plain residual sums ``x + f(LN(x))`` and no forward scale factors. LayerNorms carry no gain and
-    embeddings are not tied (our weights are one tensor per atom). Train it with unnormed optimisers.
+    plain residual sums ``x + s · f(LN(x))`` (s = ``residual_scale``, 1 as nanoGPT has it; μP's depth recipes
+    set it) and no forward scale factors. LayerNorms carry no gain and embeddings are not tied (our weights
+    are one tensor per atom). Train it with unnormed optimisers.
     """
     require_positive_ints("StandardGPT", vocab_size=vocab_size, context=context, num_heads=num_heads, width=width,
                   depth=depth)
     _check_heads("StandardGPT", width, num_heads)
+    if isinstance(residual_scale, bool) or not isinstance(residual_scale, (int, float)) or \
+            not math.isfinite(residual_scale) or residual_scale <= 0:
+        raise ValueError(f"StandardGPT: residual_scale must be a positive finite number, got {residual_scale!r}")
     d_head = width // num_heads
     std, out_std = 0.02, 0.02 / math.sqrt(2 * depth)
 
@@ -130,7 +135,10 @@ def StandardGPT(vocab_size: int, context: int, num_heads: int, width: int, depth
         @ (head(width, "attn.q"), head(width, "attn.k"), head(width, "attn.v"))
     mlp = role(Linear(width, 4 * width, init_std=out_std), "mlp.out") @ GELU() \
         @ role(Linear(4 * width, width, init_std=std), "mlp.in")
-    block = (Identity() + (mlp @ LayerNorm())) @ (Identity() + (attention @ LayerNorm()))
+    def residual(branch: Module) -> Module:
+        return Identity() + (branch if residual_scale == 1 else residual_scale * branch)
+
+    block = residual(mlp @ LayerNorm()) @ residual(attention @ LayerNorm())
     initial = role(Embed(width, vocab_size, init_std=std), "embed.token") \
         + (role(Embed(width, context, init_std=std), "embed.position") @ Enumerate())
     blocks = named(block ** depth, f"Blocks(depth={depth})")

@@ -15,6 +15,8 @@ OPTIMIZERS = ("sgd", "adam")  # each with its direction in directions.py (DIRECT
 ORTHO_METHODS = ("polar_express", "muon", "cubic", "svd")
 ORTHO_DTYPES = ("auto", "float32", "bfloat16")
 MUON_SCALES = ("original", "match_rms_adamw", "spectral")  # modes/muon.py's muon_scale
+# μP's depth recipes (modes/mup_depth.py): the exponent α of each residual branch's multiplier (L / L₀)^-α
+DEPTH_RECIPES = {"none": 0.0, "depth_mup": 0.5, "completep": 1.0}
 
 # Manifold mode's defaults (measured in docs/manifold.md): the temperatures (readout, attention
 # scores) free, every other layer on its manifold with a learned radius.
@@ -56,6 +58,12 @@ class OptimConfig:
                                       "(docs/mup.md)", minimum=1)
     mup_readout_zero: bool = setting(False, "mup: the readout starts at zero")
     mup_query_zero: bool = setting(False, "mup: the attention's query starts at zero")
+    mup_depth: str = setting("none", "mup: the depth recipe: none (μP for width alone) | depth_mup (residual "
+                                     "branches × (L/L₀)^-½, Tensor Programs VI) | completep (× (L/L₀)^-1, Dey et al. "
+                                     "2025), each with its per-layer LR, ε and weight-decay corrections (docs/mup.md)",
+                             choices=tuple(DEPTH_RECIPES))
+    mup_base_depth: int = setting(2, "mup with mup_depth: the depth whose network trains exactly as μP for width "
+                                     "alone (every depth multiplier 1)", minimum=1)
     muon_scale: str = setting("original", "muon: each hidden matrix's factor: original √max(1, out/in) (Keller "
                                           "Jordan's) | match_rms_adamw 0.2·√max(out, in) (Moonshot's) | spectral "
                                           "√(out/in) (the modular norm's)", choices=MUON_SCALES)

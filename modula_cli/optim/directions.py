@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import torch
@@ -31,12 +31,16 @@ def sgd_direction(state: Moments, grads: list[Tensor], cfg: OptimConfig) -> list
     return state.momentum
 
 
-def adam_direction(state: Moments, grads: list[Tensor], cfg: OptimConfig) -> list[Tensor]:
+def adam_direction(state: Moments, grads: list[Tensor], cfg: OptimConfig,
+                   eps: Sequence[float] | None = None) -> list[Tensor]:
+    """``m / (√v + ε)``; ``eps``: one ε per weight in place of ``cfg.eps`` (μP's depth recipes)."""
     torch._foreach_lerp_(state.momentum, grads, state.scalars.momentum_weight)
     torch._foreach_lerp_(state.second_moment, torch._foreach_mul(grads, grads),
                         state.scalars.second_moment_weight)
     denominator = torch._foreach_sqrt(state.second_moment)
-    if cfg.eps:
+    if eps is not None:
+        torch._foreach_add_(denominator, list(eps))
+    elif cfg.eps:
         torch._foreach_add_(denominator, cfg.eps)
     direction = torch._foreach_div(state.momentum, denominator)
     # Without ε, entries with v = 0 give 0/0: the paper turns NaN/inf into 0.

@@ -27,30 +27,46 @@ from .unnormed import Unnormed
 MODES: dict[str, Mode] = {mode.name: mode for mode in (Unnormed(), Normed(), Dualized(), Manifold(), Mup(), Muon())}
 
 
+class Rebuild:
+    """The run's architecture at other sizes (``modes.base.Resizer``): μP compares its network with the same
+    one at the base width (and depth) to see which sizes grow."""
+
+    def __init__(self, arch: Any, data: Any, variant: Any, cfg: OptimConfig):
+        self.arch, self.data, self.variant, self.cfg = arch, data, variant, cfg
+
+    def __call__(self, **sizes: int) -> Module:
+        from ...models import ModelError, build_model  # here: the command line's checks import modes without torch
+
+        if missing := [key for key in sizes if key not in self.arch]:
+            raise ModelError(f"optim.mode={self.cfg.mode} needs arch.{missing[0]}; arch.name={self.arch.name} has "
+                             f"none")
+        shown = ", ".join(f"{key} {value}" for key, value in sizes.items())
+        try:
+            return build_model(OmegaConf.merge(self.arch, sizes), self.data, self.variant)
+        except ValueError as error:  # the user typed another size: say which one failed and why
+            raise ModelError(f"optim.mode={self.cfg.mode} builds the network again at {shown} (optim.mup_base_width="
+                             f"{self.cfg.mup_base_width}) to see which sizes grow, and it cannot be built there: "
+                             f"{error}") from None
+
+
 def build_network(arch: Any, data: Any, variant: Any, cfg: OptimConfig) -> Module:
     """The network a run of mode ``cfg.mode`` trains: the architecture's, then the mode's changes to it (μP's
-    multipliers, from the same architecture built at its base width)."""
+    multipliers, from the same architecture built at its base width and depth)."""
     from ...models import ModelError, build_model  # here: the command line's checks import modes without torch
 
-    def at_width(width: int) -> Module:
-        if "width" not in arch:
-            raise ModelError(f"optim.mode={cfg.mode} needs arch.width; arch.name={arch.name} has none")
-        try:
-            return build_model(OmegaConf.merge(arch, {"width": width}), data, variant)
-        except ValueError as error:  # the user typed another width: say which one failed and why
-            raise ModelError(f"optim.mode={cfg.mode} builds the network again at width {width} "
-                             f"(optim.mup_base_width={cfg.mup_base_width}) to see which sizes grow, and it "
-                             f"cannot be built there: {error}") from None
-
-    net = build_model(arch, data, variant)
     mode = MODES[cfg.mode]
+    try:
+        arch = mode.architecture(arch, cfg)
+    except ValueError as error:
+        raise ModelError(str(error)) from None
+    net = build_model(arch, data, variant)
     if mode.needs_modular_norm and isinstance(net, TorchNetwork):
         plain = ", ".join(name for name, m in MODES.items() if not m.needs_modular_norm)
         raise ModelError(f"optim.mode={cfg.mode} needs the modular norm's tree of masses and sensitivities, and "
                          f"arch.name={arch.name} returns a plain torch.nn.Module; its modes: {plain} (or build it "
                          f"from modula_cli.nn's atoms, docs/extending.md)")
     try:
-        return MODES[cfg.mode].network(net, at_width, cfg)
+        return mode.network(net, Rebuild(arch, data, variant, cfg), cfg)
     except ValueError as error:  # a network the mode's rules do not cover: one line, before any step
         raise ModelError(str(error)) from None
 

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import torch
 from torch import Tensor
@@ -14,6 +13,14 @@ from ..directions import DIRECTIONS
 
 # The paper's LR grids are powers of two, 2^-6 … 2^2 unless a mode says otherwise for an optimiser.
 DEFAULT_EXPONENTS = range(-6, 3)
+
+
+class Resizer(Protocol):
+    """The run's architecture built again at other sizes: ``resize(width=32)``, ``resize(depth=4)``."""
+
+    arch: Any  # the arch config the run's network is built from
+
+    def __call__(self, **sizes: int) -> Module: ...
 
 
 class Mode:
@@ -53,9 +60,13 @@ class Mode:
         packed); ``state`` is what ``init_state`` made."""
         raise NotImplementedError
 
-    def network(self, net: Module, at_width: Callable[[int], Module], cfg: OptimConfig) -> Module:
+    def architecture(self, arch: Any, cfg: OptimConfig) -> Any:
+        """The arch config whose network this mode trains (μP's depth recipes scale its residual branches)."""
+        return arch
+
+    def network(self, net: Module, resize: Resizer, cfg: OptimConfig) -> Module:
         """The network this mode trains, from the one the architecture built (μP sets its multipliers);
-        ``at_width(n)`` builds the same architecture at width n."""
+        ``resize(width=n)`` builds the same architecture at width n."""
         return net
 
     def direction(self, net: Module, state: Any, grads: list[Tensor], cfg: OptimConfig) -> list[Tensor]:

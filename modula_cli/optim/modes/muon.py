@@ -126,7 +126,7 @@ class Muon(Mode):
     default_lrs = {"sgd": 2.0**-6, "adam": 2.0**-6}
     lr_exponents: ClassVar[dict[str, range]] = {"sgd": range(-12, 1), "adam": range(-12, 1)}
 
-    def network(self, net: Module, at_width: Any, cfg: OptimConfig) -> Module:
+    def network(self, net: Module, resize: Any, cfg: OptimConfig) -> Module:
         try:
             shapes = hidden_matrices(net)
         except ValueError as error:

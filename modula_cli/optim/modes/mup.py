@@ -43,7 +43,10 @@ from ...nn import Atom, Embed, FunctionalAttention, MatrixAtom, Module, layer_na
 from ...nn.packed import per_member
 from ...nn.torch_network import TorchNetwork
 from ..config import OptimConfig
+from ..directions import DIRECTIONS, adam_direction
+from .base import Resizer
 from .muon import readout_of
+from .mup_depth import arch_problems, scaled_arch, with_depth
 from .unnormed import Unnormed
 
 READOUT_ROLE = "output"
@@ -65,6 +68,8 @@ class LayerRule:
     lr: float            # × the run's LR for this atom's stored weight
     init: float          # × the atom's own initial effective weight
     output: float        # the forward multiplier (the atom's constant factor)
+    eps: float = 1.0     # × optim.eps (Adam), set by a depth recipe (mup_depth.py)
+    decay: float = 1.0   # × the weight decay's strength (LR × optim.wd), set by a depth recipe
 
 
 @dataclass(frozen=True)
@@ -233,19 +238,35 @@ class Mup(Unnormed):
     # in CIFAR-10's layout; there it reaches 1.81 against 1.70 at the best LR, 2^-7 (docs/results/default_lrs).
     default_lr_exceptions = {("sgd", "resmlp", None): 2.0**-8}
 
-    def network(self, net: Module, at_width: Callable[[int], Module], cfg: OptimConfig) -> Module:
-        base = at_width(cfg.mup_base_width)
+    def architecture(self, arch: Any, cfg: OptimConfig) -> Any:
+        if cfg.mup_depth == "none":
+            return arch
+        if problems := arch_problems(cfg, arch):
+            raise MupError("; ".join(problems))
+        return scaled_arch(arch, cfg)
+
+    def network(self, net: Module, resize: Resizer, cfg: OptimConfig) -> Module:
+        base = resize(width=cfg.mup_base_width)
         if isinstance(net, TorchNetwork):
-            rules = tuple(torch_rules(net, base, at_width(2 * cfg.mup_base_width), cfg))
+            rules = tuple(torch_rules(net, base, resize(width=2 * cfg.mup_base_width), cfg))
             for atom, rule in zip(net.atom_list(), rules):
                 atom.forward_scale = rule.output
-            return net.set_parametrisation(MupParametrisation(rules, frozenset()))
-        # which layers grow is seen only beside another width: at the base width itself, compare 2× base
-        refuse_stray_readouts(at_width(2 * cfg.mup_base_width), base, named=net)
-        rules = tuple(parametrise(net, base, cfg.name))
-        zero_roles = frozenset(role for role, zero in ((READOUT_ROLE, cfg.mup_readout_zero),
-                                                       (QUERY_ROLE, cfg.mup_query_zero)) if zero)
+            zero_roles: frozenset[str] = frozenset()
+        else:
+            # which layers grow is seen only beside another width: at the base width itself, compare 2× base
+            refuse_stray_readouts(resize(width=2 * cfg.mup_base_width), base, named=net)
+            rules = tuple(parametrise(net, base, cfg.name))
+            zero_roles = frozenset(role for role, zero in ((READOUT_ROLE, cfg.mup_readout_zero),
+                                                           (QUERY_ROLE, cfg.mup_query_zero)) if zero)
+        if cfg.mup_depth != "none":
+            rules = with_depth(rules, net, resize, cfg, int(resize.arch.depth), init_rms)
         return net.set_parametrisation(MupParametrisation(rules, zero_roles))
+
+    def direction(self, net: Module, state: Any, grads: list[Tensor], cfg: OptimConfig) -> list[Tensor]:
+        rules = rules_of(net)
+        if cfg.name == "adam" and cfg.eps and any(rule.eps != 1 for rule in rules):  # a depth recipe's ε per layer
+            return adam_direction(state, grads, cfg, eps=[cfg.eps * rule.eps for rule in rules])
+        return DIRECTIONS[cfg.name](state, grads, cfg)
 
     def initial_weights(self, net: Module, weights: list[Tensor]) -> list[Tensor]:
         prepared = _prepared(net)
@@ -260,8 +281,8 @@ class Mup(Unnormed):
         # decoupled decay at the global LR for every layer, not split by the modular norm's shares: what mup's
         # MuAdamW (lr/m · wd·m) amounts to; each atom's own rule still applies (the paper variant's unit
         # embedding rows go back on their sphere)
-        return [atom.stored(atom.regularize_piece(atom.effective(w), per_member(strength, w)))
-                for atom, w in zip(net.atom_list(), weights, strict=True)]
+        return [atom.stored(atom.regularize_piece(atom.effective(w), per_member(strength * rule.decay, w)))
+                for atom, w, rule in zip(net.atom_list(), weights, rules_of(net), strict=True)]
 
     def problems(self, cfg: OptimConfig, roles: tuple[str, ...] | None, arch: Any = None) -> list[str]:
         problems = []
@@ -272,6 +293,8 @@ class Mup(Unnormed):
         elif arch is not None and isinstance(arch.width, int) and arch.width < base:
             problems.append(f"optim.mup_base_width={base} is above arch.width={arch.width}: μP scales up from its "
                             f"base; set optim.mup_base_width to the sweep's smallest width or below")
+        if cfg.mup_depth != "none" and arch is not None:
+            problems += arch_problems(cfg, arch)
         if roles is not None:
             for key, role in (("mup_readout_zero", READOUT_ROLE), ("mup_query_zero", QUERY_ROLE)):
                 if getattr(cfg, key) and role not in roles:
@@ -279,7 +302,8 @@ class Mup(Unnormed):
         return problems
 
     def summary_fields(self, cfg: OptimConfig, device: torch.device) -> dict[str, Any]:
-        return {"mup_base_width": cfg.mup_base_width}
+        depth = {"mup_depth": cfg.mup_depth, "mup_base_depth": cfg.mup_base_depth} if cfg.mup_depth != "none" else {}
+        return {"mup_base_width": cfg.mup_base_width, **depth}
 
 
 def _prepared(net: Module) -> MupParametrisation:

@@ -1,0 +1,198 @@
+"""μP's depth recipes (optim.mup_depth: depth_mup, completep) against EleutherAI/nanoGPT-mup's CompleteP recipe
+(model.py at commit 3904404: residual branches × m_L^-α, its configure_optimizers groups, AdamW).
+
+The reference numbers below come from running that model.py outside this repository (its code is not here):
+n_embd 16 over a base width of 8 (8 heads: d_head 2 over 1, where its 1/d_head attention and ours, √d₀/d_head,
+agree), 4 blocks over a base depth of 2, vocabulary 11, context 8, bias=False, float64, AdamW at LR 2^-5 and ε
+10^-3 with each group's LR the base LR × its lr_scale, its tied wte/lm_head untied (lm_head in the embedding
+group, where the tied matrix is). Each parameter starts from ``draw(k, shape, std)`` below, at the reference's
+own init std, k its place in the list; the batch is drawn from seeds 7 and 8. Per parameter: its group's LR, its
+decay per unit of weight decay (LR × the group's weight_decay / weight_decay), its ε, then one step's change
+Δ = before − after at weight decay 0: Σ Δ² and the first six entries.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from modula_cli.models.variant import Variant
+from modula_cli.nn import LayerNorm, Mul, layer_names
+from modula_cli.optim import OptimConfig, build_network, init_state, optimizer_step
+from modula_cli.optim.modes.mup import init_rms, rules_of
+
+COMPLETEP = {  # α = 1, depth 4 over base depth 2: branch 0.5, loss 2.390949630855878
+    "wte.weight": (0.03125, 0.03125, 0.0005, 0.1460242815,
+        [-0.02799330242, -0.02965202652, 0.0232434091, 0.02902875483, 0.02960379168, -0.02421562867]),
+    "wpe.weight": (0.03125, 0.03125, 0.0005, 0.1070650646,
+        [0.03085407104, -0.03071319209, 0.03016928753, -0.03082147587, -0.03025923666, -0.03040407141]),
+    "h.0.attn.c_attn.weight": (0.015625, 0.03125, 0.00025, 0.02888738403,
+        [-4.504253129e-05, -3.446064275e-05, 0.0001002855915, -5.470531982e-05, 4.900100564e-05, -1.060924537e-09]),
+    "h.0.attn.c_proj.weight": (0.015625, 0.03125, 0.00025, 0.02979542461,
+        [0.002359634947, 0.008780151272, 0.01160693082, -0.01371868525, -0.01342068611, -0.007563406444]),
+    "h.0.mlp.c_fc.weight": (0.015625, 0.03125, 0.00025, 0.09455009386,
+        [0.01036919062, -0.001893987284, 0.007699181527, -0.002249656533, -0.006869436896, 0.006918230029]),
+    "h.0.mlp.c_proj.weight": (0.015625, 0.03125, 0.00025, 0.09308763731,
+        [-0.009640525766, 0.0141600493, -0.01009407082, 0.01318489118, 0.0065203787, -0.01312944479]),
+    "h.1.attn.c_attn.weight": (0.015625, 0.03125, 0.00025, 0.02925592467,
+        [-3.39222963e-05, -7.082012938e-05, -4.394633833e-05, 5.612239092e-06, 8.179364451e-05, -2.889100626e-05]),
+    "h.1.attn.c_proj.weight": (0.015625, 0.03125, 0.00025, 0.02921045189,
+        [0.01309761131, -0.003160891965, -0.01295995465, -0.01208459069, -0.0143430446, -0.01186180916]),
+    "h.1.mlp.c_fc.weight": (0.015625, 0.03125, 0.00025, 0.09518755276,
+        [-0.008404708004, 0.01177898193, 0.008353788882, 0.00899490884, 0.008009139526, -0.0104501952]),
+    "h.1.mlp.c_proj.weight": (0.015625, 0.03125, 0.00025, 0.09589228869,
+        [-0.01127324188, -0.003978272024, -0.01145360437, 0.009063707782, -0.01399502947, 0.01037679302]),
+    "h.2.attn.c_attn.weight": (0.015625, 0.03125, 0.00025, 0.02725486447,
+        [6.259965532e-05, -0.0001233497446, 6.248316143e-05, 2.422813618e-05, 5.000661213e-05, -2.155623095e-05]),
+    "h.2.attn.c_proj.weight": (0.015625, 0.03125, 0.00025, 0.02506235508,
+        [-0.00680513409, -0.0139170181, -0.01090095204, 0.008736243016, 0.01354527335, -0.0131953639]),
+    "h.2.mlp.c_fc.weight": (0.015625, 0.03125, 0.00025, 0.09675151256,
+        [-0.007330551139, -0.01018527716, 0.01403463846, -0.009472218942, 0.01364206198, 0.01233313176]),
+    "h.2.mlp.c_proj.weight": (0.015625, 0.03125, 0.00025, 0.09521551804,
+        [0.007583451565, -0.01368526874, -0.002217734724, -0.01029696456, 0.01349434623, 0.01136025129]),
+    "h.3.attn.c_attn.weight": (0.015625, 0.03125, 0.00025, 0.0298989732,
+        [-4.948398427e-05, 1.101342849e-05, 5.719172892e-05, 1.951225488e-05, 6.496986365e-05, -1.018128248e-05]),
+    "h.3.attn.c_proj.weight": (0.015625, 0.03125, 0.00025, 0.02998163089,
+        [0.005391905866, 0.01348926965, -0.01190683483, 0.01359680071, -0.01272888568, 0.007930178167]),
+    "h.3.mlp.c_fc.weight": (0.015625, 0.03125, 0.00025, 0.09236029362,
+        [-0.009822675763, 0.007037250446, -0.01111083623, 0.01192815261, -0.009759054842, -0.002918485656]),
+    "h.3.mlp.c_proj.weight": (0.015625, 0.03125, 0.00025, 0.09923210832,
+        [-0.009397219044, 0.01205457958, 0.01252270897, -0.01415587773, -0.01111260329, -0.01167690687]),
+    "lm_head.weight": (0.03125, 0.03125, 0.0005, 0.1525635897,
+        [-0.02889095133, -0.03011865328, -0.03061122206, 0.03040325533, 0.02995087182, 0.02925036843]),
+}
+DEPTH_MUP = {  # α = ½: branch 0.7071067811865475, loss 2.3911282726048144
+    "wte.weight": (0.03125, 0.03125, 0.0005, 0.1458944079,
+        [-0.02753977281, -0.02970257046, 0.01612034991, 0.02929359087, 0.02956680407, -0.02352772028]),
+    "wpe.weight": (0.03125, 0.03125, 0.0005, 0.106712056,
+        [0.03085952935, -0.03073797215, 0.03023126991, -0.0308102643, -0.030280598, -0.03040699632]),
+    "h.0.attn.c_attn.weight": (0.011048543456039806, 0.02209708691207961, 0.0003535533905932738, 0.014483183,
+        [-3.211066575e-05, -2.520816875e-05, 6.996984363e-05, -3.488673269e-05, 3.407165366e-05, -2.39378332e-06]),
+    "h.0.attn.c_proj.weight": (0.011048543456039806, 0.02209708691207961, 0.0003535533905932738, 0.01508703227,
+        [0.0001024083132, 0.006162184281, 0.00832157445, -0.00970917611, -0.009345605518, -0.007062214037]),
+    "h.0.mlp.c_fc.weight": (0.011048543456039806, 0.02209708691207961, 0.0003535533905932738, 0.04669266949,
+        [0.007409417325, 0.001220417414, 0.004447126145, -0.001496702893, -0.006139559174, 0.003765392462]),
+    "h.0.mlp.c_proj.weight": (0.011048543456039806, 0.02209708691207961, 0.0003535533905932738, 0.04618904479,
+        [-0.006840601076, 0.01000416807, -0.00677428235, 0.009295179442, 0.004973406386, -0.009195824547]),
+    "h.1.attn.c_attn.weight": (0.011048543456039806, 0.02209708691207961, 0.0003535533905932738, 0.01447951309,
+        [-2.746898905e-05, -4.934478275e-05, -2.083167725e-05, 7.980120314e-06, 5.859286194e-05, -1.601753384e-05]),
+    "h.1.attn.c_proj.weight": (0.011048543456039806, 0.02209708691207961, 0.0003535533905932738, 0.01449656961,
+        [0.009115983752, -0.004178047647, -0.00913924375, -0.008457047593, -0.01009101784, -0.008197700599]),
+    "h.1.mlp.c_fc.weight": (0.011048543456039806, 0.02209708691207961, 0.0003535533905932738, 0.04754614678,
+        [-0.006180661943, 0.008405994146, 0.005873870397, 0.006451914657, 0.005392114719, -0.007431788563]),
+    "h.1.mlp.c_proj.weight": (0.011048543456039806, 0.02209708691207961, 0.0003535533905932738, 0.04768894978,
+        [-0.00781416182, -0.003527579792, -0.007943519028, 0.006577061407, -0.009885395849, 0.007217457343]),
+    "h.2.attn.c_attn.weight": (0.011048543456039806, 0.02209708691207961, 0.0003535533905932738, 0.01349159738,
+        [4.451857961e-05, -8.339795429e-05, 5.041610649e-05, 1.224020839e-05, 3.692831974e-05, -1.110225724e-05]),
+    "h.2.attn.c_proj.weight": (0.011048543456039806, 0.02209708691207961, 0.0003535533905932738, 0.01255720141,
+        [-0.005338061931, -0.009775350317, -0.007753766319, 0.006028165357, 0.009547160972, -0.009254196905]),
+    "h.2.mlp.c_fc.weight": (0.011048543456039806, 0.02209708691207961, 0.0003535533905932738, 0.04824732783,
+        [-0.003678653799, -0.0066953091, 0.009932737476, -0.007256961256, 0.009616495149, 0.008757497972]),
+    "h.2.mlp.c_proj.weight": (0.011048543456039806, 0.02209708691207961, 0.0003535533905932738, 0.04750033213,
+        [0.005261160038, -0.009653166669, -0.001373614917, -0.007267645675, 0.00957034233, 0.008022421153]),
+    "h.3.attn.c_attn.weight": (0.011048543456039806, 0.02209708691207961, 0.0003535533905932738, 0.0149499844,
+        [-3.507549945e-05, 9.582557521e-06, 3.483062303e-05, 1.191575135e-05, 4.127897327e-05, -7.619571223e-06]),
+    "h.3.attn.c_proj.weight": (0.011048543456039806, 0.02209708691207961, 0.0003535533905932738, 0.01483910562,
+        [0.004929893007, 0.00941710983, -0.0084251613, 0.009519470803, -0.008995259729, 0.006181059703]),
+    "h.3.mlp.c_fc.weight": (0.011048543456039806, 0.02209708691207961, 0.0003535533905932738, 0.04596868885,
+        [-0.007008619723, 0.004353704964, -0.007920572983, 0.008552429829, -0.006820102614, -0.00273679796]),
+    "h.3.mlp.c_proj.weight": (0.011048543456039806, 0.02209708691207961, 0.0003535533905932738, 0.04931760227,
+        [-0.006186591584, 0.008468912407, 0.008728255564, -0.01005535383, -0.007233273705, -0.008496750897]),
+    "lm_head.weight": (0.03125, 0.03125, 0.0005, 0.1519468376,
+        [-0.029277094, -0.0301940197, -0.03062705728, 0.03045074178, 0.03007376355, 0.02915207674]),
+}
+BRANCH = {"completep": 0.5, "depth_mup": 2**-0.5}  # the reference's residual_scaling at depth 4 over 2
+REFERENCE = {"completep": COMPLETEP, "depth_mup": DEPTH_MUP}
+VOCAB, CONTEXT, WIDTH, HEADS, DEPTH, LR, EPS = 11, 8, 16, 8, 4, 2.0**-5, 1e-3
+DATA = OmegaConf.create({"name": "shakespeare", "kind": "language", "vocab_size": VOCAB, "context": CONTEXT})
+
+
+def draw(k: int, shape: tuple[int, ...], std: float) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(1000 + k), dtype=torch.float64) * std
+
+
+def reference_weights() -> dict[str, torch.Tensor]:
+    """The reference's parameters by its names, in its order, drawn as its run drew them."""
+    names = ["wte.weight", "wpe.weight"]
+    for i in range(DEPTH):
+        names += [f"h.{i}.attn.c_attn.weight", f"h.{i}.attn.c_proj.weight", f"h.{i}.mlp.c_fc.weight",
+                  f"h.{i}.mlp.c_proj.weight"]
+    names.append("lm_head.weight")
+    shapes = {"wte": (VOCAB, WIDTH), "wpe": (CONTEXT, WIDTH), "c_attn": (3 * WIDTH, WIDTH), "attn.c_proj": (WIDTH, WIDTH),
+              "c_fc": (4 * WIDTH, WIDTH), "mlp.c_proj": (WIDTH, 4 * WIDTH), "lm_head": (VOCAB, WIDTH)}
+    out = {}
+    for k, name in enumerate(names):
+        shape = next(s for key, s in shapes.items() if key in name)
+        std = 0.02 if name.startswith(("wte", "wpe", "lm_head")) else 0.02 / math.sqrt(WIDTH / 8)
+        out[name] = draw(k, shape, std)
+    return out
+
+
+def source_of(layer: str) -> tuple[str, slice]:
+    """Our layer ``attn.q[2]`` → the reference's parameter and the rows of it that are ours."""
+    role, _, block = layer.rstrip("]").partition("[")
+    rows = slice(None)
+    if role in ("attn.q", "attn.k", "attn.v"):
+        third = "qkv".index(role[-1])
+        rows = slice(third * WIDTH, (third + 1) * WIDTH)
+    name = {"embed.token": "wte.weight", "embed.position": "wpe.weight", "output": "lm_head.weight",
+            "attn.q": "attn.c_attn.weight", "attn.k": "attn.c_attn.weight", "attn.v": "attn.c_attn.weight",
+            "attn.out": "attn.c_proj.weight", "mlp.in": "mlp.c_fc.weight", "mlp.out": "mlp.c_proj.weight"}[role]
+    return (f"h.{block}.{name}" if block else name), rows
+
+
+def ours(recipe: str, depth: int = DEPTH, **optim):
+    arch = OmegaConf.create({"name": "standard_gpt", "width": WIDTH, "depth": depth, "heads": HEADS,
+                             "residual_scale": 1.0})
+    cfg = OptimConfig(mode="mup", mup_base_width=8, mup_depth=recipe, mup_base_depth=2, eps=EPS, lr=LR,
+                      schedule="constant", **optim)
+    net = build_network(arch, DATA, Variant(), cfg)
+    for module in net.walk():
+        if isinstance(module, LayerNorm):
+            module.eps = 1e-5  # the reference's LayerNorm ε (ours: 1e-12); an architecture detail, not the recipe
+    return net, cfg
+
+
+@pytest.mark.parametrize("recipe", ["completep", "depth_mup"])
+def test_one_step_of_every_parameter_equals_nanogpt_mup(recipe):
+    """Branch multipliers, each parameter's group LR, decay and ε, the loss, and one step's change of every
+    parameter from the same weights and batch: equal to the reference's (rtol 1e-4)."""
+    table = REFERENCE[recipe]
+    net, cfg = ours(recipe)
+    branches = [m.scalar for m in net.walk() if isinstance(m, Mul)]
+    assert len(branches) == 2 * DEPTH and branches == pytest.approx([BRANCH[recipe]] * 2 * DEPTH, rel=1e-12)
+    theirs = reference_weights()
+    names = layer_names(net)
+    sources = [source_of(name) for name in names]
+    weights = [theirs[name][rows].clone().requires_grad_() for name, rows in sources]
+    for layer, (name, _), rule in zip(names, sources, rules_of(net), strict=True):
+        lr, decay, eps, _, _ = table[name]
+        assert (LR * rule.lr, LR * rule.decay, EPS * rule.eps) == pytest.approx((lr, decay, eps), rel=1e-12), layer
+    idx = torch.randint(0, VOCAB, (4, CONTEXT), generator=torch.Generator().manual_seed(7))
+    targets = torch.randint(0, VOCAB, (4, CONTEXT), generator=torch.Generator().manual_seed(8))
+    loss = torch.nn.functional.cross_entropy(net(idx, weights).flatten(0, 1), targets.flatten())
+    loss_line = {"completep": 2.390949630855878, "depth_mup": 2.3911282726048144}[recipe]  # theirs, as above
+    assert loss.item() == pytest.approx(loss_line, rel=1e-9)
+    grads = list(torch.autograd.grad(loss, weights))
+    weights = [w.detach() for w in weights]
+    before = [w.clone() for w in weights]
+    optimizer_step(net, weights, grads, init_state(weights, cfg), cfg, t=0, total_steps=10)
+    deltas = {}
+    for (name, rows), w0, w in zip(sources, before, weights):
+        deltas.setdefault(name, []).append((rows, w0 - w))
+    for name, pieces in deltas.items():
+        delta = torch.cat([piece for _, piece in sorted(pieces, key=lambda p: p[0].start or 0)])
+        _, _, _, squares, head = table[name]
+        assert delta.pow(2).sum().item() == pytest.approx(squares, rel=1e-4), name
+        assert delta.flatten()[:6].tolist() == pytest.approx(head, rel=1e-4, abs=1e-12), name
+
+
+def test_the_reference_groups_by_hand():
+    """The table's own numbers are the recipe's: m_w = 2, m_L = 2; CompleteP's hidden LR η/m_w · m_L^0, decay
+    η·wd (wd·m_w at LR η/m_w), ε 10^-3/(m_w·m_L); Depth-μP's η/m_w · m_L^-½ and ε 10^-3/(m_w·√m_L)."""
+    assert COMPLETEP["h.3.mlp.c_fc.weight"][:3] == pytest.approx((LR / 2, LR, EPS / 4), rel=1e-12)
+    assert DEPTH_MUP["h.3.mlp.c_fc.weight"][:3] == pytest.approx((LR / 2 / 2**0.5, LR / 2**0.5, EPS / 2 / 2**0.5))
+    assert COMPLETEP["wte.weight"][:3] == DEPTH_MUP["wte.weight"][:3] == pytest.approx((LR, LR, EPS / 2))
