@@ -196,3 +196,138 @@ def test_the_reference_groups_by_hand():
     assert COMPLETEP["h.3.mlp.c_fc.weight"][:3] == pytest.approx((LR / 2, LR, EPS / 4), rel=1e-12)
     assert DEPTH_MUP["h.3.mlp.c_fc.weight"][:3] == pytest.approx((LR / 2 / 2**0.5, LR / 2**0.5, EPS / 2 / 2**0.5))
     assert COMPLETEP["wte.weight"][:3] == DEPTH_MUP["wte.weight"][:3] == pytest.approx((LR, LR, EPS / 2))
+
+
+# --- the rules beyond the reference's shapes ------------------------------------------------------------------
+
+IMAGE = OmegaConf.create({"name": "cifar10", "kind": "image", "input_shape": [3, 4, 4], "num_classes": 10})
+
+
+def mup_rules(arch: dict, data, **optim):
+    net = build_network(OmegaConf.create(arch), data, Variant(), OptimConfig(mode="mup", **optim))
+    return net, rules_of(net)
+
+
+@pytest.mark.parametrize(("recipe", "optimizer", "block_lr"), [
+    ("depth_mup", "adam", 2**-0.5), ("completep", "adam", 1.0),  # m_L^(α−1), m_L = 4 / 2
+    ("depth_mup", "sgd", 1.0), ("completep", "sgd", 2.0)])       # m_L^(2α−1)
+def test_a_torch_models_blocks_are_found_by_their_paths_and_scaled(recipe, optimizer, block_lr):
+    """A plain torch model with ``arch.residual_scale``: its branches get m_L^-α, the parameters its blocks repeat
+    (``blocks.K.…``) the recipe's LR, decay and ε factors beside μP's own rules, the rest μP's alone."""
+    alpha = {"depth_mup": 0.5, "completep": 1.0}[recipe]
+    arch = {"name": "torch_models:residual_mlp", "width": 32, "depth": 4, "residual_scale": 0.8}
+    plain_net, plain = mup_rules(arch, IMAGE, name=optimizer, mup_base_width=16)
+    net, rules = mup_rules(arch, IMAGE, name=optimizer, mup_base_width=16, mup_depth=recipe, mup_base_depth=2)
+    assert net.model.residual_scale == pytest.approx(0.8 * 2**-alpha) and plain_net.model.residual_scale == 0.8
+    for atom, rule, before in zip(net.atom_list(), rules, plain, strict=True):
+        block = atom.role.startswith("blocks.")
+        width_mult = 2.0  # every layer here has one size that grows 16 → 32
+        assert rule.lr == pytest.approx(before.lr * (block_lr if block else 1.0), rel=1e-12), atom.role
+        assert rule.decay == pytest.approx(block_lr if block else 1.0, rel=1e-12), atom.role
+        assert rule.eps == pytest.approx(1 / width_mult / (2**alpha if block else 1.0), rel=1e-12), atom.role
+        assert (rule.init, rule.output) == (before.init, before.output), atom.role  # its own initialisation
+
+
+def test_the_standard_gpt_starts_each_block_layer_at_its_base_depth_scale():
+    """GPT-2's 0.02/√(2L) on the residual outputs is a depth rule of its own: under a recipe every block layer
+    starts as in the network of the base depth (CompleteP's initialisation does not change with depth); at the
+    base depth itself every recipe is μP for width alone, branches at 1."""
+    arch = {"name": "standard_gpt", "width": 32, "depth": 8, "heads": 2, "residual_scale": 1.0}
+    net, rules = mup_rules(arch, DATA, mup_base_width=16, mup_depth="completep", mup_base_depth=2)
+    for atom, rule in zip(net.atom_list(), rules):
+        base_scale = 0.02 / math.sqrt(2 * 2) if atom.role in ("attn.out", "mlp.out") else 0.02
+        expected = {"input": base_scale, "hidden": base_scale / math.sqrt(2), "readout": base_scale / 2}[rule.kind]
+        assert init_rms(atom) * rule.init == pytest.approx(expected, rel=1e-12), atom.role
+    at_base = {**arch, "depth": 2}
+    plain_net, plain = mup_rules(at_base, DATA, mup_base_width=16)
+    for recipe in ("depth_mup", "completep"):
+        recipe_net, recipe_rules = mup_rules(at_base, DATA, mup_base_width=16, mup_depth=recipe, mup_base_depth=2)
+        assert [(r.lr, r.init, r.output, r.decay) for r in recipe_rules] == [(r.lr, r.init, r.output, r.decay)
+                                                                              for r in plain]
+        assert not [m for m in recipe_net.walk() if isinstance(m, Mul)]  # residual_scale 1: no multiplier at all
+
+
+def test_bad_input_is_one_line_each_before_anything_is_built():
+    from helpers import compose_config
+
+    from modula_cli.config.validate import config_problems
+
+    def problems(*overrides: str) -> list[str]:
+        return config_problems(compose_config(*overrides))
+
+    assert problems("arch=standard_gpt", "optim.mode=mup", "optim.mup_depth=completeP") == [
+        "optim.mup_depth='completeP'; allowed: none, depth_mup, completep"]
+    assert problems("arch=standard_gpt", "optim.mode=normed", "optim.mup_depth=completep") == [
+        "optim.mup_depth=completep needs optim.mode=mup (got normed): the depth recipes extend μP; the modular modes "
+        "weight depth through the network's masses"]
+    assert problems("arch=standard_gpt", "arch.depth=3", "optim.mode=mup", "optim.mup_depth=depth_mup",
+                    "optim.mup_base_depth=4") == [
+        "optim.mup_base_depth=4 is above arch.depth=3: the depth recipes scale up from their base; set "
+        "optim.mup_base_depth to the sweep's smallest depth or below"]
+    assert problems("arch=gpt", "optim.mode=mup", "optim.mup_depth=completep") == [
+        "optim.mup_depth=completep: arch.name=gpt declares no arch.residual_scale, the multiplier on its residual "
+        "branches (x + s·f(x)), so the recipe does not apply: the modular networks already weight each block by "
+        "1/depth; use arch=standard_gpt"]
+    assert problems("arch=standard_gpt", "optim.mode=mup") == []  # μP for width alone: as before
+
+
+def test_a_torch_model_without_residual_blocks_is_refused_in_one_line():
+    from modula_cli.models import ModelError
+
+    arch = {"name": "torch_models:conv_net", "width": 8, "depth": 3, "residual_scale": 1.0}
+    with pytest.raises(ModelError, match=r"^optim.mup_depth=completep: no parameter of .* repeats with arch.depth "
+                                         r"\(same layers at depth 1 and 2\), so it has no residual blocks for the "
+                                         r"recipe to scale; use optim.mup_depth=none$"):
+        mup_rules(arch, IMAGE, mup_base_width=4, mup_depth="completep")
+    arch = {"name": "torch_models:residual_mlp", "width": 8, "depth": 3}
+    with pytest.raises(ModelError, match=r"^optim.mup_depth=completep: arch.name=torch_models:residual_mlp declares "
+                                         r"no arch.residual_scale, .* give your model's branches that factor and the "
+                                         r"key in its YAML \(docs/mup.md\)$"):
+        mup_rules(arch, IMAGE, mup_base_width=4, mup_depth="completep")
+
+
+def test_the_coordinate_check_along_depth_compares_the_recipes(tiny_text_root, tmp_path):
+    """``coord.mup_depths``: μP once per recipe, each a column of its own. The first Adam step (ε = 0) moves every
+    entry by its LR exactly (m/√v = ±1), so each layer's update_rms follows its LR: along depth a block layer's
+    slope is α − 1 (Depth-μP −½, CompleteP 0, plain μP 0) and every other layer's 0; at depth 1 (the base) the
+    recipes train exactly as plain μP."""
+    from hydra import compose, initialize_config_dir
+
+    from modula_cli.config import CONFIG_DIR
+    from modula_cli.coord.check import coord_problems, run_coord_check
+
+    with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose("coord_check", overrides=[
+            "arch=standard_gpt", "arch.width=16", "arch.heads=2", f"data.root={tiny_text_root}", "data.context=16",
+            "train.device=cpu", "coord.axis=depth", "coord.depths=[1,2,4]", "coord.modes=[mup,unnormed]",
+            "coord.mup_depths=[none,depth_mup,completep]", "coord.steps=1", "optim.mup_base_width=8",
+            "optim.lr=0.01"])
+    assert coord_problems(cfg) == []
+    table, slope_table, verdict = run_coord_check(cfg, tmp_path)
+    assert list(verdict) == ["mup", "mup+depth_mup", "mup+completep", "unnormed"]
+    rms = slope_table[slope_table["quantity"] == "update_rms"].set_index(["mode", "layer"])["slope"]
+    blocks = ("attn.q", "attn.k", "attn.v", "attn.out", "mlp.in", "mlp.out")
+    for mode, alpha in (("mup", 1.0), ("mup+depth_mup", 0.5), ("mup+completep", 1.0), ("unnormed", 1.0)):
+        for layer in (*blocks, "embed.token", "embed.position", "output"):
+            expected = alpha - 1 if layer in blocks else 0.0
+            assert rms[(mode, layer)] == pytest.approx(expected, abs=1e-4), (mode, layer)
+    first = table[table["depth"] == 1].set_index(["mode", "layer", "step"])["delta_rms"]
+    for recipe in ("mup+depth_mup", "mup+completep"):
+        assert first[recipe].to_numpy() == pytest.approx(first["mup"].to_numpy(), rel=1e-6)
+
+
+def test_the_coordinate_check_refuses_recipes_without_mup_in_one_line(tiny_text_root):
+    from hydra import compose, initialize_config_dir
+
+    from modula_cli.config import CONFIG_DIR
+    from modula_cli.coord.check import coord_problems
+
+    base = ["arch=standard_gpt", f"data.root={tiny_text_root}", "coord.axis=depth"]
+    with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+        no_mup = compose("coord_check", overrides=[*base, "coord.mup_depths=[completep]"])
+        unknown = compose("coord_check", overrides=[*base, "coord.modes=[mup]", "coord.mup_depths=[none,complete]"])
+    assert coord_problems(no_mup) == [
+        "coord.mup_depths=['completep'] compares μP's depth recipes, and coord.modes=['unnormed', 'normed', "
+        "'dualized'] has no mup; add it (coord.modes=[mup,unnormed])"]
+    assert coord_problems(unknown) == [
+        "coord.mup_depths=['none', 'complete']; a list of distinct recipes from: none, depth_mup, completep"]

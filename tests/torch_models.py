@@ -116,3 +116,26 @@ class UnevenMLP(nn.Module):
 
 def uneven_mlp(arch: Any, data: Any) -> nn.Module:
     return UnevenMLP(arch.width, data.num_classes)
+
+
+class ResidualMLP(nn.Module):
+    """input → depth × (x + s·W₂ relu(W₁ x)) → readout: s is ``arch.residual_scale`` (μP's depth recipes)."""
+
+    def __init__(self, width: int, depth: int, inputs: int, classes: int, residual_scale: float):
+        super().__init__()
+        self.embed = nn.Linear(inputs, width)
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width))
+                                    for _ in range(depth))
+        self.head = nn.Linear(width, classes, bias=False)
+        self.residual_scale = residual_scale
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.embed(x.flatten(1))
+        for block in self.blocks:
+            x = x + self.residual_scale * block(x)
+        return self.head(x)
+
+
+def residual_mlp(arch: Any, data: Any) -> nn.Module:
+    return ResidualMLP(arch.width, arch.depth, int(torch.tensor(data.input_shape).prod()), data.num_classes,
+                       arch.residual_scale)

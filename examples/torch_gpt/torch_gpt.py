@@ -48,23 +48,28 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, width: int, heads: int, context: int):
+    """``x + s·attn(LN(x))``, then ``x + s·mlp(LN(x))``: s is ``arch.residual_scale`` (1 as nanoGPT has it), which
+    μP's depth recipes set from the depth (optim.mup_depth, docs/mup.md)."""
+
+    def __init__(self, width: int, heads: int, context: int, residual_scale: float):
         super().__init__()
         self.ln_1, self.attn = nn.LayerNorm(width), CausalSelfAttention(width, heads, context)
         self.ln_2, self.mlp = nn.LayerNorm(width), MLP(width)
+        self.residual_scale = residual_scale
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x))
-        return x + self.mlp(self.ln_2(x))
+        x = x + self.residual_scale * self.attn(self.ln_1(x))
+        return x + self.residual_scale * self.mlp(self.ln_2(x))
 
 
 class GPT(nn.Module):
     """Token and position embeddings, ``depth`` pre-norm blocks, a final LayerNorm and an untied readout."""
 
-    def __init__(self, vocab_size: int, context: int, width: int, depth: int, heads: int):
+    def __init__(self, vocab_size: int, context: int, width: int, depth: int, heads: int,
+                 residual_scale: float = 1.0):
         super().__init__()
         self.wte, self.wpe = nn.Embedding(vocab_size, width), nn.Embedding(context, width)
-        self.h = nn.ModuleList(Block(width, heads, context) for _ in range(depth))
+        self.h = nn.ModuleList(Block(width, heads, context, residual_scale) for _ in range(depth))
         self.ln_f = nn.LayerNorm(width)
         self.lm_head = nn.Linear(width, vocab_size, bias=False)
         for name, p in self.named_parameters():  # PyTorch's default init, the residual projections as GPT-2's
@@ -83,4 +88,5 @@ def torch_gpt(arch: Any, data: Any) -> nn.Module:
     """The GPT for this arch config and dataset (language data: ``data.vocab_size``, ``data.context``)."""
     if arch.width % arch.head_dim:
         raise ValueError(f"arch.width={arch.width} is not a multiple of arch.head_dim={arch.head_dim}")
-    return GPT(data.vocab_size, data.context, arch.width, arch.depth, arch.width // arch.head_dim)
+    return GPT(data.vocab_size, data.context, arch.width, arch.depth, arch.width // arch.head_dim,
+               arch.get("residual_scale", 1.0))

@@ -30,7 +30,7 @@ LATER_DEFAULTS = {"optim.warmup_fraction": None, "optim.ortho_dtype": "auto",
                   # empty: every layer at a fixed radius, manifold mode before its learned radii
                   "optim.manifold_scaled": [], "optim.manifold_free": [],
                   # μP for width alone; standard_gpt's plain residual branches
-                  "optim.mup_depth": "none", "optim.mup_base_depth": 2, "arch.residual_scale": 1.0}
+                  "optim.mup_depth": "none", "optim.mup_base_depth": 1, "arch.residual_scale": 1.0}
 RUN_GROUPS = ("arch", "data", "optim", "train")
 # The config groups whose choice on the command line names a run folder, and every group whose settings change
 # the numbers (the variant's only where they differ from the modular variant, so a run finished before variants

@@ -38,6 +38,7 @@ from ..models.variant import variant_of
 from ..nn import Module, layer_names, layer_roles
 from ..nn.loss import grads_of, losses_and_hits
 from ..optim import MODES, OptimConfig, build_network, init_state, optimizer_step, single_lr
+from ..optim.config import DEPTH_RECIPES
 from ..plumbing import atomic
 from ..plumbing.atomic import remove_if_empty
 from ..plumbing.device import resolve_device
@@ -85,20 +86,47 @@ def coord_problems(cfg: Any) -> list[str]:
     if problems:
         return problems
     settings = typed(CoordConfig, cfg.coord)
+    if settings.mup_depths is not None:
+        if "mup" not in settings.modes:
+            return [f"coord.mup_depths={cfg.coord.mup_depths} compares μP's depth recipes, and coord.modes="
+                    f"{cfg.coord.modes} has no mup; add it (coord.modes=[mup,unnormed])"]
+        if not settings.mup_depths or len(set(settings.mup_depths)) < len(settings.mup_depths) or \
+                any(recipe not in DEPTH_RECIPES for recipe in settings.mup_depths):
+            return [f"coord.mup_depths={cfg.coord.mup_depths}; a list of distinct recipes from: "
+                    f"{', '.join(DEPTH_RECIPES)}"]
     seen: set[str] = set()
-    for mode in settings.modes:  # each point's config, as the runner would check it (one line per problem)
+    for column in columns(cfg, settings):  # each point's config, as the runner would check it (one line per problem)
         for scale in settings.scales:
-            for problem in config_problems(point_config(cfg, settings.axis, scale, mode)):
+            for problem in config_problems(point_config(cfg, settings.axis, scale, column)):
                 if problem not in seen:
                     seen.add(problem)
                     problems.append(problem)
     return problems
 
 
-def point_config(cfg: Any, axis: str, scale: int, mode: str) -> DictConfig:
+@dataclasses.dataclass(frozen=True)
+class Column:
+    """One compared training: a mode, and for μP its depth recipe; named ``mup+completep`` in the tables."""
+
+    mode: str
+    mup_depth: str = "none"
+
+    @property
+    def label(self) -> str:
+        return self.mode if self.mup_depth == "none" else f"{self.mode}+{self.mup_depth}"
+
+
+def columns(cfg: Any, settings: CoordConfig) -> list[Column]:
+    """``coord.modes``, μP once per recipe of ``coord.mup_depths`` (or with ``optim.mup_depth``'s)."""
+    recipes = settings.mup_depths or [OmegaConf.select(cfg, "optim.mup_depth", default="none")]
+    return [Column(mode, recipe) for mode in settings.modes for recipe in (recipes if mode == "mup" else ["none"])]
+
+
+def point_config(cfg: Any, axis: str, scale: int, column: Column) -> DictConfig:
     point = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
     point.arch[axis] = scale
-    point.optim.mode = mode
+    point.optim.mode = column.mode
+    point.optim.mup_depth = column.mup_depth  # "none" beside μP: the recipes are μP's alone
     return point
 
 
@@ -161,8 +189,8 @@ def run_coord_check(cfg: DictConfig, out_dir: Path) -> tuple[pd.DataFrame, pd.Da
     settings = typed(CoordConfig, cfg.coord)
     if warning := span_warning(settings.axis, settings.scales):  # said now too: a long check can be widened
         log.warning("%s", warning)
-    plan = [(mode, scale, point_config(cfg, settings.axis, scale, mode))
-            for mode in settings.modes for scale in settings.scales]
+    plan = [(column.label, scale, point_config(cfg, settings.axis, scale, column))
+            for column in columns(cfg, settings) for scale in settings.scales]
     ids = {point_id(point, settings) for _, _, point in plan}
     previous = _read_previous(out_dir / CSV_FILE)
     kept = previous[previous["point"].isin(ids)] if not previous.empty else previous
