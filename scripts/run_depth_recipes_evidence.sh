@@ -28,4 +28,9 @@ if [ "${STUDY_ONLY:-0}" != 1 ]; then
     sweep "gpt_$mode" arch=gpt "optim.mode=$mode"
   done
 fi
+for seed in 0 1 2; do
+  modula-coord-check arch=standard_gpt arch.width=64 data.context=64 optim.mode=mup coord.axis=depth \
+    'coord.depths=[1,2,4,8,16]' 'coord.mup_depths=[none,depth_mup,completep]' train.seed=$seed \
+    hydra.run.dir=docs/results/depth_recipes/coord/seed$seed
+done
 python scripts/depth_study.py --out docs/results/depth_recipes/study

@@ -1,7 +1,8 @@
 """μP's depth recipes (optim.mup_depth: depth_mup, completep) against EleutherAI/nanoGPT-mup's CompleteP recipe
 (model.py at commit 3904404: residual branches × m_L^-α, its configure_optimizers groups, AdamW).
 
-The reference numbers below come from running that model.py outside this repository (its code is not here):
+The reference numbers below are what ``scripts/record_nanogpt_mup.py`` prints, running that model.py from a
+checkout outside this repository (its code is not here):
 n_embd 16 over a base width of 8 (8 heads: d_head 2 over 1, where its 1/d_head attention and ours, √d₀/d_head,
 agree), 4 blocks over a base depth of 2, vocabulary 11, context 8, bias=False, float64, AdamW at LR 2^-5 and ε
 10^-3 with each group's LR the base LR × its lr_scale, its tied wte/lm_head untied (lm_head in the embedding
