@@ -12,7 +12,8 @@ wte/lm_head (lm_head joins the embedding group, where the tied matrix is), draws
 seeded generator at the reference's init std, takes one step of the AdamW its ``configure_optimizers`` returns
 (each group's LR the base LR × its ``lr_scale``, as its train loop sets them) on a batch drawn from seeds 7 and 8,
 and prints, per parameter: its group's LR, its decay per unit weight decay, its ε, Σ Δ² and the first six
-entries of its change Δ, as the Python literal the test holds.
+entries of its change Δ, then those six again for the same step at weight decay 0.1, as the Python literal the
+test holds.
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ def main() -> None:
         for name, record in plain["params"].items():
             decay = decayed["params"][name]["decay"] / WD
             print(f'    "{name.removeprefix("transformer.")}": ({record["lr"]!r}, {decay!r}, {record["eps"]!r}, '
-                  f'{record["squares"]!r},\n        {record["head"]!r}),')
+                  f'{record["squares"]!r},\n        {record["head"]!r},\n        {decayed["params"][name]["head"]!r}),')
         print("}")
 
 

@@ -64,6 +64,8 @@ def numeric_settings(cfg: DictConfig) -> dict[str, dict[str, Any]]:
     # a mode's own settings (manifold_*) change no other mode's numbers
     others = [p for name, mode in MODES.items() if name != relevant["optim"].get("mode") for p in mode.own_settings]
     relevant["optim"] = {k: v for k, v in relevant["optim"].items() if not k.startswith(tuple(others))}
+    if relevant["optim"].get("mup_depth", "none") == "none":  # no depth recipe: its base depth changes nothing
+        relevant["optim"].pop("mup_base_depth", None)
     lr = relevant["optim"].get("lr")
     if isinstance(lr, int) and not isinstance(lr, bool):  # optim.lr=1 and a packed member's 1.0 are one run
         relevant["optim"]["lr"] = float(lr)

@@ -125,8 +125,9 @@ def config_problems(cfg: Any, devices_here: bool = True) -> list[str]:
         opt = OptimConfig(**values["optim"])
     except TypeError as error:
         return problems + [f"optim: {error}"]
-    # a user's network's roles are not known yet: checked again once built
-    return problems + validate_optim(opt, builtin_roles().get(arch.name), arch)
+    # a user's network's roles are not known yet: checked again once built; the arch as typed, so that a
+    # mistyped value (named above) is not also taken for a missing one
+    return problems + validate_optim(opt, builtin_roles().get(arch.name), cfg.arch if "arch" in cfg else arch)
 
 
 def unknown_key_problems(overrides: list[str], cfg: Any) -> list[str]:

@@ -62,8 +62,8 @@ class OptimConfig:
                                      "branches × (L/L₀)^-½, Tensor Programs VI) | completep (× (L/L₀)^-1, Dey et al. "
                                      "2025), each with its per-layer LR, ε and weight-decay corrections (docs/mup.md)",
                              choices=tuple(DEPTH_RECIPES))
-    mup_base_depth: int = setting(1, "mup with mup_depth: the depth whose network trains exactly as μP for width "
-                                     "alone (every depth multiplier 1); set it to the depth you tune at", minimum=1)
+    mup_base_depth: int = setting(1, "mup with mup_depth: the depth at which every depth multiplier is 1 (μP for "
+                                     "width, with Adam's ε / m_w); set it to the depth you tune at", minimum=1)
     muon_scale: str = setting("original", "muon: each hidden matrix's factor: original √max(1, out/in) (Keller "
                                           "Jordan's) | match_rms_adamw 0.2·√max(out, in) (Moonshot's) | spectral "
                                           "√(out/in) (the modular norm's)", choices=MUON_SCALES)

@@ -28,8 +28,10 @@ MODES: dict[str, Mode] = {mode.name: mode for mode in (Unnormed(), Normed(), Dua
 
 
 class Rebuild:
-    """The run's architecture at other sizes (``modes.base.Resizer``): μP compares its network with the same
-    one at the base width (and depth) to see which sizes grow."""
+    """The run's architecture at other sizes (``modes.base.Resizer``), each built as a run of that size would
+    build it: μP compares its network with the same one at the base width (and depth) to see which sizes grow."""
+
+    BASES = {"width": "mup_base_width", "depth": "mup_base_depth"}  # the setting that asked for each size
 
     def __init__(self, arch: Any, data: Any, variant: Any, cfg: OptimConfig):
         self.arch, self.data, self.variant, self.cfg = arch, data, variant, cfg
@@ -41,12 +43,13 @@ class Rebuild:
             raise ModelError(f"optim.mode={self.cfg.mode} needs arch.{missing[0]}; arch.name={self.arch.name} has "
                              f"none")
         shown = ", ".join(f"{key} {value}" for key, value in sizes.items())
+        asked = ", ".join(f"optim.{self.BASES[key]}={getattr(self.cfg, self.BASES[key])}" for key in sizes)
         try:
-            return build_model(OmegaConf.merge(self.arch, sizes), self.data, self.variant)
+            arch = MODES[self.cfg.mode].architecture(OmegaConf.merge(self.arch, sizes), self.cfg)
+            return build_model(arch, self.data, self.variant)
         except ValueError as error:  # the user typed another size: say which one failed and why
-            raise ModelError(f"optim.mode={self.cfg.mode} builds the network again at {shown} (optim.mup_base_width="
-                             f"{self.cfg.mup_base_width}) to see which sizes grow, and it cannot be built there: "
-                             f"{error}") from None
+            raise ModelError(f"optim.mode={self.cfg.mode} builds the network again at {shown} ({asked}) to see which "
+                             f"sizes grow, and it cannot be built there: {error}") from None
 
 
 def build_network(arch: Any, data: Any, variant: Any, cfg: OptimConfig) -> Module:
@@ -56,10 +59,10 @@ def build_network(arch: Any, data: Any, variant: Any, cfg: OptimConfig) -> Modul
 
     mode = MODES[cfg.mode]
     try:
-        arch = mode.architecture(arch, cfg)
+        trained = mode.architecture(arch, cfg)
     except ValueError as error:
         raise ModelError(str(error)) from None
-    net = build_model(arch, data, variant)
+    net = build_model(trained, data, variant)
     if mode.needs_modular_norm and isinstance(net, TorchNetwork):
         plain = ", ".join(name for name, m in MODES.items() if not m.needs_modular_norm)
         raise ModelError(f"optim.mode={cfg.mode} needs the modular norm's tree of masses and sensitivities, and "

@@ -264,7 +264,8 @@ class Mup(Unnormed):
 
     def direction(self, net: Module, state: Any, grads: list[Tensor], cfg: OptimConfig) -> list[Tensor]:
         rules = rules_of(net)
-        if cfg.name == "adam" and cfg.eps and any(rule.eps != 1 for rule in rules):  # a depth recipe's ε per layer
+        # a depth recipe shrinks ε with the layer's gradients (its reference's groups); ε = 0: nothing to shrink
+        if cfg.name == "adam" and cfg.eps and any(rule.eps != 1 for rule in rules):
             return adam_direction(state, grads, cfg, eps=[cfg.eps * rule.eps for rule in rules])
         return DIRECTIONS[cfg.name](state, grads, cfg)
 

@@ -16,7 +16,8 @@ a block layer's initial scale      its scale in the same network at depth L₀
 
 A *block layer* is a parameter that the residual blocks repeat: one whose layer role occurs more often in the
 network at depth 2·L₀ than at L₀ (embeddings, the readout and a final norm occur once at any depth). At the base
-depth every factor is 1 and the run is μP for width alone. The SGD factor is derived, not taken from the
+depth every depth factor is 1 and the run is μP for width, with the reference's ε / m_w (which microsoft/mup and
+``mup_depth=none`` leave out). The SGD factor is derived, not taken from the
 reference (which trains AdamW only): a branch multiplier m_L^(−α) shrinks a block layer's gradient by m_L^(−α)
 and its effect on the output by m_L^(−α) again, and L blocks add up, so the output moves as
 η · m_L^(1 − 2α): constant when η grows as m_L^(2α − 1).
@@ -36,6 +37,8 @@ from ...nn import Atom, Module, layer_roles
 from ...nn.torch_network import TorchNetwork
 from ..config import DEPTH_RECIPES, OptimConfig
 
+# the built-in networks whose blocks carry the modular norm's own depth weights, (1 − 1/L)·x + f(x)/L
+MODULAR_NETWORKS = ("gpt", "resmlp", "resnet")
 # a parameter path's block index (``h.3.attn.c_attn.weight`` → ``h.*.attn.c_attn.weight``)
 BLOCK_INDEX = re.compile(r"(?<=\.)\d+(?=\.)|^\d+(?=\.)")
 
@@ -83,23 +86,26 @@ def scaled_arch(arch: Any, cfg: OptimConfig) -> Any:
 
 
 def arch_problems(cfg: OptimConfig, arch: Any) -> list[str]:
-    """What keeps a recipe from applying to this arch config, one line each (before anything is built)."""
+    """What keeps a recipe from applying to this arch config, one line each (before anything is built). ``arch``
+    as the user typed it: a value of the wrong type is the arch schema's to name, not taken for a missing one."""
     recipe, name = cfg.mup_depth, getattr(arch, "name", "?")
-    if "depth" not in arch or not isinstance(arch.depth, int):
+    if arch.get("depth") is None:
         return [f"optim.mup_depth={recipe} needs arch.depth (the recipe scales with the number of residual "
                 f"blocks); arch.name={name} has none"]
     problems = []
-    if cfg.mup_base_depth > arch.depth:
+    if isinstance(arch.depth, int) and cfg.mup_base_depth > arch.depth:  # a mistyped depth: the schema's line
         problems.append(f"optim.mup_base_depth={cfg.mup_base_depth} is above arch.depth={arch.depth}: the depth "
                         f"recipes scale up from their base; set optim.mup_base_depth to the sweep's smallest depth "
                         f"or below")
-    if residual_scale(arch) is None:
+    declared = OmegaConf.select(arch, "residual_scale", default=None) if OmegaConf.is_config(arch) else \
+        getattr(arch, "residual_scale", None)
+    if declared is None:
         problems.append(f"optim.mup_depth={recipe}: arch.name={name} declares no arch.residual_scale, the multiplier "
                         f"on its residual branches (x + s·f(x)), so the recipe does not apply: "
                         + ("the modular networks already weight each block by 1/depth; use arch=standard_gpt"
-                           if ":" not in str(name) else "give your model's branches that factor and the key in its "
-                                                        "YAML (docs/mup.md)"))
-    return problems
+                           if name in MODULAR_NETWORKS else "set it (1.0: nanoGPT's branches) and have the model's "
+                                                            "branches read it (docs/mup.md)"))
+    return problems  # a residual_scale that is not a number > 0: the arch schema's line
 
 
 def block_layers(net: Module, shallow: Module, deep: Module) -> list[bool]:
