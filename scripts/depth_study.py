@@ -44,10 +44,10 @@ SERIES = {  # name → (arch overrides, optim settings, skip and branch weight o
 }
 
 
-def block_update_sizes(series: str, depth: int, seed: int) -> list[dict]:
+def block_update_sizes(series: str, depth: int, seed: int, width: int = WIDTH) -> list[dict]:
     arch_extra, optim, weights_of = SERIES[series]
-    arch = OmegaConf.create({"width": WIDTH, "depth": depth, "heads": 4, **arch_extra})
-    cfg = OptimConfig(lr=1.0, schedule="constant", mup_base_width=WIDTH, **optim)
+    arch = OmegaConf.create({"width": width, "depth": depth, "heads": 4, **arch_extra})
+    cfg = OptimConfig(lr=1.0, schedule="constant", mup_base_width=width, **optim)
     net = build_network(arch, DATA, Variant(), cfg)
     skip, branch = weights_of(depth)
     scalars = {round(m.scalar, 12) for m in net.walk() if isinstance(m, Mul)}
@@ -76,9 +76,13 @@ def slope(frame: pd.DataFrame, column: str) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--depths", type=int, nargs="+", default=list(DEPTHS), help="at least two, from 2 (the base)")
+    parser.add_argument("--width", type=int, default=WIDTH, help="a multiple of 4 (4 heads)")
     args = parser.parse_args()
-    rows = [row for series in SERIES for depth in DEPTHS for seed in range(3)
-            for row in block_update_sizes(series, depth, seed)]
+    if len(set(args.depths)) < 2 or min(args.depths) < 2:
+        parser.error(f"--depths {' '.join(map(str, args.depths))}: at least two different depths, each 2 or more")
+    rows = [row for series in SERIES for depth in args.depths for seed in range(3)
+            for row in block_update_sizes(series, depth, seed, args.width)]
     frame = pd.DataFrame(rows)
     args.out.mkdir(parents=True, exist_ok=True)
     atomic.write_with(args.out / "study.csv", lambda tmp: frame.to_csv(tmp, index=False, float_format="%.6g"))

@@ -366,3 +366,22 @@ def test_default_lrs_trains_each_default_and_its_neighbours_on_photo_patches(tmp
     assert list(rows["lr"]) == [2.0**-8, 2.0**-7] and list(rows["default"]) == [False, True]
     assert (rows["seeds"] == 2).all() and (rows["steps"] == 3).all() and rows["loss_mean"].notna().all()
     assert "resmlp        sgd  unnormed  modular 2^-7* diverged 0/2" in result.stdout
+
+
+def test_depth_study_gives_the_branch_and_update_exponents_of_each_depth_rule(tmp_path):
+    """The modular GPT's branch is 1/(2L) and its dualized block updates do not change with depth; CompleteP's
+    branch is 2/L (base depth 2) with updates of one size; Depth-μP's (2/L)^½ with updates ∝ L^-½."""
+    result = run(SCRIPTS / "depth_study.py", "--out", str(tmp_path), "--depths", "2", "4", "--width", "16")
+    assert result.returncode == 0, result.stderr
+    frame = pd.read_csv(tmp_path / "study.csv")
+    means = frame.groupby(["series", "depth"])[["branch", "update_spectral"]].mean()
+    expected = {"modular GPT, dualized": (1 / 4, 1 / 8, 1.0), "standard GPT, μP + CompleteP": (1, 1 / 2, 1.0),
+                "standard GPT, μP + Depth-μP": (1, 2**-0.5, 2**-0.5)}
+    for series, (branch2, branch4, update_ratio) in expected.items():
+        assert means.loc[(series, 2), "branch"] == pytest.approx(branch2)
+        assert means.loc[(series, 4), "branch"] == pytest.approx(branch4)
+        ratio = means.loc[(series, 4), "update_spectral"] / means.loc[(series, 2), "update_spectral"]
+        assert ratio == pytest.approx(update_ratio, rel=0.02), series
+    assert "| modular GPT, dualized | -1.000 | " in (tmp_path / "study.md").read_text()
+    refused = run(SCRIPTS / "depth_study.py", "--out", str(tmp_path), "--depths", "1", "4")
+    assert refused.returncode == 2 and "--depths 1 4: at least two different depths, each 2 or more" in refused.stderr
