@@ -4,7 +4,7 @@
 # the standard GPT under μP, μP + Depth-μP and μP + CompleteP (base depth 2, five seeds), and the modular GPT
 # under normed and dualized Adam (three seeds). The reports go to docs/results/depth_recipes/<series>. Then the
 # study of the modular GPT's effective branch multipliers and block update sizes against CompleteP's
-# (scripts/depth_study.py) and the coordinate checks along depth. About 50 minutes on a 2-core CPU; rerunning
+# (scripts/depth_study.py) and the coordinate checks along depth. About 65 minutes on a 2-core CPU; rerunning
 # resumes (finished runs are kept).
 set -euo pipefail
 cd "$(dirname "$0")/.."
