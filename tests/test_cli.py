@@ -144,7 +144,7 @@ def test_the_coordinate_check_reports_under_its_own_name(tmp_path):
 @pytest.mark.parametrize(("override", "message"), [
     ("optim=adamm", "optim=adamm is not an option; did you mean optim=adam? (options: adam, sgd)"),
     ("sweep=quik", "sweep=quik is not an option; did you mean sweep=quick?"),
-    ("+experiment=paper/_paper_trian", "is not an option (26 options: see --help)"),  # hidden: not offered
+    ("+experiment=paper/_paper_trian", "is not an option (27 options: see --help)"),  # hidden: not offered
     ("arch=gpt,resmlpp", "arch=resmlpp is not an option; did you mean arch=resmlp?"),
     ("data=shakespeare,cifar100", "data=cifar100 is not an option; did you mean data=cifar10?"),
     ("variant=nonsense", "variant=nonsense is not an option (options: modular, paper)"),
