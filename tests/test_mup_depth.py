@@ -411,3 +411,26 @@ def test_runs_from_before_the_recipes_keep_their_fingerprints():
                                           f"optim.mup_base_depth={base}"))
                for recipe in ("depth_mup", "completep") for base in (1, 2)}
     assert len(recipes) == 4 and plain not in recipes
+
+
+def test_a_run_under_a_recipe_records_it_and_a_packed_run_trains_as_separate_ones(tiny_text_root, tmp_path):
+    """The training loop end to end under CompleteP with ε > 0 and weight decay (every per-layer factor in
+    play): the summary names the recipe, and two LRs packed into one run train as the two runs apart."""
+    from helpers import compose_config, tiny_gpt
+
+    from modula_cli.run.trainer import train
+
+    def config(*extra: str):
+        return compose_config(*tiny_gpt(tiny_text_root, "arch=standard_gpt", "arch.depth=4", "optim.mode=mup",
+                                        "optim.mup_base_width=8", "optim.mup_depth=completep",
+                                        "optim.mup_base_depth=2", "optim.eps=1e-3", "optim.wd=0.1",
+                                        "train.steps=6", *extra))
+
+    packed = train(config("optim.lr=[0.004,0.02]"), tmp_path / "packed")
+    assert packed.packed and [m["lr"] for m in packed.members] == [0.004, 0.02]
+    for lr, member in zip((0.004, 0.02), packed.members):
+        alone = train(config(f"optim.lr={lr}"), tmp_path / f"alone_{lr}").summary
+        assert (alone["mup_depth"], alone["mup_base_depth"]) == ("completep", 2)
+        assert member["train_loss"] == pytest.approx(alone["train_loss"], abs=2e-4)
+        assert member["fingerprint"] == alone["fingerprint"]
+    assert packed.members[0]["train_loss"] != pytest.approx(packed.members[1]["train_loss"], abs=1e-3)
