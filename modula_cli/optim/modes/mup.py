@@ -31,6 +31,7 @@ apply; the variant's other choices (where the attention's 1/3 sits, unit embeddi
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -79,6 +80,11 @@ class MupParametrisation:
 
     rules: tuple[LayerRule, ...]
     zero_roles: frozenset[str]
+
+    @functools.cached_property  # asked every step: worked out once
+    def eps_factors(self) -> tuple[float, ...] | None:
+        """Each atom's factor on Adam's ε, or None where every one is 1 (no depth recipe)."""
+        return None if all(rule.eps == 1 for rule in self.rules) else tuple(rule.eps for rule in self.rules)
 
 
 def fans(atom: Atom) -> tuple[int, int]:
@@ -263,10 +269,9 @@ class Mup(Unnormed):
         return net.set_parametrisation(MupParametrisation(rules, zero_roles))
 
     def direction(self, net: Module, state: Any, grads: list[Tensor], cfg: OptimConfig) -> list[Tensor]:
-        rules = rules_of(net)
         # a depth recipe shrinks ε with the layer's gradients (its reference's groups); ε = 0: nothing to shrink
-        if cfg.name == "adam" and cfg.eps and any(rule.eps != 1 for rule in rules):
-            return adam_direction(state, grads, cfg, eps=[cfg.eps * rule.eps for rule in rules])
+        if cfg.name == "adam" and cfg.eps and (factors := _prepared(net).eps_factors) is not None:
+            return adam_direction(state, grads, cfg, eps=[cfg.eps * factor for factor in factors])
         return DIRECTIONS[cfg.name](state, grads, cfg)
 
     def initial_weights(self, net: Module, weights: list[Tensor]) -> list[Tensor]:

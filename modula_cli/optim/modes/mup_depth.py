@@ -71,18 +71,17 @@ def depth_recipe(cfg: OptimConfig, depth: int) -> DepthRecipe:
     return DepthRecipe(cfg.mup_depth, DEPTH_RECIPES[cfg.mup_depth], depth / cfg.mup_base_depth)
 
 
-def residual_scale(arch: Any) -> float | None:
-    """The multiplier the network's residual branches read from its YAML (``arch.residual_scale``); None when
-    the arch config declares none (the modular networks weight their blocks themselves)."""
-    value = OmegaConf.select(arch, "residual_scale", default=None) if OmegaConf.is_config(arch) else \
+def declared_residual_scale(arch: Any) -> Any:
+    """The multiplier the network's residual branches read from its YAML (``arch.residual_scale``), as typed; None
+    when the arch config declares none (the modular networks weight their blocks themselves)."""
+    return OmegaConf.select(arch, "residual_scale", default=None) if OmegaConf.is_config(arch) else \
         getattr(arch, "residual_scale", None)
-    return None if value is None else float(value)
 
 
 def scaled_arch(arch: Any, cfg: OptimConfig) -> Any:
     """The arch config whose network has the recipe's branch multipliers: ``residual_scale`` × m_L^(−α)."""
     recipe = depth_recipe(cfg, int(arch.depth))
-    return OmegaConf.merge(arch, {"residual_scale": residual_scale(arch) * recipe.branch})
+    return OmegaConf.merge(arch, {"residual_scale": float(declared_residual_scale(arch)) * recipe.branch})
 
 
 def arch_problems(cfg: OptimConfig, arch: Any) -> list[str]:
@@ -97,9 +96,7 @@ def arch_problems(cfg: OptimConfig, arch: Any) -> list[str]:
         problems.append(f"optim.mup_base_depth={cfg.mup_base_depth} is above arch.depth={arch.depth}: the depth "
                         f"recipes scale up from their base; set optim.mup_base_depth to the sweep's smallest depth "
                         f"or below")
-    declared = OmegaConf.select(arch, "residual_scale", default=None) if OmegaConf.is_config(arch) else \
-        getattr(arch, "residual_scale", None)
-    if declared is None:
+    if declared_residual_scale(arch) is None:
         problems.append(f"optim.mup_depth={recipe}: arch.name={name} declares no arch.residual_scale, the multiplier "
                         f"on its residual branches (x + s·f(x)), so the recipe does not apply: "
                         + ("the modular networks already weight each block by 1/depth; use arch=standard_gpt"
