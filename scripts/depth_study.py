@@ -92,7 +92,8 @@ def main() -> None:
         spectral, weighted = group["update_spectral"].mean(), group["branch_update"].mean()
         lines.append(f"| {series} | {depth} | {group['skip'].iloc[0]:.4g} | {group['branch'].iloc[0]:.4g} | "
                      f"{spectral:.4g} | {weighted:.4g} | {depth * weighted:.4g} |")
-    lines += ["", "| series | slope of b | slope of ‖ΔW‖ | slope of b·‖ΔW‖ (per doubling of depth) |", "|---|---|---|---|"]
+    lines += ["", "| series | slope of b | slope of ‖ΔW‖ | slope of b·‖ΔW‖ (per doubling of depth) |",
+              "|---|---|---|---|"]
     for series, group in frame.groupby("series", sort=False):
         lines.append(f"| {series} | {slope(group, 'branch'):+.3f} | {slope(group, 'update_spectral'):+.3f} | "
                      f"{slope(group, 'branch_update'):+.3f} |")

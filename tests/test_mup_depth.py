@@ -162,7 +162,8 @@ def reference_weights() -> dict[str, torch.Tensor]:
         names += [f"h.{i}.attn.c_attn.weight", f"h.{i}.attn.c_proj.weight", f"h.{i}.mlp.c_fc.weight",
                   f"h.{i}.mlp.c_proj.weight"]
     names.append("lm_head.weight")
-    shapes = {"wte": (VOCAB, WIDTH), "wpe": (CONTEXT, WIDTH), "c_attn": (3 * WIDTH, WIDTH), "attn.c_proj": (WIDTH, WIDTH),
+    shapes = {"wte": (VOCAB, WIDTH), "wpe": (CONTEXT, WIDTH), "c_attn": (3 * WIDTH, WIDTH),
+              "attn.c_proj": (WIDTH, WIDTH),
               "c_fc": (4 * WIDTH, WIDTH), "mlp.c_proj": (WIDTH, 4 * WIDTH), "lm_head": (VOCAB, WIDTH)}
     out = {}
     for k, name in enumerate(names):
@@ -434,3 +435,26 @@ def test_a_run_under_a_recipe_records_it_and_a_packed_run_trains_as_separate_one
         assert member["train_loss"] == pytest.approx(alone["train_loss"], abs=2e-4)
         assert member["fingerprint"] == alone["fingerprint"]
     assert packed.members[0]["train_loss"] != pytest.approx(packed.members[1]["train_loss"], abs=1e-3)
+
+
+def test_a_torch_models_blocks_are_one_line_each_along_depth(cifar_root, tmp_path):
+    """Along depth the coordinate check averages a role over its blocks; a torch model's roles are its paths, so
+    the block index is masked (``blocks.*.0.weight``): every layer has a slope at every depth, none is taken
+    for a frozen one, and the recipes' columns stand beside μP's."""
+    from hydra import compose, initialize_config_dir
+
+    from modula_cli.config import CONFIG_DIR
+    from modula_cli.coord.check import run_coord_check
+
+    with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose("coord_check", overrides=[
+            "arch.name=torch_models:residual_mlp", "arch.width=16", "+arch.residual_scale=1.0", "data=cifar10",
+            f"data.root={cifar_root}", "data.augment=none", "train.device=cpu", "coord.axis=depth",
+            "coord.depths=[1,2,4]", "coord.modes=[mup]", "coord.mup_depths=[none,completep]", "coord.steps=1",
+            "optim.mup_base_width=8"])
+    _, slope_table, verdict = run_coord_check(cfg, tmp_path)
+    layers = list(slope_table["layer"].unique())
+    assert layers == ["embed.weight", "embed.bias", "blocks.*.0.weight", "blocks.*.0.bias", "blocks.*.2.weight",
+                      "blocks.*.2.bias", "head.weight"]
+    assert slope_table["points"].eq(3).all() and list(verdict) == ["mup", "mup+completep"]
+    assert not any("no slope" in text for text in verdict.values()), verdict

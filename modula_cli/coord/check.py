@@ -35,7 +35,8 @@ from ..config.validate import ConfigError, config_problems, unknown_key_problems
 from ..data import DataUnavailable, build_dataset
 from ..models import ModelError
 from ..models.variant import variant_of
-from ..nn import Module, layer_names, layer_roles
+from ..nn import Module, layer_names
+from ..nn.torch_network import shared_roles
 from ..nn.loss import grads_of, losses_and_hits
 from ..optim import MODES, OptimConfig, build_network, init_state, optimizer_step, single_lr
 from ..optim.config import DEPTH_RECIPES
@@ -140,7 +141,7 @@ def measure(net: Module, weights: list[torch.Tensor], x: torch.Tensor, y: torch.
             steps: int) -> list[dict[str, Any]]:
     """Train ``net`` from ``weights`` for ``steps`` updates on the one batch (x, y); one record per atom and
     step 0…steps (step t: after t updates) with the loss, this step's LR and the geometry."""
-    names, roles, shares = layer_names(net), layer_roles(net), net.target_shares()
+    names, roles, shares = layer_names(net), shared_roles(net), net.target_shares()  # along depth: one line a role
     kinds = [type(atom).__name__ for atom in net.atoms()]
     initial_weights = [w.detach().clone() for w in weights]
     weights = [w.detach().clone().requires_grad_() for w in weights]

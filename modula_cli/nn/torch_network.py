@@ -14,6 +14,7 @@ The model runs in train mode when gradients are on (training steps) and in eval 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -22,8 +23,19 @@ from torch import Tensor, nn
 
 from .atom import Atom
 from .module import Module
+from .roles import layer_roles
 
 MATRIX_MODULES = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
+# a parameter path's block index, its first number (h.3.mlp.0.weight → h.*.mlp.0.weight: a Sequential's own
+# positions inside the block are layers of their own)
+BLOCK_INDEX = re.compile(r"(?:(?<=\.)|^)\d+(?=\.)")
+
+
+def shared_roles(net: Module) -> list[str]:
+    """Each atom's role, shared by the copies of one block: a module-algebra network's roles are already; a plain
+    torch model's are its parameter paths, whose block indices are masked here (``h.*.attn.c_attn.weight``)."""
+    roles = layer_roles(net)
+    return [BLOCK_INDEX.sub("*", role, count=1) for role in roles] if isinstance(net, TorchNetwork) else roles
 
 
 def hf_conv1d(module: nn.Module) -> bool:

@@ -25,7 +25,6 @@ and its effect on the output by m_L^(−α) again, and L blocks add up, so the o
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -34,13 +33,11 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from ...nn import Atom, Module, layer_roles
-from ...nn.torch_network import TorchNetwork
+from ...nn.torch_network import TorchNetwork, shared_roles
 from ..config import DEPTH_RECIPES, OptimConfig
 
 # the built-in networks whose blocks carry the modular norm's own depth weights, (1 − 1/L)·x + f(x)/L
 MODULAR_NETWORKS = ("gpt", "resmlp", "resnet")
-# a parameter path's block index (``h.3.attn.c_attn.weight`` → ``h.*.attn.c_attn.weight``)
-BLOCK_INDEX = re.compile(r"(?<=\.)\d+(?=\.)|^\d+(?=\.)")
 
 
 @dataclass(frozen=True)
@@ -108,12 +105,8 @@ def arch_problems(cfg: OptimConfig, arch: Any) -> list[str]:
 def block_layers(net: Module, shallow: Module, deep: Module) -> list[bool]:
     """For each atom of ``net``: is it a block layer, one whose role occurs more often in ``deep`` (depth
     2·L₀) than in ``shallow`` (L₀)? A torch model's roles are its parameter paths, block index left out."""
-    def pattern(module: Module) -> list[str]:
-        roles = layer_roles(module)
-        return [BLOCK_INDEX.sub("*", role) for role in roles] if isinstance(module, TorchNetwork) else roles
-
-    fewer, more = Counter(pattern(shallow)), Counter(pattern(deep))
-    return [more[role] > fewer[role] for role in pattern(net)]
+    fewer, more = Counter(shared_roles(shallow)), Counter(shared_roles(deep))
+    return [more[role] > fewer[role] for role in shared_roles(net)]
 
 
 def with_depth(rules: Sequence[Any], net: Module, resized: Callable[..., Module], cfg: OptimConfig, depth: int,
