@@ -122,12 +122,15 @@ def main() -> None:
         from modula_cli.data.storage import data_root
 
         args.shakespeare = data_root() / "shakespeare" / "input.txt"
-    if any(a not in IMAGE_ARCHS for a in args.archs) and not args.shakespeare.is_file():
+    language = any(a not in IMAGE_ARCHS for a in args.archs)
+    if language and not args.shakespeare.is_file():
         parser.error(f"--shakespeare {args.shakespeare}: no such file (copy input.txt there, or name it)")
     scratch = Path(tempfile.mkdtemp(prefix="default_lrs-"))
     data_root = scratch / "data"
-    (data_root / "shakespeare").mkdir(parents=True)
-    shutil.copy(args.shakespeare, data_root / "shakespeare" / "input.txt")
+    data_root.mkdir()
+    if language:  # the image networks alone need no text
+        (data_root / "shakespeare").mkdir()
+        shutil.copy(args.shakespeare, data_root / "shakespeare" / "input.txt")
     images = "CIFAR-10"
     if args.cifar_root:
         (data_root / "cifar10").symlink_to((args.cifar_root / "cifar10").resolve())

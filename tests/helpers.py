@@ -21,13 +21,12 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def shakespeare_candidates() -> list[Path]:
-    """Where the real input.txt may be, in the order looked at: where README tells users to put it (data.root's
-    default as the product resolves it, ``data_root()``: $MODULA_DATA, else the repository's data/), then the
-    repository's data/ and the shared copy beside the repository."""
+    """Where the real input.txt may be: where a run would read it (data.root's default as the product resolves it,
+    ``data_root()``: $MODULA_DATA, else the repository's data/). Nowhere else: a folder beside the clone is not
+    the newcomer's, and a test that found its text there would pass here and fail on their machine."""
     from modula_cli.data.storage import data_root
 
-    roots = [data_root(), REPO / "data", REPO.parent / "shared" / "data"]
-    return list(dict.fromkeys(root / "shakespeare" / "input.txt" for root in roots))
+    return [data_root() / "shakespeare" / "input.txt"]
 
 
 def find_shakespeare() -> Path | None:
@@ -35,8 +34,10 @@ def find_shakespeare() -> Path | None:
 
 
 def require_shakespeare() -> Path:
-    """The real Shakespeare input.txt, or a skip whose one line names every place looked at; a failure instead
-    where the text must be there (CI sets ``MODULA_DATA_TESTS=required``: the shared data is on its machine)."""
+    """The real Shakespeare input.txt, or a skip whose one line names where it looked; a failure instead where the
+    text must be there (CI's second pass sets ``MODULA_DATA_TESTS=required`` and points $MODULA_DATA at it). Tests
+    reach it through the ``real_shakespeare`` fixture, which marks them ``real_text`` (conftest.py): that pass
+    selects them by the mark."""
     found = find_shakespeare()
     if found is None:
         missing = pytest.fail if os.environ.get("MODULA_DATA_TESTS") == "required" else pytest.skip

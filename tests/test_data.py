@@ -28,30 +28,45 @@ def test_real_shakespeare_facts(tmp_path, real_shakespeare):
     assert "".join(vocab[i] for i in data.val[-20:]) == text[-20:]
 
 
-def test_the_real_text_is_looked_for_where_readme_puts_it(tmp_path, monkeypatch):
-    """$MODULA_DATA first, then the repository's data/ (data.root's default, README "Data"), then the shared
-    copy beside the repository; the skip names all three, and is a failure where the data is required (CI)."""
+def test_the_real_text_is_looked_for_where_a_run_reads_it_and_nowhere_else(tmp_path, monkeypatch):
+    """$MODULA_DATA, else the repository's data/ (data.root's default, README "Data"); never a folder beside the
+    clone, which a newcomer does not have. The skip names the place, and is a failure where the text is required
+    (CI's second pass)."""
     import helpers
 
-    monkeypatch.setenv("MODULA_DATA", str(tmp_path))
-    places = helpers.shakespeare_candidates()
-    assert places == [tmp_path / "shakespeare" / "input.txt", helpers.REPO / "data" / "shakespeare" / "input.txt",
-                      helpers.REPO.parent / "shared" / "data" / "shakespeare" / "input.txt"]
-    (tmp_path / "shakespeare").mkdir()
-    (tmp_path / "shakespeare" / "input.txt").write_text("First Citizen:\n")
-    assert helpers.find_shakespeare() == places[0]
-    monkeypatch.setattr(helpers, "REPO", tmp_path / "nowhere" / "repo")
-    (tmp_path / "shakespeare" / "input.txt").unlink()
+    monkeypatch.setenv("MODULA_DATA", str(tmp_path / "data"))
+    assert helpers.shakespeare_candidates() == [tmp_path / "data" / "shakespeare" / "input.txt"]
+    monkeypatch.delenv("MODULA_DATA")
+    assert helpers.shakespeare_candidates() == [REPO_DATA / "shakespeare" / "input.txt"]
+    beside = tmp_path / "shared" / "data" / "shakespeare"  # a sibling "shared" folder with the text is not looked at
+    beside.mkdir(parents=True)
+    (beside / "input.txt").write_text("First Citizen:\n")
+    monkeypatch.setattr(helpers, "REPO", tmp_path / "repo")
+    monkeypatch.setenv("MODULA_DATA", str(tmp_path / "data"))
     monkeypatch.delenv("MODULA_DATA_TESTS", raising=False)
     with pytest.raises(pytest.skip.Exception) as skipped:
         helpers.require_shakespeare()
-    assert str(skipped.value.msg) == "needs Shakespeare's input.txt; looked in " + ", ".join(
-        str(p) for p in helpers.shakespeare_candidates())
-    assert "\n" not in skipped.value.msg and str(tmp_path / "shakespeare" / "input.txt") in skipped.value.msg
+    assert str(skipped.value.msg) == f"needs Shakespeare's input.txt; looked in {tmp_path}/data/shakespeare/input.txt"
     monkeypatch.setenv("MODULA_DATA_TESTS", "required")  # CI: the same line fails the test instead
     with pytest.raises(pytest.fail.Exception) as failed:
         helpers.require_shakespeare()
     assert str(failed.value.msg) == str(skipped.value.msg)
+
+
+def test_a_test_that_reads_the_real_text_is_marked_for_the_pass_that_has_it():
+    """The ``real_shakespeare`` fixture marks its tests ``real_text``: CI's second pass selects them by the mark."""
+    import conftest
+
+    class Item:
+        def __init__(self, fixturenames: list[str]):
+            self.fixturenames, self.marks = fixturenames, []
+
+        def add_marker(self, mark) -> None:
+            self.marks.append(mark.name)
+
+    reads, other = Item(["tmp_path", "real_shakespeare"]), Item(["tmp_path"])
+    conftest.pytest_collection_modifyitems([reads, other])
+    assert (reads.marks, other.marks) == (["real_text"], [])
 
 
 def test_the_data_folder_is_the_setting_then_the_environment_then_the_repository(tmp_path, monkeypatch):

@@ -174,3 +174,10 @@ def test_ci_walks_the_newcomers_path_first():
                   and "tests/test_clusters.py" in line)]
     assert order == sorted(order), lines
     assert not any("MODULA_CLUSTER_TESTS" in line for line in lines[:order[1] + 1])  # the first pass may skip them
+    # the first pass finds no text: $MODULA_DATA at a new empty folder, nothing required; the second pass requires
+    # the tests that read it, between the first pass and the engines
+    first = lines[:order[1]]
+    assert 'no_text="$(mktemp -d)"' in first and first[-2:] == ['export MODULA_DATA="$no_text"',
+                                                                 "unset MODULA_DATA_TESTS"], first
+    second = next(i for i, line in enumerate(lines) if "MODULA_DATA_TESTS=required" in line and "-m real_text" in line)
+    assert order[1] < second < order[2], lines

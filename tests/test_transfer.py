@@ -11,15 +11,13 @@ import sys
 import pandas as pd
 import pytest
 
-from helpers import require_shakespeare
-
 pytestmark = pytest.mark.slow
 
 GRIDS = {"normed": "0.125,0.25,0.5,1.0", "unnormed": ",".join(repr(2.0**e) for e in range(-8, -2))}
 
 
-def test_normed_adam_transfers_across_width_and_plain_adam_does_not(tmp_path):
-    shakespeare = require_shakespeare()  # where README puts it, or the shared copy; a one-line skip without
+def test_normed_adam_transfers_across_width_and_plain_adam_does_not(tmp_path, real_shakespeare):
+    shakespeare = real_shakespeare  # where a run reads it (README "Data"); a one-line skip without
     (tmp_path / "data" / "shakespeare").mkdir(parents=True)
     shutil.copy(shakespeare, tmp_path / "data" / "shakespeare" / "input.txt")
     sweep_dir = tmp_path / "sweep"

@@ -38,7 +38,7 @@ from .final_report import write_sweep_report
 from .grid import Host, host_of
 from .job import train_job
 from .lr_search import SearchError
-from .plan import Plan, another_experiment_line, edited_model_note, finished_runs, validate_grid
+from .plan import Plan, another_experiment_line, edited_model_note, finished_runs, prepare_data, validate_grid
 from .progress import closing, detached_closing, report_progress
 from .search import SearchSpace, search_space
 
@@ -153,10 +153,12 @@ def _checked(config: DictConfig, host: Host) -> tuple[Plan, SearchSpace | None]:
     exceptions into warnings, so a refused launch exits here."""
     try:
         space = search_space(config) if searches(config) else None
-        plan = validate_grid(config, prepare_data=host.local, devices_here=host.local)
+        plan = validate_grid(config, devices_here=host.local)
         _check_target(config, plan)
         _check_detach(config, space is not None)
         _preflight(config.hydra.launcher)
+        if host.local:  # last: the user's mistakes come first, and a download only once the launch can start
+            prepare_data(config, plan)
         return plan, space
     except (ConfigError, LaunchRefused, SearchError) as error:
         raise SystemExit(f"modula-sweep: sweep not launched, {error}") from None

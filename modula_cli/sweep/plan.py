@@ -1,12 +1,13 @@
 """Before a launch: every job of the grid composed and checked (each problem said once, with the grid points
-it hits), the data each run still to train needs made ready, and the runs the launch will train planned."""
+it hits), the runs the launch will train planned, and, once every other check has passed, the data each run
+still to train needs made ready (``prepare_data``: a download must not hide the user's mistake)."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,18 +28,17 @@ from .grid import JobComposer, grid_overrides, planned_runs
 
 @dataclass(frozen=True)
 class Plan:
-    """What a launch will train: every run folder with its knobs, and each job's overrides with its runs."""
+    """What a launch will train: every run folder with its knobs, each job's overrides with its runs, and each
+    job's data group (resolved) with the runs that read it."""
     runs: dict[str, dict]
     jobs: list[tuple[list[str], list[str]]]
+    data: list[tuple[dict, set[str]]] = field(default_factory=list)
 
 
-def validate_grid(config: DictConfig, prepare_data: bool = False, devices_here: bool = True) -> Plan:
+def validate_grid(config: DictConfig, devices_here: bool = True) -> Plan:
     """Compose and check every job; return the plan, or raise one ConfigError listing every bad job.
-    ``prepare_data``: also download or prepare once each dataset that a run still to train needs (offline: one
-    line each; a finished sweep relaunched offline still reports). ``devices_here``: the jobs run on this
-    machine, so ``train.device=cuda`` needs a GPU here (cluster jobs check their own node's).
-
-    """
+    ``devices_here``: the jobs run on this machine, so ``train.device=cuda`` needs a GPU here (cluster jobs
+    check their own node's)."""
     composer = JobComposer(config, devices_here)
     problems: list[str] = []
     per_job: list[tuple[str, str]] = []  # (job, problem): one bad value repeats in every job it reaches
@@ -66,13 +66,19 @@ def validate_grid(config: DictConfig, prepare_data: bool = False, devices_here: 
     if len(folders) > 1:  # run folders do not name the variant: its sweep folder does
         problems.append(f"this launch sweeps {len(folders)} variants ({', '.join(sorted(folders.values()))}); each "
                         f"variant sweeps into a folder of its own: launch them one at a time")
-    if not problems and prepare_data:
-        done = finished_runs(config, planned)
-        datasets = {json.dumps(data, sort_keys=True, default=str): data for data, runs in needs if runs - done}
-        problems += _unavailable(list(datasets.values()))
     if problems:
         raise ConfigError(problems)
-    return Plan(planned, jobs)
+    return Plan(planned, jobs, needs)
+
+
+def prepare_data(config: DictConfig, plan: Plan) -> None:
+    """Download or prepare once each dataset that a run still to train needs, before the first job; ConfigError
+    with one line per dataset that cannot be had (offline), instead of a failed run per job. A finished sweep
+    relaunched offline still reports: its runs need nothing."""
+    done = finished_runs(config, plan.runs)
+    datasets = {json.dumps(data, sort_keys=True, default=str): data for data, runs in plan.data if runs - done}
+    if problems := _unavailable(list(datasets.values())):
+        raise ConfigError(problems)
 
 
 def grid_problems(per_job: list[tuple[str, str]], jobs: int) -> list[str]:
