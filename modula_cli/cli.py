@@ -42,6 +42,7 @@ from hydra.errors import OverrideParseException
 from omegaconf import OmegaConf, open_dict
 
 from .config import CONFIG_DIR
+from .plumbing import environment
 from .plumbing.atomic import folder_problem
 
 USAGE_STATUS = 2  # a rejected command line, as argparse exits
@@ -336,7 +337,7 @@ def run(prog: str, hydra_main: Callable[[], Any], config_name: str = "config") -
     ``prog: …``."""
     sys.argv[1:] = rewrite_powers(flags_first(sys.argv[1:]))
     try:
-        if os.environ.get("HYDRA_FULL_ERROR") != "1":  # else Hydra's own errors, with their stack traces
+        if os.environ.get(environment.HYDRA_FULL_ERROR) != "1":  # else Hydra's own errors, with their stack traces
             _check(sys.argv[1:], config_name)
         hydra_main()
     except UsageError as error:

@@ -22,6 +22,7 @@ from .config.validate import ConfigError, check_config
 from .plumbing.atomic import remove_if_empty
 from .plumbing.signals import StopRequested
 from .plumbing.threads import configure_threads
+from .results.files import SUMMARY_FILE
 
 if TYPE_CHECKING:
     from .results.summary import Outcome
@@ -97,7 +98,7 @@ def run_or_exit(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = No
             raise SystemExit(
                 f"modula-sweep: out of memory ({reason[:160]}); arch.width={cfg.arch.get('width')}, "
                 f"train.batch_size={cfg.train.batch_size}, data.context={cfg.data.get('context')}: smaller ones need "
-                f"less (recorded as failed in {run_dir / 'summary.json'})") from None
+                f"less (recorded as failed in {run_dir / SUMMARY_FILE})") from None
         except StopRequested as stop:
             if stop.trained:
                 log.warning("%s: checkpointed (%s); re-run the same command with hydra.run.dir=%s to resume",

@@ -148,7 +148,7 @@ def _run_group(env: dict[str, str], hydra_context: HydraContext, sweep_configs: 
     share = max(1, len(gpus) // len(sweep_configs))  # each run its own GPUs: num_gpus of them
     for k, sweep_config in enumerate(sweep_configs):
         mine = gpus[k * share:(k + 1) * share] or gpus[k % len(gpus):][:1] if gpus else []
-        own = {**task_env, **({"CUDA_VISIBLE_DEVICES": ",".join(mine)} if mine else {})}
+        own = {**task_env, **({environment.GPUS: ",".join(mine)} if mine else {})}
         job = cloudpickle.dumps((own, hydra_context, sweep_config, task_function, singleton_state))
         process = spawn.Process(target=_run_member, args=(results, k, job))
         process.start()

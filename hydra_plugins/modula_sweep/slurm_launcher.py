@@ -167,9 +167,11 @@ class RunGroup:
         env = submitit.JobEnvironment()
         if env.global_rank >= len(group):  # the last job's spare tasks, when the grid does not fill it
             return None
-        visible = [gpu for gpu in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if gpu]
+        from modula_cli.plumbing.environment import GPUS
+
+        visible = [gpu for gpu in os.environ.get(GPUS, "").split(",") if gpu]
         if len(visible) > 1:  # the job's GPUs are every task's: each run takes its own, before CUDA starts
-            os.environ["CUDA_VISIBLE_DEVICES"] = visible[env.local_rank % len(visible)]
+            os.environ[GPUS] = visible[env.local_rank % len(visible)]
         return self.launcher(*group[env.global_rank])
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> Any:

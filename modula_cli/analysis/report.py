@@ -40,7 +40,8 @@ import pandas as pd
 
 from ..plumbing import atomic
 from ..plumbing.wording import counted
-from ..results.files import SEARCH_FILE
+from ..results.files import (CURVES_FILE, LAW_FILE, OPTIMAL_FILE, REPORT_FILES, RESULTS_FILE, SCALE_FILE, SCALE_PLOT,
+                             SEARCH_FILE, SPEND_FILE, TRANSFER_FILE, TRANSFER_PLOT)
 from ..results.knobs import GROUP
 from ..results.search_file import read_search
 from ..results.status import COMPLETED
@@ -73,7 +74,7 @@ def write_report(sweep_dir: Path, metric: str = "train_loss", quiet: bool = Fals
     sweep_dir = Path(sweep_dir)
     out = Path(out_dir) if out_dir is not None else (sweep_dir.parent / REANALYSIS if sweep_dir.is_file()
                                                      else sweep_dir)
-    if sweep_dir.is_file() and (out / "results.csv").resolve() == sweep_dir.resolve():
+    if sweep_dir.is_file() and (out / RESULTS_FILE).resolve() == sweep_dir.resolve():
         raise ValueError(f"--out {out} would write over the table it reads ({sweep_dir}); choose another folder")
     frame, shared_settings = _runs(sweep_dir, metric)
     if frame[metric].isna().all() and (frame["status"] == COMPLETED).any():
@@ -97,13 +98,13 @@ def write_report(sweep_dir: Path, metric: str = "train_loss", quiet: bool = Fals
     transfer = transfer_table(optimal, fits, metric, done, step)
     law, transfer, fitted = laws(optimal, fits, transfer, metric, wanted, axes, _second_axis(frame, axes), done)
     spend = spend_table(frame, search) if search else None
-    tables = [("results", results_table(frame)), ("curves", table), ("optimal_lr", optimal),
-              ("transfer", transfer), ("law", law)]
+    tables = [(RESULTS_FILE, results_table(frame)), (CURVES_FILE, table), (OPTIMAL_FILE, optimal),
+              (TRANSFER_FILE, transfer), (LAW_FILE, law)]
     out.mkdir(parents=True, exist_ok=True)
-    for name, data in tables + ([("search", spend)] if spend is not None else []):
-        _write_csv(data, out / f"{name}.csv")
-    plot_transfer(table, optimal, metric, knob, out / "transfer.png")
-    _write_csv(plot_scale(table, optimal, metric, knob, out / "scale.png", fitted, wanted), out / "scale.csv")
+    for name, data in tables + ([(SPEND_FILE, spend)] if spend is not None else []):
+        _write_csv(data, out / name)
+    plot_transfer(table, optimal, metric, knob, out / TRANSFER_PLOT)
+    _write_csv(plot_scale(table, optimal, metric, knob, out / SCALE_PLOT, fitted, wanted), out / SCALE_FILE)
     if not quiet:
         print(summary_text(frame, optimal, transfer, metric, knob, sweep_dir, done, out, law))
         if spend is not None:
@@ -238,8 +239,7 @@ def summary_text(frame: pd.DataFrame, optimal: pd.DataFrame, transfer: pd.DataFr
         lines += _scale_lines(key, runs, optimal, metric, knob, done)
     lines += transfer_text(transfer)
     lines += law_lines(law) if law is not None else []
-    lines.append(f"  report: {(out_dir or sweep_dir) / 'results.csv'}, curves.csv, optimal_lr.csv, transfer.csv, "
-                 f"law.csv, transfer.png, scale.png, scale.csv")
+    lines.append(f"  report: {(out_dir or sweep_dir) / REPORT_FILES[0]}, {', '.join(REPORT_FILES[1:])}")
     return "\n".join(lines)
 
 
@@ -247,7 +247,7 @@ def report_folder(sweep_dir: Path, metric: str) -> Path:
     """Where a rebuilt report goes: the sweep folder, unless its report is for another metric (the sweep's own,
     ``sweep.metric``), which a report for ``metric`` then leaves in place, beside it in ``report-<metric>/``."""
     try:
-        written = pd.read_csv(Path(sweep_dir) / "optimal_lr.csv", usecols=["metric"])["metric"].dropna().unique()
+        written = pd.read_csv(Path(sweep_dir) / OPTIMAL_FILE, usecols=["metric"])["metric"].dropna().unique()
     except (OSError, ValueError, pd.errors.ParserError):
         return Path(sweep_dir)  # no report (or an unreadable one): this one is the sweep's
     return Path(sweep_dir) if not len(written) or metric in written else Path(sweep_dir) / f"report-{metric}"

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
 from torch import Tensor
+
+from .storage import TOKEN_FILES
 
 EVAL_SEED = 1234  # evaluation batches never depend on the run's seed, so a sweep shares one test set
 
@@ -27,6 +30,12 @@ class TokenDataset:
     context: int
     meta: dict = field(default_factory=dict)
     kind: str = "language"
+
+    @classmethod
+    def prepared(cls, name: str, folder: Path, meta: dict, context: int) -> TokenDataset:
+        """A prepared folder's token files (``storage.TOKEN_FILES``), memory-mapped: never loaded whole."""
+        train, val = (np.memmap(folder / TOKEN_FILES[split], dtype=np.uint16, mode="r") for split in ("train", "val"))
+        return cls(name, train, val, vocab_size=meta["vocab_size"], context=context, meta=meta)
 
     def __post_init__(self) -> None:
         for split, tokens in (("train", self.train), ("validation", self.val)):

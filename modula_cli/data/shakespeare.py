@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from .base import TokenDataset
-from .storage import data_root, fetch, prepare_once
+from .storage import TOKEN_FILES, data_root, fetch, prepare_once
 
 URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 TRAIN_FRACTION = 0.9
@@ -47,8 +47,8 @@ def prepare_shakespeare(root: str | None = None, source: str | None = None, **un
         index = {c: i for i, c in enumerate(chars)}
         ids = np.array([index[c] for c in text], dtype=np.uint16)
         split = int(len(ids) * TRAIN_FRACTION)
-        ids[:split].tofile(tmp / "train.bin")
-        ids[split:].tofile(tmp / "val.bin")
+        ids[:split].tofile(tmp / TOKEN_FILES["train"])
+        ids[split:].tofile(tmp / TOKEN_FILES["val"])
         (tmp / "vocab.json").write_text(json.dumps(chars))
         return {"vocab_size": len(chars), "tokens": {"train": split, "val": len(ids) - split}}
 
@@ -59,6 +59,4 @@ def prepare_shakespeare(root: str | None = None, source: str | None = None, **un
 def shakespeare(context: int = 128, root: str | None = None, source: str | None = None,
                 **unused: object) -> TokenDataset:
     prepared, meta = prepare_shakespeare(root, source)
-    train = np.memmap(prepared / "train.bin", dtype=np.uint16, mode="r")
-    val = np.memmap(prepared / "val.bin", dtype=np.uint16, mode="r")
-    return TokenDataset("shakespeare", train, val, vocab_size=meta["vocab_size"], context=context, meta=meta)
+    return TokenDataset.prepared("shakespeare", prepared, meta, context)

@@ -25,6 +25,8 @@ from filelock import FileLock
 from ..plumbing import atomic, environment
 
 REPO_DATA = Path(__file__).resolve().parents[2] / "data"
+META_FILE = "meta.json"  # a prepared folder's record, written last: its settings and every file's size and hash
+TOKEN_FILES = {"train": "train.bin", "val": "val.bin"}  # a prepared text's token ids per split (uint16)
 FULL_CHECKSUM_LIMIT = 512 * 2**20  # bigger files are checked by size only on load (a full hash takes minutes)
 # Offline, a connection attempt ends within this many seconds (a silent firewall would otherwise hold it for
 # minutes); it also bounds each read of a download.
@@ -88,7 +90,7 @@ def sha256_file(path: Path, chunk: int = 2**22) -> str:
 
 
 def _valid(folder: Path, expected: dict) -> dict | None:
-    meta_path = folder / "meta.json"
+    meta_path = folder / META_FILE
     if not meta_path.is_file():
         return None
     try:
@@ -138,7 +140,7 @@ def prepare_once(folder: Path, expected: dict, build: Callable[[Path], dict]) ->
         meta = {**expected, **extra, "files": files}
         shutil.rmtree(folder, ignore_errors=True)
         tmp.rename(folder)
-        atomic.write_text(folder / "meta.json", json.dumps(meta, indent=2))
+        atomic.write_text(folder / META_FILE, json.dumps(meta, indent=2))
         return meta
 
 

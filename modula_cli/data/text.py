@@ -16,9 +16,10 @@ from unittest import mock
 
 import numpy as np
 
+from ..plumbing import environment
 from ..plumbing.signals import STOP
 from .base import TokenDataset
-from .storage import DataUnavailable, cause_text, data_root, prepare_once, reachable
+from .storage import META_FILE, TOKEN_FILES, DataUnavailable, cause_text, data_root, prepare_once, reachable
 from .tokenizers import get_tokenizer
 
 LOCAL_FORMATS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".txt": "text"}
@@ -82,8 +83,8 @@ def _hub_offline(offline: bool) -> Iterator[None]:
 
     with ExitStack() as stack:
         if offline:
-            for module, key in ((constants, "HF_HUB_OFFLINE"), (datasets.config, "HF_HUB_OFFLINE"),
-                                (datasets.config, "HF_DATASETS_OFFLINE")):
+            for module, key in ((constants, environment.HF_HUB_OFFLINE), (datasets.config, environment.HF_HUB_OFFLINE),
+                                (datasets.config, environment.HF_DATASETS_OFFLINE)):
                 if hasattr(module, key):  # which of them a version reads differs
                     stack.enter_context(mock.patch.object(module, key, True))
         yield
@@ -96,9 +97,10 @@ def _load_hub(source: str):
     from huggingface_hub import constants
 
     # which offline switch the user set, by its own name (the libraries read them from the environment)
-    told = next((name for name, on in (("HF_HUB_OFFLINE", constants.HF_HUB_OFFLINE),
-                                       ("HF_DATASETS_OFFLINE", getattr(datasets.config, "HF_DATASETS_OFFLINE", False)))
-                 if on), None)
+    told = next((name for name, on in (
+        (environment.HF_HUB_OFFLINE, constants.HF_HUB_OFFLINE),
+        (environment.HF_DATASETS_OFFLINE, getattr(datasets.config, environment.HF_DATASETS_OFFLINE, False))) if on),
+        None)
     offline = told is not None or not reachable(constants.ENDPOINT)
     try:
         with _hub_offline(offline):
@@ -169,7 +171,7 @@ def _prepared_sizes(name: str, default_source: str, source: str | None = None, t
     """Tokens per split of an already prepared cache (read from its meta.json), else ``None``."""
     folder = _cache_folder(name, str(source or default_source), tokenizer, root, max_docs, holdout)
     try:
-        tokens = json.loads((folder / "meta.json").read_text())["tokens"]
+        tokens = json.loads((folder / META_FILE).read_text())["tokens"]
         return {"train": int(tokens["train"]), "validation": int(tokens["val"])}
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -199,7 +201,8 @@ def prepare_text(name: str, default_source: str, has_validation: bool, source: s
         if enc.n_vocab > 2**16:
             raise ValueError(f"tokenizer {tokenizer} has {enc.n_vocab} tokens; uint16 token files hold at most 65536")
         splits = _splits(loaded, has_validation, holdout, max_docs)
-        counts = {split: _write_tokens(ds, tokenizer, tmp / f"{split}.bin", workers) for split, ds in splits.items()}
+        counts = {split: _write_tokens(ds, tokenizer, tmp / TOKEN_FILES[split], workers)
+                  for split, ds in splits.items()}
         return {"tokens": counts, "documents": {split: len(ds) for split, ds in splits.items()},
                 "vocab_size": enc.n_vocab, "eot_token": enc.eot_token}
 
@@ -209,9 +212,7 @@ def prepare_text(name: str, default_source: str, has_validation: bool, source: s
 def load_text_dataset(name: str, default_source: str, has_validation: bool, context: int,
                       **options: object) -> TokenDataset:
     folder, meta = prepare_text(name, default_source, has_validation, **options)
-    train = np.memmap(folder / "train.bin", dtype=np.uint16, mode="r")
-    val = np.memmap(folder / "val.bin", dtype=np.uint16, mode="r")
-    return TokenDataset(name, train, val, vocab_size=meta["vocab_size"], context=context, meta=meta)
+    return TokenDataset.prepared(name, folder, meta, context)
 
 
 def tinystories_split_sizes(**options: object) -> dict[str, int] | None:

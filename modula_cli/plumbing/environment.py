@@ -1,5 +1,6 @@
-"""The environment variables that carry a value across a process boundary, each name once. Ours go from the
-launching process into a job (on this machine or another); the others are set by whoever starts us."""
+"""Every environment variable the package (and its Hydra plugins) reads or sets, each name spelled here once
+(tests/test_structure.py checks that no other module spells one). Ours go from the launching process into a
+job (on this machine or another); the others are set by whoever starts us, or by us for a library."""
 
 from __future__ import annotations
 
@@ -15,7 +16,14 @@ CWD = "MODULA_SWEEP_CWD"        # the launching process's working directory: rel
 DATA = "MODULA_DATA"            # the data root (also a user's own setting)
 # theirs: read only
 SLURM_CPUS = "SLURM_CPUS_PER_TASK"
+SLURM_TASK = ("SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_JOB_ID")  # a SLURM task's array, index, job
 WORLD_SIZE, LOCAL_RANK = "WORLD_SIZE", "LOCAL_RANK"  # torchrun's
+OMP_THREADS = "OMP_NUM_THREADS"  # the user's thread count: train.threads=auto honours it
+WANDB_KEY, WANDB_URL = "WANDB_API_KEY", "WANDB_BASE_URL"  # W&B's credentials and server, probed before a run
+HYDRA_FULL_ERROR = "HYDRA_FULL_ERROR"  # "1": Hydra's own errors with their stack traces, our one-line checks off
+HF_HUB_OFFLINE, HF_DATASETS_OFFLINE = "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"  # read by HF's libraries at import
+# theirs, set by a launcher for the process of one run
+GPUS = "CUDA_VISIBLE_DEVICES"  # a run's own GPUs among its job's
 
 
 def job_launch() -> str | None:

@@ -117,10 +117,9 @@ def configure_threads(setting: object, parallel_jobs: int = 1) -> int:
         count = max(1, given[0] // parallel_jobs)
         why = f"{given[1]}={given[0]}: the CPUs this job was given" + (
             f", {parallel_jobs} jobs at once" if parallel_jobs > 1 else "")
-    elif setting == AUTO and os.environ.get("OMP_NUM_THREADS"):
-        count = max(1, int(os.environ["OMP_NUM_THREADS"])) if os.environ["OMP_NUM_THREADS"].isdigit() \
-            else torch.get_num_threads()
-        why = "OMP_NUM_THREADS"
+    elif setting == AUTO and (told := os.environ.get(environment.OMP_THREADS)):
+        count = max(1, int(told)) if told.isdigit() else torch.get_num_threads()
+        why = environment.OMP_THREADS
     elif setting == AUTO and parallel_jobs > 1:
         count, why = auto_threads(parallel_jobs), f"{usable_cores()} cores, {parallel_jobs} jobs at once"
     elif setting == AUTO:

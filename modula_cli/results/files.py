@@ -1,5 +1,9 @@
-"""The names of the files a sweep folder holds, one constant each, and the tolerant JSON reader every format
-here shares: any file may be missing, corrupt, foreign, or half written by another process."""
+"""The names of the files a run folder and a sweep folder hold, one constant each (the only place each is
+spelled; tests/test_structure.py checks it), and the tolerant JSON reader every format here shares: any file
+may be missing, corrupt, foreign, or half written by another process. A file that one room alone writes and
+reads keeps its constant there: ``run.lock`` and ``run.owner`` in ``plumbing/locks.py``, ``checkpoint.pt`` in
+``run/checkpoint.py``, ``layer_stats.jsonl`` in ``run/loggers.py``, the coordinate check's files in
+``coord/check.py``, a prepared dataset's in ``data/storage.py``."""
 
 from __future__ import annotations
 
@@ -15,7 +19,21 @@ MANIFEST_FILE = "sweep.json"    # in a sweep folder: every launch's planned runs
 SEARCH_FILE = "search.json"     # in a sweep folder: an LR search's rounds and each scale's state
 SWEEP_LOCK = ".sweep.lock"      # serialises writers of the sweep folder's shared files (manifest, report)
 STOP_MARKER = ".stop"           # + ".<launch>": a launch's jobs stop when it appears (``stop_marker``)
-RESULTS_FILE = "results.csv"    # the report's table of every run
+CONFIG_FILE = "config.yaml"     # in a run folder: the run's (a member's) resolved config
+METRICS_FILE = "metrics.jsonl"  # in a run folder: one record per logged step
+MULTIRUN_FILE = "multirun.yaml" # in a sweep folder: Hydra's record of the launching command (Hydra names it)
+# the report, in a sweep folder (or where --out says)
+RESULTS_FILE = "results.csv"    # every run, one row each
+CURVES_FILE = "curves.csv"      # the mean curve of each series and scale over LRs
+OPTIMAL_FILE = "optimal_lr.csv" # per series and scale: the best LR and the fitted optimum with its interval
+TRANSFER_FILE = "transfer.csv"  # the transfer table
+LAW_FILE = "law.csv"            # the transfer law and its prediction at the target
+SPEND_FILE = "search.csv"       # an LR search's spend against the grid
+SCALE_FILE = "scale.csv"        # what scale.png draws
+TRANSFER_PLOT = "transfer.png"
+SCALE_PLOT = "scale.png"
+REPORT_FILES = (RESULTS_FILE, CURVES_FILE, OPTIMAL_FILE, TRANSFER_FILE, LAW_FILE, TRANSFER_PLOT, SCALE_PLOT,
+                SCALE_FILE)  # what every report writes, in the order its closing line lists them
 
 
 def stop_marker(sweep_dir: Path, launch: str | None) -> Path:

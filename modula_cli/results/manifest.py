@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 from filelock import FileLock
 
 from ..plumbing import atomic
-from .files import MANIFEST_FILE, SUMMARY_FILE, SWEEP_LOCK, read_json
+from .files import MANIFEST_FILE, MULTIRUN_FILE, SUMMARY_FILE, SWEEP_LOCK, read_json
 from .knobs import SERIES_KEYS, swept_axes
 from .status import COUNTED, FINISHED, PENDING, RUNNING, SKIPPED
 from .summary import Summary, as_seen, read_summary
@@ -223,8 +223,8 @@ def forget_launch(sweep_dir: Path, launch_id: str) -> None:
         else:
             (sweep_dir / MANIFEST_FILE).unlink(missing_ok=True)
     (sweep_dir / SWEEP_LOCK).unlink(missing_ok=True)
-    if {p.name for p in sweep_dir.iterdir()} <= {"multirun.yaml"}:  # Hydra's record of this launch alone
-        (sweep_dir / "multirun.yaml").unlink(missing_ok=True)
+    if {p.name for p in sweep_dir.iterdir()} <= {MULTIRUN_FILE}:  # Hydra's record of this launch alone
+        (sweep_dir / MULTIRUN_FILE).unlink(missing_ok=True)
     atomic.remove_if_empty(sweep_dir)
 
 

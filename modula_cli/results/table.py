@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 from ..config.identity import experiment_settings
 from ..models.variant import HISTORICAL as HISTORICAL_VARIANT
 from ..config.identity import KNOBS, SERIES
+from .files import CONFIG_FILE
 from .manifest import Manifest
 from .status import PENDING, STATUSES
 from .summary import as_seen, read_summary
@@ -49,7 +50,7 @@ def collect(sweep_dir: Path) -> pd.DataFrame:
 def _settings_from_config(run_dir: Path) -> dict[str, Any] | None:
     """A summary written before summaries recorded their settings: read them from the run's config.yaml."""
     try:
-        return experiment_settings(OmegaConf.load(run_dir / "config.yaml"))
+        return experiment_settings(OmegaConf.load(run_dir / CONFIG_FILE))
     except Exception:  # noqa: BLE001 - missing or unreadable: the run's series is told by its knobs alone
         return None
 

@@ -21,7 +21,8 @@ from tqdm import tqdm
 
 from ..config.members import Members
 from ..config.schema import LoggerConfig, TrainConfig
-from ..plumbing import atomic
+from ..plumbing import atomic, environment
+from ..results.files import METRICS_FILE
 from ..results.summary import best_lr
 from .state import RunState
 
@@ -90,7 +91,7 @@ def sweep_group(sweep_dir: str | Path) -> str:
 
 
 def _has_wandb_credentials() -> bool:
-    if os.environ.get("WANDB_API_KEY"):
+    if os.environ.get(environment.WANDB_KEY):
         return True
     try:
         return netrc.netrc().authenticators("api.wandb.ai") is not None
@@ -127,7 +128,7 @@ def wandb_mode(requested: str | None, sweep_dir: Path | None) -> str:
     marker = sweep_dir / UNREACHABLE_MARKER if sweep_dir else None
     if _unreachable_in_process or (marker and marker.exists()):
         return "offline"
-    reason = _probe(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai"), PROBE_TIMEOUT_S)
+    reason = _probe(os.environ.get(environment.WANDB_URL, "https://api.wandb.ai"), PROBE_TIMEOUT_S)
     if reason is None:
         return mode
     _unreachable_in_process = reason
@@ -254,7 +255,7 @@ class RunLoggers:
             return
         mode = wandb_mode(logger.mode, sweep_dir) if logger.name == "wandb" else None
         for k, member in enumerate(members):
-            self.metrics[k] = JsonlLogger(member.run_dir / "metrics.jsonl", truncate_at=state.metrics_offsets[k])
+            self.metrics[k] = JsonlLogger(member.run_dir / METRICS_FILE, truncate_at=state.metrics_offsets[k])
             self._stack.callback(self.metrics[k].close)
             if train.layer_stats_every:
                 path = member.run_dir / LAYER_STATS_FILE

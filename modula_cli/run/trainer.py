@@ -19,6 +19,7 @@ from ..models import ModelError
 from ..plumbing import atomic
 from ..plumbing.locks import RunLocks
 from ..plumbing.signals import STOP, StopRequested
+from ..results.files import CONFIG_FILE
 from ..results.status import COMPLETED, INTERRUPTED
 from ..results.summary import Outcome, Summary, write_summary
 from . import checkpoint
@@ -118,7 +119,7 @@ def train_from_checkpoint(ctx: RunContext, run_dir: Path, provenance: Provenance
     lead = ctx.rank == 0
     if lead:
         for member in members:
-            atomic.write_text(member.run_dir / "config.yaml", OmegaConf.to_yaml(member.cfg, resolve=True))
+            atomic.write_text(member.run_dir / CONFIG_FILE, OmegaConf.to_yaml(member.cfg, resolve=True))
         write_summaries(ctx, state, provenance, final=None)
 
     def save(out: RunLoggers, running: bool = True) -> None:

@@ -11,7 +11,7 @@ from omegaconf import DictConfig
 
 from ..config.schema import LoggerConfig
 from ..plumbing.settings import typed
-from ..results.files import SWEEP_LOCK
+from ..results.files import CURVES_FILE, OPTIMAL_FILE, SCALE_PLOT, SWEEP_LOCK, TRANSFER_FILE, TRANSFER_PLOT
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +51,9 @@ def log_report_to_wandb(logger: LoggerConfig, sweep_dir: Path) -> None:
                          settings=wandb_settings(wandb))
         if where := wandb_location(run):
             log.info("W&B report: %s", where)
-        run.log({name: wandb.Image(str(sweep_dir / f"{name}.png")) for name in ("transfer", "scale")})
-        run.log({name: wandb.Table(dataframe=pd.read_csv(sweep_dir / f"{name}.csv"))
-                 for name in ("optimal_lr", "transfer", "curves")})
+        run.log({Path(name).stem: wandb.Image(str(sweep_dir / name)) for name in (TRANSFER_PLOT, SCALE_PLOT)})
+        run.log({Path(name).stem: wandb.Table(dataframe=pd.read_csv(sweep_dir / name))
+                 for name in (OPTIMAL_FILE, TRANSFER_FILE, CURVES_FILE)})
         run.finish()
     except Exception as error:  # noqa: BLE001
         log.warning("report not logged to wandb: %s", error)

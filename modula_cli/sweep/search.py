@@ -34,6 +34,7 @@ from ..plumbing.environment import launch_of
 from ..plumbing.settings import checked
 from ..plumbing.signals import STOP
 from ..config.identity import KNOB_KEYS
+from ..results.files import MULTIRUN_FILE
 from ..results.knobs import SCALE_KNOBS
 from ..results.manifest import add_to_launch
 from ..results.search_file import write_search
@@ -370,7 +371,7 @@ def search_sweep(sweeper: Any, config: DictConfig) -> list[Any]:
     series has stopped, a stop signal came, or nothing more can train in this launch."""
     search = Search(config)
     search.sweep_dir.mkdir(parents=True, exist_ok=True)
-    atomic.write_text(search.sweep_dir / "multirun.yaml", OmegaConf.to_yaml(config))  # as Hydra's basic sweeper
+    atomic.write_text(search.sweep_dir / MULTIRUN_FILE, OmegaConf.to_yaml(config))  # as Hydra's basic sweeper
     return search.rounds(sweeper.launcher)
 
 

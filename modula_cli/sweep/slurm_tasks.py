@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from ..plumbing import environment
 from .slurm import SlurmError, command, records
 
 log = logging.getLogger(__name__)
@@ -290,7 +291,7 @@ def adopt(job_ids: Sequence[str]) -> list[tuple[list[int], SlurmArray]]:
 
 def job_id_here() -> str | None:
     """This process's SLURM task, as ``SlurmArray.owner`` names it ("slurm:12_3"); None outside SLURM."""
-    array, task, job = (os.environ.get(k) for k in ("SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_JOB_ID"))
+    array, task, job = (os.environ.get(name) for name in environment.SLURM_TASK)
     if array and task:
         return f"slurm:{array}_{task}"
     return f"slurm:{job}" if job else None

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..results.files import MANIFEST_FILE
+from ..results.files import MANIFEST_FILE, MULTIRUN_FILE, TRANSFER_PLOT
 from ..results.manifest import LaunchRecord, Manifest, mark_reported
 from ..results.status import FINISHED, PENDING, RUNNING
 from ..results.summary import Summary, mark_abandoned
@@ -158,12 +158,12 @@ def report_once(sweep_dir: Path, record: LaunchRecord) -> None:
     from .final_report import write_sweep_report
 
     if record.reported:
-        print(f"report: written already ({sweep_dir / 'transfer.png'})", flush=True)
+        print(f"report: written already ({sweep_dir / TRANSFER_PLOT})", flush=True)
         return
     try:
-        config = OmegaConf.load(sweep_dir / "multirun.yaml")
+        config = OmegaConf.load(sweep_dir / MULTIRUN_FILE)
     except (OSError, ValueError) as error:  # a folder without Hydra's record: the report's defaults
-        log.debug("multirun.yaml: %s", error)
+        log.debug("%s: %s", MULTIRUN_FILE, error)
         config = OmegaConf.create({})
     config.setdefault("sweep", {})
     config.sweep.setdefault("metric", "train_loss")
