@@ -36,3 +36,27 @@ def test_experiment_settings_are_the_fingerprinted_settings_less_lr_and_seed():
     assert "optim.lr" not in settings and "train.seed" not in settings and "train.threads" not in settings
     assert experiment_settings(compose_config("sweep=quick", "optim.lr=0.5", "train.seed=3")) == settings
     assert experiment_settings(compose_config("sweep=quick", "train.steps=100")) != settings
+
+
+def test_a_builders_digest_covers_the_modules_of_its_folder_it_imports(tmp_path, monkeypatch):
+    """nanoGPT's builder imports model.py beside it: an edit of model.py is another network, an edit of an installed
+    library's file is not looked at, and a builder that imports nothing of its folder hashes as its file alone."""
+    import hashlib
+
+    from modula_cli.models.source import source_digest
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "layers.py").write_text("WIDTH = 1\n")
+    (tmp_path / "model.py").write_text("import math\nfrom pkg.layers import WIDTH\n")
+    (tmp_path / "builder.py").write_text("import torch\nfrom model import WIDTH\n\ndef build(arch, data): ...\n")
+    (tmp_path / "alone.py").write_text("import torch\n\ndef build(arch, data): ...\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    digests = [source_digest("builder:build")]
+    (tmp_path / "model.py").write_text("import math\nfrom pkg.layers import WIDTH  # edited\n")
+    digests.append(source_digest("builder:build"))
+    (tmp_path / "pkg" / "layers.py").write_text("WIDTH = 2\n")  # two imports away
+    digests.append(source_digest("builder:build"))
+    assert len(set(digests)) == 3 and None not in digests
+    assert source_digest("alone:build") == hashlib.sha256((tmp_path / "alone.py").read_bytes()).hexdigest()[:12]

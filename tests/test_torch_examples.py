@@ -116,3 +116,19 @@ def test_an_edited_model_trains_afresh_and_the_report_says_why(tmp_path, tiny_te
     assert third.returncode == 0, third.stderr
     assert "(source: the file that defines the model changed between runs, so its runs are kept apart)" in \
         third.stdout + third.stderr
+
+
+def test_nanogpt_as_users_have_it_sweeps_under_mup_with_its_tied_readout(tmp_path, tiny_text_root):
+    """Karpathy's nanoGPT model.py in its own shape (forward(idx, targets) → (logits, loss), lm_head tied to wte, a
+    printed parameter count) with a builder of a few lines: a packed μP sweep over two widths trains, reports, and
+    names the model's folder and its tie in no error."""
+    folder = _copy("nanogpt", tmp_path)
+    data = ["data=shakespeare", f"data.root={tiny_text_root}", "data.context=16"]
+    sweep = _run("modula-sweep", folder, "--config-dir", "configs", "arch=nanogpt", *data, *TINY, "sweep=width",
+                 "arch.width=16,32", "arch.head_dim=8", "optim.mode=mup", "optim.mup_base_width=16",
+                 "optim.lr=0.004,0.016", "sweep.pack=true", "train.steps=6", "variant=modular")
+    assert sweep.returncode == 0, sweep.stderr[-3000:]
+    results = pd.read_csv(_sweep_dir(folder, "width") / "results.csv")
+    assert len(results) == 4 and set(results["status"]) == {"completed"} and set(results["mode"]) == {"mup"}
+    assert (results["train_loss"] < 4.1).all()  # below ln 65 = 4.17, where an untrained readout starts
+    assert "number of parameters:" in sweep.stdout + sweep.stderr  # the model's own print, as in nanoGPT

@@ -26,6 +26,7 @@ from helpers import compose_config
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 sys.path.insert(0, str(EXAMPLES / "torch_gpt"))  # torch_gpt:torch_gpt, as a user's folder holds it
+sys.path.insert(0, str(EXAMPLES / "nanogpt"))  # nanogpt:nanogpt and its model.py
 
 LANGUAGE = OmegaConf.create({"name": "shakespeare", "kind": "language", "vocab_size": 65, "context": 8})
 IMAGE = OmegaConf.create({"name": "cifar10", "kind": "image", "input_shape": [3, 8, 8], "num_classes": 10})
@@ -121,6 +122,80 @@ def test_mup_on_a_plain_model_matches_microsoft_mup(model, optimizer):
             # atol: the rounding of a float32 weight near 0.1 (its unit in the last place), not of the change
             torch.testing.assert_close(w0 - w.detach(), w0 - parameters[atom.role].detach(), rtol=1e-4, atol=1e-7,
                                        msg=lambda m, role=atom.role: f"{role}: {m}")
+
+
+NANOGPT = {"name": "nanogpt:nanogpt", "depth": 2, "head_dim": 8, "dropout": 0.0, "bias": True}
+
+
+def nanogpt_reference(width: int, base_width: int, optimizer: str, seed: int = 5):
+    """microsoft/mup on nanoGPT's tied model: ``lm_head`` replaced by a ``MuSharedReadout`` of ``wte``'s table,
+    ``set_base_shapes`` without its rescale of the table (``rescale_params=False``: our reading, docs/mup.md), every
+    other linear bias rescaled as ``set_base_shapes`` does, and MuAdam / MuSGD at LR."""
+    from modula_cli.models.builders import import_builder
+
+    def shared(width: int) -> nn.Module:
+        torch.manual_seed(seed)
+        model = import_builder("nanogpt:nanogpt")(OmegaConf.create({**NANOGPT, "width": width}), LANGUAGE)
+        model.lm_head = mup.MuSharedReadout(model.transformer.wte.weight, bias=False)
+        return model
+
+    model = shared(width)
+    mup.set_base_shapes(model, shared(base_width), rescale_params=False)
+    for module in model.modules():
+        if isinstance(module, nn.Linear) and not isinstance(module, mup.MuReadout):
+            mup.layer.rescale_linear_bias(module)
+    make = mup.MuAdam if optimizer == "adam" else mup.MuSGD
+    extra = {"eps": 1e-30} if optimizer == "adam" else {"momentum": 0.9}
+    return model, make(model.parameters(), lr=LR, **extra)
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_mup_on_nanogpts_tied_embedding_and_readout_matches_microsoft_mups_shared_readout(optimizer):
+    """nanoGPT as users have it (forward(idx, targets) → (logits, loss), lm_head tied to wte) at width 32 over base
+    16 (m = 2): the shared table keeps its own draw and an embedding's LR, the readout's input is divided by m, and
+    every parameter's LR, initial weights, the logits, the gradients and one step equal mup's MuSharedReadout's."""
+    reference, reference_optimizer = nanogpt_reference(32, 16, optimizer)
+    cfg = OptimConfig(name=optimizer, mode="mup", lr=LR, mup_base_width=16, schedule="constant")
+    net = build_network(OmegaConf.create({**NANOGPT, "width": 32}), LANGUAGE, VARIANTS["modular"], cfg)
+    weights = MODES["mup"].initial_weights(net, net.initialize(seed=5))
+    assert net.tied == {"transformer.wte.weight": ["transformer.wte.weight", "lm_head.weight"]}
+    assert net.targets == "targets" and net.input_scales == {"lm_head": 0.5}
+    parameters = dict(reference.named_parameters())
+    assert sorted(parameters) == sorted(atom.role for atom in net.atom_list())
+    lr_of = {id(p): group["lr"] for group in reference_optimizer.param_groups for p in group["params"]}
+    for atom, rule, w in zip(net.atom_list(), rules_of(net), weights, strict=True):
+        theirs = parameters[atom.role]
+        assert LR * rule.lr == pytest.approx(lr_of[id(theirs)], rel=1e-12), atom.role
+        assert atom.forward_scale == 1.0, atom.role
+        torch.testing.assert_close(w, theirs.detach(), rtol=1e-6, atol=0, msg=atom.role)
+    x, y = batch("gpt")
+    weights = [w.requires_grad_() for w in weights]
+    loss = losses_and_hits(net, weights, x, y)[0]
+    grads = grads_of(loss, weights)
+    logits, reference_loss = reference(x, y)  # with targets: every position's logits, and nanoGPT's own loss
+    torch.testing.assert_close(net(x, weights).detach(), logits.detach(), rtol=1e-5, atol=1e-6)
+    reference_loss.backward()
+    torch.testing.assert_close(loss.detach()[0], reference_loss.detach(), rtol=1e-5, atol=1e-6)
+    for atom, g in zip(net.atom_list(), grads):
+        torch.testing.assert_close(g, parameters[atom.role].grad, rtol=1e-4, atol=1e-7, msg=atom.role)
+        parameters[atom.role].grad = g.clone()
+    before = [w.detach().clone() for w in weights]
+    reference_optimizer.step()
+    with torch.no_grad():
+        optimizer_step(net, weights, grads, init_state(weights, cfg), cfg, t=0, total_steps=10)
+    for atom, w, w0 in zip(net.atom_list(), weights, before):
+        torch.testing.assert_close(w0 - w.detach(), w0 - parameters[atom.role].detach(), rtol=1e-4, atol=1e-7,
+                                   msg=atom.role)
+
+
+def test_a_tied_readout_cannot_start_at_zero_under_mup():
+    arch = OmegaConf.create({"name": "torch_models:tied_gpt", "width": 32})
+    with pytest.raises(ModelError) as error:
+        build_network(arch, LANGUAGE, VARIANTS["modular"], OptimConfig(mode="mup", mup_base_width=16,
+                                                                       mup_readout_zero=True))
+    assert str(error.value) == (
+        "optim.mup_readout_zero=true: the readout shares wte.weight with the embedding, which a zero start would zero "
+        "too (mup's MuSharedReadout leaves the shared table as drawn); leave mup_readout_zero false, or untie them")
 
 
 def test_mup_kinds_of_the_plain_gpt_by_hand():
@@ -312,7 +387,19 @@ BAD = [
     ("torch_models:raises", {}, IMAGE, "unnormed",
      "arch.name='torch_models:raises' failed to build for data=cifar10 (image data): RuntimeError: out of ideas"),
     ("torch_models:flat_logits", {}, LANGUAGE, "unnormed",
-     "arch.name='torch_models:flat_logits': expected (B, T, 65) logits for shakespeare (input (B, T)), got (B, 65)"),
+     "arch.name='torch_models:flat_logits': expected (B, T, 65) logits for shakespeare (input (B, T)), got (B, 65); "
+     "it returns one prediction per sequence: a language model predicts at every position (B, T, …)"),
+    ("torch_models:last_position", {}, LANGUAGE, "unnormed",
+     "arch.name='torch_models:last_position': expected (B, T, 65) logits for shakespeare (input (B, T)), got (B, 1, "
+     "65); it returns the last position's logits alone (as nanoGPT's forward does without targets): every "
+     "position's are needed, so name the parameter of its forward that takes the targets in the arch YAML "
+     "(targets_keyword: targets), or return them from its forward"),
+    ("torch_models:small_vocabulary", {}, LANGUAGE, "unnormed",
+     "arch.name='torch_models:small_vocabulary': expected (B, T, 65) logits for shakespeare (input (B, T)), got (B, "
+     "T, 50); its readout has 50 outputs: build it with data.vocab_size (65)"),
+    ("torch_models:last_position", {"targets_keyword": "targets"}, LANGUAGE, "unnormed",
+     "arch.targets_keyword='targets': Last.forward takes no parameter of that name (its parameters: idx, y); name "
+     "one of them, or null"),
     ("torch_models:fixed_size", {}, IMAGE, "mup",
      "optim.mode=mup: no parameter of Sequential changes size with arch.width; μP scales the layers that grow with it "
      "(map your width key to arch.width, e.g. n_embd: ${.width})"),
@@ -324,10 +411,6 @@ BAD = [
     ("torch_models:no_matrix", {}, IMAGE, "muon",
      "optim.mode=muon: Bias has no hidden matrix for Muon to orthogonalise (every parameter is an embedding, the "
      "readout, a gain or a bias); use optim.mode=unnormed"),
-    ("torch_models:tied_gpt", {}, LANGUAGE, "mup",
-     "optim.mode=mup: wte.weight, lm_head.weight are one tied parameter (an embedding and the readout), which needs "
-     "mup's MuSharedReadout; untie them in the model (GPT-2: tie_word_embeddings: false) or use optim.mode=unnormed "
-     "or muon"),
 ]
 
 
@@ -417,3 +500,23 @@ def test_a_tied_readout_is_the_embedding_for_muon_and_the_tie_holds_in_every_cal
     x = torch.randint(0, 65, (2, 8))
     hidden = torch.relu(w[0][x] @ w[1].T + w[2])
     torch.testing.assert_close(net(x, w), hidden @ w[0].T, rtol=0, atol=0)
+
+
+def test_a_forward_that_returns_every_logit_only_with_targets_is_given_them():
+    """auto: a forward with a ``targets`` parameter gets placeholder targets (nanoGPT's); another name is one YAML
+    key away (``targets_keyword: y``); the placeholder is the input's shape for language, one class per image."""
+    from modula_cli.nn.torch_network import placeholder_targets
+
+    x = torch.randint(0, 65, (3, 8))
+    last = build_network(OmegaConf.create({"name": "torch_models:last_position", "width": 16, "targets_keyword": "y"}),
+                         LANGUAGE, VARIANTS["modular"], OptimConfig(mode="unnormed"))
+    assert last.targets == "y" and last(x, last.initialize(seed=0)).shape == (3, 8, 65)
+    nano = build_network(OmegaConf.create({**NANOGPT, "width": 16}), LANGUAGE, VARIANTS["modular"],
+                         OptimConfig(mode="unnormed"))
+    assert nano.targets == "targets" and nano(x, nano.initialize(seed=0)).shape == (3, 8, 65)
+    packed = [torch.stack(pair) for pair in zip(nano.initialize(seed=0), nano.initialize(seed=1))]
+    assert nano(x.expand(2, *x.shape), packed).shape == (2, 3, 8, 65)  # under vmap, each member its own targets
+    with pytest.raises(ModelError, match=r"got \(B, 1, 65\); it returns the last position's logits alone"):
+        build_model(OmegaConf.create({**NANOGPT, "width": 16, "targets_keyword": None}), LANGUAGE)
+    assert placeholder_targets(x).shape == x.shape and placeholder_targets(x).dtype == torch.long
+    assert placeholder_targets(torch.randn(4, 3, 8, 8)).shape == (4,)

@@ -139,3 +139,23 @@ class ResidualMLP(nn.Module):
 def residual_mlp(arch: Any, data: Any) -> nn.Module:
     return ResidualMLP(arch.width, arch.depth, int(torch.tensor(data.input_shape).prod()), data.num_classes,
                        arch.residual_scale)
+
+
+def last_position(arch: Any, data: Any) -> nn.Module:
+    """nanoGPT's forward without its targets parameter named: (B, T) → (B, 1, vocab), the last position only."""
+
+    class Last(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte, self.head = nn.Embedding(data.vocab_size, arch.width), nn.Linear(arch.width, data.vocab_size)
+
+        def forward(self, idx: torch.Tensor, y: torch.Tensor | None = None) -> tuple[torch.Tensor, None]:
+            h = self.wte(idx)
+            return (self.head(h) if y is not None else self.head(h[:, [-1], :])), None
+
+    return Last()
+
+
+def small_vocabulary(arch: Any, data: Any) -> nn.Module:
+    """A readout built with a fixed size instead of the data's vocabulary."""
+    return nn.Sequential(nn.Embedding(data.vocab_size, arch.width), nn.Linear(arch.width, 50))

@@ -154,8 +154,12 @@ def build_model(arch: Any, data: Any, variant: Variant | None = None) -> Module:
 
     net = build()
     if isinstance(net, nn.Module):
-        readout = OmegaConf.select(arch, "readout", default=None) if isinstance(arch, DictConfig) else None
-        net = TorchNetwork(build, model=net, readout=readout, logits=output_size(data))
+        shape = typed(ArchConfig, arch) if isinstance(arch, DictConfig) else ArchConfig()
+        try:
+            net = TorchNetwork(build, model=net, readout=shape.readout, logits=output_size(data),
+                               targets=shape.targets_keyword)
+        except ValueError as error:  # arch.targets_keyword names no parameter of its forward
+            raise ModelError(str(error)) from None
     elif not isinstance(net, Module):
         raise ModelError(f"arch.name={arch.name!r} returned {type(net).__name__}, neither a torch.nn.Module nor a "
                          f"modula_cli.nn.Module (return your torch model, or build one from modula_cli.nn's atoms)")
@@ -199,7 +203,29 @@ def check_fits(net: Module, name: str, data: Any, samples: int = 2) -> None:
     if not isinstance(y, torch.Tensor) or tuple(y.shape) != expected:
         shape = _symbolic(tuple(y.shape), symbols) if isinstance(y, torch.Tensor) else type(y).__name__
         raise ModelError(f"arch.name={name!r}: expected {_symbolic(expected, symbols)} logits for {data.name} "
-                         f"(input {_symbolic(tuple(x.shape), symbols)}), got {shape}")
+                         f"(input {_symbolic(tuple(x.shape), symbols)}), got {shape}{fit_hint(net, y, expected, data)}")
+
+
+def fit_hint(net: Module, output: Any, expected: tuple[int, ...], data: Any) -> str:
+    """What to change when a network's output is not the logits the data needs ("" when there is no telling)."""
+    size = "data.vocab_size" if data.kind == "language" else "data.num_classes"
+    if not isinstance(output, torch.Tensor):
+        return ("; return the logits: a tensor, a tuple whose first item is the logits (e.g. (logits, loss)) or an "
+                "object with .logits")
+    got = tuple(output.shape)
+    if data.kind == "language" and len(got) == 3 and got[0] == expected[0] and got[1] == 1 != expected[1]:
+        keyword = getattr(net, "targets", None)
+        return ("; it returns the last position's logits alone (as nanoGPT's forward does without targets): every "
+                "position's are needed, " + (f"even when given {keyword}=" if keyword else
+                                             "so name the parameter of its forward that takes the targets in the arch "
+                                             "YAML (targets_keyword: targets), or return them from its forward"))
+    if got[:-1] == expected[:-1] and got[-1] != expected[-1]:
+        return f"; its readout has {got[-1]} outputs: build it with {size} ({expected[-1]})"
+    if data.kind == "language" and got == (expected[0], expected[2]):
+        return "; it returns one prediction per sequence: a language model predicts at every position (B, T, …)"
+    if data.kind == "language" and got == (expected[0] * expected[1], expected[2]):
+        return "; it flattens batch and positions: return the logits as (B, T, vocabulary)"
+    return ""
 
 
 def _symbolic(shape: tuple[int, ...], symbols: tuple[tuple[int, str], ...]) -> str:

@@ -26,3 +26,7 @@ class ArchConfig:
                                                  "(optim.mup_depth, docs/mup.md)", above=0)
     readout: str | None = setting(None, "your torch model: the module path of its readout (e.g. lm_head), for μP and "
                                         "Muon; leave out: found from the shapes")
+    targets_keyword: str | None = setting("auto", "your torch model: the parameter of its forward that takes the "
+                                                  "targets (nanoGPT's forward(idx, targets) returns every position's "
+                                                  "logits only when given them); auto: targets, if its forward has "
+                                                  "one; null: never given")

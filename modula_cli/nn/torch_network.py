@@ -8,11 +8,15 @@ sensitivities, so the modes that need the modular norm (normed, dualized, manifo
 (``Mode.needs_modular_norm``).
 
 The model runs in train mode when gradients are on (training steps) and in eval mode when they are off
-(evaluation, the shape check), so dropout and batch norm behave as in the user's own loop.
+(evaluation, the shape check), so dropout and batch norm behave as in the user's own loop. A forward that takes
+the targets and returns ``(logits, loss)`` (nanoGPT's ``forward(idx, targets=None)``, which without targets
+returns the last position's logits alone) is called with targets, so that it returns every position's logits;
+the loss is this library's, computed from them (``targets_keyword``).
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 import re
 from collections.abc import Callable, Iterator, Sequence
@@ -29,6 +33,7 @@ MATRIX_MODULES = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
 # a parameter path's block index, its first number (h.3.mlp.0.weight → h.*.mlp.0.weight: a Sequential's own
 # positions inside the block are layers of their own)
 BLOCK_INDEX = re.compile(r"(?:(?<=\.)|^)\d+(?=\.)")
+AUTO = "auto"  # arch.targets_keyword's default: read off the model's forward
 
 
 def shared_roles(net: Module) -> list[str]:
@@ -117,11 +122,13 @@ class TorchNetwork(Module):
     initial weights are those of a model built under that seed."""
 
     def __init__(self, factory: Callable[[], nn.Module], model: nn.Module | None = None,
-                 readout: str | None = None, logits: int | None = None):
+                 readout: str | None = None, logits: int | None = None, targets: str | None = AUTO):
         self.factory = factory
         self.model = model if model is not None else factory()
         self.readout_name = readout  # arch.readout: the module the user named as the readout, if any
         self.logits = logits  # the number of logits a sample's output has (vocabulary or classes)
+        self.targets = targets_keyword(self.model, targets)  # its forward's keyword for the targets, if it has one
+        self.input_scales: dict[str, float] = {}  # module path → the factor its input is multiplied by
         modules = dict(self.model.named_modules())
         self.names: list[str] = []
         atoms = []
@@ -182,6 +189,16 @@ class TorchNetwork(Module):
 
     # --- the function -----------------------------------------------------------------------------------
 
+    def scale_input(self, module_path: str, factor: float) -> None:
+        """Multiply what the module at ``module_path`` receives by ``factor`` in every forward pass (μP's tied
+        readout: ``mup``'s MuSharedReadout divides its input by the width multiplier, leaving the shared table, and
+        so the embedding, as it is). A forward pre-hook on the user's module: their code is not touched."""
+        if module_path not in self.input_scales:
+            module = self.model.get_submodule(module_path)
+            module.register_forward_pre_hook(
+                lambda _, inputs: (inputs[0] * self.input_scales[module_path], *inputs[1:]))
+        self.input_scales[module_path] = factor
+
     def forward(self, x: Any, w: Sequence[Tensor]) -> Tensor:
         if len(w) != len(self.children):
             raise ValueError(f"{self.describe()} expects {len(self.children)} weight tensors, got {len(w)}")
@@ -190,9 +207,34 @@ class TorchNetwork(Module):
         params = {name: atom.effective(piece) for name, atom, piece in zip(self.names, self.children, w)}
         packed = bool(w) and w[0].ndim == len(self.children[0].shape) + 1
         if not packed:
-            return logits_of(torch.func.functional_call(self.model, params, (x,)))
-        one = lambda p, xs: logits_of(torch.func.functional_call(self.model, p, (xs,)))  # noqa: E731
-        return torch.func.vmap(one, randomness="different")(params, x)
+            return self._logits(params, x)
+        return torch.func.vmap(self._logits, randomness="different")(params, x)
+
+    def _logits(self, params: dict[str, Tensor], x: Tensor) -> Tensor:
+        extra = {self.targets: placeholder_targets(x)} if self.targets else None
+        return logits_of(torch.func.functional_call(self.model, params, (x,), extra))
+
+
+def targets_keyword(model: nn.Module, setting: str | None) -> str | None:
+    """The keyword through which ``model``'s forward takes the targets (``arch.targets_keyword``), or None when it
+    is not given them. ``auto``: ``targets`` when its forward has a parameter of that name (nanoGPT's), else none.
+    ValueError, one line, for a name its forward does not take."""
+    parameters = inspect.signature(model.forward).parameters
+    if setting == AUTO:
+        return "targets" if "targets" in parameters else None
+    if setting and setting not in parameters and not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+        raise ValueError(f"arch.targets_keyword={setting!r}: {type(model).__name__}.forward takes no parameter of that "
+                         f"name (its parameters: {', '.join(parameters)}); name one of them, or null")
+    return setting or None
+
+
+def placeholder_targets(x: Tensor) -> Tensor:
+    """Targets of the right shape and type for a forward that wants them only to return every position's logits:
+    token ids of the input's shape (language), one class per sample (images). Their value does not matter: the
+    model's own loss of them is not used."""
+    if not x.is_floating_point():
+        return torch.zeros_like(x)
+    return torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
 
 
 def logits_of(output: Any) -> Tensor:

@@ -138,12 +138,28 @@ LINEAR_OR_CONV = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d
                   nn.ConvTranspose3d)
 
 
-def torch_rules(net: TorchNetwork, base: TorchNetwork, twice: TorchNetwork, cfg: OptimConfig) -> list[LayerRule]:
+@dataclass(frozen=True)
+class TorchMup:
+    """μP on a plain torch model: each parameter's rule (weight-list order), and the modules whose input is
+    multiplied by a factor (a readout tied to the embedding: ``mup``'s MuSharedReadout)."""
+    rules: list[LayerRule]
+    input_scales: dict[str, float]
+
+
+def torch_rules(net: TorchNetwork, base: TorchNetwork, twice: TorchNetwork, cfg: OptimConfig) -> TorchMup:
     """μP on a plain torch model as ``mup`` does it to a model whose readout is a ``MuReadout``: each parameter's
     LR from its growth (``shape_rule``), its initialisation the model's own except the readout's, scaled by
     √m_in (``MuReadout._rescale_parameters`` after ``set_base_shapes``) and every linear or convolution bias by
     √(its layer's m_in) (``rescale_linear_bias``), and the readout's input multiplied by 1/m_in (here: its
-    weight, the same function). Which layers grow is read between the base and twice it."""
+    weight, the same function). Which layers grow is read between the base and twice it.
+
+    A readout that shares the embedding's table (GPT-2's and nanoGPT's tie) is ``mup``'s ``MuSharedReadout``: the
+    readout's input is divided by the table's width multiplier (a hook on the readout module, so the embedding's
+    use of the table is left as it is), and the table keeps the model's own initialisation and its LR as an
+    embedding (a vector-like parameter to ``MuAdam``/``MuSGD``). ``set_base_shapes`` would also multiply the shared
+    table by √m (its ``rescale_params``, meant for a readout drawn at 1/√fan-in, and followed in ``mup``'s usage by
+    a re-initialisation): on an embedding's width-independent draw that would make the input layer grow with
+    width, so it is not done (docs/mup.md, "A tied embedding and readout")."""
     atoms, base_atoms, twice_atoms = net.atom_list(), base.atom_list(), twice.atom_list()
     names = [a.role for a in atoms]
     if names != [a.role for a in base_atoms] or names != [a.role for a in twice_atoms]:
@@ -152,10 +168,6 @@ def torch_rules(net: TorchNetwork, base: TorchNetwork, twice: TorchNetwork, cfg:
     if all(a.shape == b.shape for a, b in zip(twice_atoms, base_atoms)):
         raise MupError(f"optim.mode=mup: no parameter of {net.describe()} changes size with arch.width; μP scales "
                        f"the layers that grow with it (map your width key to arch.width, e.g. n_embd: ${{.width}})")
-    if tied := [", ".join(paths) for paths in net.tied.values()]:
-        raise MupError(f"optim.mode=mup: {'; '.join(tied)} are one tied parameter (an embedding and the readout), "
-                       f"which needs mup's MuSharedReadout; untie them in the model (GPT-2: tie_word_embeddings: "
-                       f"false) or use optim.mode=unnormed or muon")
     if cfg.mup_query_zero:
         raise MupError("optim.mup_query_zero=true: a torch model's attention query sits inside its own code; set it "
                        "to zero in the model, or leave mup_query_zero false")
@@ -170,11 +182,14 @@ def torch_rules(net: TorchNetwork, base: TorchNetwork, twice: TorchNetwork, cfg:
                        f"to a fixed-size output, which μP allows only for the readout ("
                        f"{atoms[min(readout)].module_path}); make its output grow with width")
     weight_of = {atom.module_path: i for i, atom in enumerate(atoms) if atom.local_name == "weight"}
+    input_scales = _tied_readout_scales(net, base, readout, cfg)
     rules = []
     for index, (atom, base_atom) in enumerate(zip(atoms, base_atoms)):
         kind, m_in, m_out, lr = shape_rule((atom.fan_out, atom.fan_in), (base_atom.fan_out, base_atom.fan_in),
                                            cfg.name)
-        if index in readout:  # weight and bias: the readout's input width multiplier
+        if index in readout and atom.role in net.tied:  # the shared table: an embedding, its readout's input scaled
+            rules.append(LayerRule(kind, m_in, m_out, lr, 1.0, 1.0))
+        elif index in readout:  # weight and bias: the readout's input width multiplier
             m = atoms[min(readout)].fan_in / base_atoms[min(readout)].fan_in
             rules.append(LayerRule(kind, m_in, m_out, lr, 0.0 if cfg.mup_readout_zero else m**0.5,
                                    1 / m if atom.is_matrix else 1.0))
@@ -185,7 +200,26 @@ def torch_rules(net: TorchNetwork, base: TorchNetwork, twice: TorchNetwork, cfg:
                                    1.0))
         else:
             rules.append(LayerRule(kind, m_in, m_out, lr, 1.0, 1.0))
-    return rules
+    return TorchMup(rules, input_scales)
+
+
+def _tied_readout_scales(net: TorchNetwork, base: TorchNetwork, readout: set[int], cfg: OptimConfig
+                         ) -> dict[str, float]:
+    """The readout modules that use the embedding's table, each with its input's factor 1/m (m: the table's width
+    multiplier), as ``mup``'s MuSharedReadout; empty for an untied readout."""
+    atoms, base_atoms = net.atom_list(), base.atom_list()
+    tied = [i for i in sorted(readout) if atoms[i].role in net.tied]
+    if not tied:
+        return {}
+    table = atoms[tied[0]]
+    if cfg.mup_readout_zero:
+        raise MupError(f"optim.mup_readout_zero=true: the readout shares {table.role} with the embedding, which a "
+                       f"zero start would zero too (mup's MuSharedReadout leaves the shared table as drawn); leave "
+                       f"mup_readout_zero false, or untie them")
+    holders = [path.rpartition(".")[0] for path in net.tied[table.role]]
+    readouts = [net.readout_name] if net.readout_name in holders else [h for h in holders if h != table.module_path]
+    m = table.fan_out / base_atoms[tied[0]].fan_out  # the table's width (an embedding's fan-out)
+    return {module: 1 / m for module in readouts}
 
 
 def modules(module: Module) -> Iterator[Module]:
@@ -254,9 +288,12 @@ class Mup(Unnormed):
     def network(self, net: Module, resize: Resizer, cfg: OptimConfig) -> Module:
         base = resize(width=cfg.mup_base_width)
         if isinstance(net, TorchNetwork):
-            rules = tuple(torch_rules(net, base, resize(width=2 * cfg.mup_base_width), cfg))
+            prepared = torch_rules(net, base, resize(width=2 * cfg.mup_base_width), cfg)
+            rules = tuple(prepared.rules)
             for atom, rule in zip(net.atom_list(), rules):
                 atom.forward_scale = rule.output
+            for module, factor in prepared.input_scales.items():
+                net.scale_input(module, factor)
             zero_roles: frozenset[str] = frozenset()
         else:
             # which layers grow is seen only beside another width: at the base width itself, compare 2× base
