@@ -211,6 +211,30 @@ def test_verdicts_name_the_worst_layers():
     assert short["normed"].startswith("width-stable (tentative: widths span only 4×): every layer's")
 
 
+def test_a_failing_verdict_says_whether_the_initialisation_or_the_updates_grow():
+    """nanoGPT under μP (a fixed 0.02 init): each failing layer's total change grows as its activations already do
+    at step 0 while its own update is stable: init-dominated, an LR that can transfer. A growing own update
+    predicts a falling optimal LR; a shrinking one a rising LR; without init slopes, nothing is claimed."""
+    init = [("m", "a", "init_act_rms", 1.0), ("m", "b", "init_act_rms", 0.5)]
+    dominated = _slope_table([("m", "a", "delta_rms", 0.5), ("m", "a", "own_delta_rms", 0.2),
+                              ("m", "b", "delta_rms", 0.4), ("m", "b", "own_delta_rms", -0.25), *init])
+    verdict = judge(dominated, 0.3)["m"]
+    assert verdict.head == "not width-stable (init-dominated)"
+    assert verdict.detail == (
+        "slope beyond ±0.3 in a delta_rms +0.50, b delta_rms +0.40; init-dominated: these layers' activations "
+        "already grow at step 0 (init_act_rms slope a +1.00, b +0.50) while each one's own update is width-stable "
+        "(own_delta_rms within ±0.3): the optimal LR can still transfer (a sweep tells); the initialisation does not "
+        "scale (μP and the modular norm want hidden weights ∝ 1/√fan-in, not a fixed std such as 0.02)")
+    growing = _slope_table([("m", "a", "delta_rms", 0.5), ("m", "a", "own_delta_rms", 1.2), *init])
+    assert verdicts(growing, 0.3)["m"].endswith("; the updates themselves grow along the width (own_delta_rms): "
+                                                 "expect the optimal LR to fall as the width grows")
+    shrinking = _slope_table([("m", "a", "delta_rms", -0.5), ("m", "a", "own_delta_rms", -0.9), *init])
+    assert "shrink along the width (own_delta_rms): expect the optimal LR to rise" in verdicts(shrinking, 0.3)["m"]
+    flat_init = _slope_table([("m", "a", "delta_rms", 0.5), ("m", "a", "own_delta_rms", 0.1),
+                              ("m", "a", "init_act_rms", 0.1)])
+    assert verdicts(flat_init, 0.3)["m"] == "not width-stable: slope beyond ±0.3 in a delta_rms +0.50"
+
+
 def test_span_warning_below_8x_or_3_points():
     assert span_warning("width", [16, 32, 64, 128]) is None
     assert span_warning("width", [32, 64, 128, 256, 512]) is None
@@ -243,7 +267,7 @@ def test_gpt_normed_and_dualized_are_width_stable_unnormed_is_not(tiny_text_root
     assert len(table) == 3 * len(widths) * layers * 5  # modes × widths × layers × steps 0…4
     assert {"mode", "width", "depth", "layer", "step", "act_rms", "delta_rms", "dir_change", "update_ratio",
             "stable_rank"} <= set(table.columns)
-    assert len(slope_table) == 3 * layers * 8  # the quantities of run/geometry.py
+    assert len(slope_table) == 3 * layers * (8 + 1)  # the quantities of run/geometry.py, and init_act_rms
     for mode in ("normed", "dualized"):
         assert verdict[mode].startswith("width-stable"), verdict[mode]
         for quantity in ("delta_rms", "own_delta_rms"):

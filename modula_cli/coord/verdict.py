@@ -1,6 +1,8 @@
 """The coordinate check's verdict: the slope of log(value) against log(scale) per layer and quantity
 (``slopes``), and per mode whether every layer is stable along the axis (``judge``), tentative when the
-scales span too little (``span_warning``)."""
+scales span too little (``span_warning``). A layer that fails says where its slope comes from: its activations
+already growing at step 0 (the initialisation: ``init_act_rms``, the slope of ``act_rms`` before any step), with
+updates that keep their size beside them, or the updates themselves, and what that predicts for an LR sweep."""
 
 from __future__ import annotations
 
@@ -25,21 +27,31 @@ def fitted_slope(scales: np.ndarray, values: np.ndarray) -> float:
     return float(np.polyfit(np.log(np.asarray(scales, dtype=float)), np.log(values), 1)[0])
 
 
+INIT_ACT = "init_act_rms"  # the slope of act_rms at the first step: how the initialisation alone scales a layer
+
+
 def slopes(frame: pd.DataFrame, axis: str) -> pd.DataFrame:
-    """Per mode, layer and quantity: the slope at the last step. Along depth, layers differ between
-    depths, so a role's layers (every block's ``attn.q``) are averaged first and the role is the layer."""
+    """Per mode, layer and quantity: the slope at the last step, and ``init_act_rms``, that of ``act_rms`` at the
+    first (before any update). Along depth, layers differ between depths, so a role's layers (every block's
+    ``attn.q``) are averaged first and the role is the layer."""
     last = frame[frame["step"] == frame["step"].max()]
+    first = frame[frame["step"] == frame["step"].min()]
     key = "layer" if axis == "width" else "role"
     order = {name: i for i, name in enumerate(dict.fromkeys(last.sort_values(["point", "index"])[key]))}
+    initial = {name: group.groupby(axis)["act_rms"].mean().sort_index()
+               for name, group in first.groupby(["mode", key], sort=False)}
     rows = []
     for (mode, layer), group in last.groupby(["mode", key], sort=False):
         by_scale = group.groupby(axis)[list(QUANTITIES)].mean().sort_index()
-        for quantity in QUANTITIES:
-            values = by_scale[quantity].to_numpy()
+        columns = {quantity: by_scale[quantity] for quantity in QUANTITIES}
+        columns[INIT_ACT] = initial.get((mode, layer), pd.Series(dtype=float))
+        for quantity, series in columns.items():
+            values = series.to_numpy()
             rows.append({"mode": mode, "layer": layer, "quantity": quantity,
-                         "slope": fitted_slope(by_scale.index.to_numpy(), values),
-                         "smallest": values[0], "largest": values[-1], "points": int(np.isfinite(values).sum()),
-                         "_order": order[layer]})
+                         "slope": fitted_slope(series.index.to_numpy(), values),
+                         "smallest": values[0] if len(values) else math.nan,
+                         "largest": values[-1] if len(values) else math.nan,
+                         "points": int(np.isfinite(values).sum()), "_order": order[layer]})
     result = pd.DataFrame(rows)
     if result.empty:
         return result
@@ -90,7 +102,34 @@ class Verdict:
         return f"{self.head}: {self.detail}"
 
 
-def _judge_mode(group: pd.DataFrame, tolerance: float, axis: str, tag: str, shown: int) -> Verdict:
+def _origin(bad: pd.DataFrame, group: pd.DataFrame, initial: dict[str, float], tolerance: float,
+            axis: str) -> tuple[str, str]:
+    """Where the failing layers' slopes come from, and what that predicts for an LR sweep. ``init-dominated`` when
+    each fails on its total change alone (``delta_rms``: what arrives from below too) while its own update's effect
+    is stable (``own_delta_rms``) and its activations already grow at step 0 (``init_act_rms``); else, where some
+    layer's own update grows or shrinks, the direction in which the optimal LR should move. (A word for the
+    verdict's head, the sentence for its detail.)"""
+    own = dict(zip(*group[group["quantity"] == "own_delta_rms"][["layer", "slope"]].to_numpy().T))
+    layers = list(bad["layer"])
+    moving = [own[layer] for layer in layers if layer in own and abs(own[layer]) > tolerance]
+    if moving:
+        grow = np.mean(moving) > 0
+        return "", (f"; the updates themselves {'grow' if grow else 'shrink'} along the {axis} (own_delta_rms): "
+                    f"expect the optimal LR to {'fall' if grow else 'rise'} as the {axis} grows")
+    grown = {layer: initial.get(layer, math.nan) for layer in layers}
+    if not all(abs(g) > tolerance for g in grown.values()):
+        return "", ""
+    named = ", ".join(f"{layer} {g:+.2f}" for layer, g in list(grown.items())[:3])
+    more = ", …" if len(grown) > 3 else ""
+    detail = (f"; init-dominated: these layers' activations already grow at step 0 ({INIT_ACT} slope {named}{more}) "
+              f"while each one's own update is {axis}-stable (own_delta_rms within ±{tolerance:g}): the optimal LR "
+              f"can still transfer (a sweep tells); the initialisation does not scale (μP and the modular norm want "
+              f"hidden weights ∝ 1/√fan-in, not a fixed std such as 0.02)")
+    return " (init-dominated)", detail
+
+
+def _judge_mode(group: pd.DataFrame, tolerance: float, axis: str, tag: str, shown: int,
+                initial: dict[str, float] | None = None) -> Verdict:
     layers = group["layer"].nunique()
     measured = group[np.isfinite(group["slope"])]
     unmeasured = sorted(set(group["layer"]) - set(measured["layer"]))
@@ -111,7 +150,8 @@ def _judge_mode(group: pd.DataFrame, tolerance: float, axis: str, tag: str, show
     named = bad.head(shown)
     names = ", ".join(f"{r['layer']} {r['quantity']} {r['slope']:+.2f}" for _, r in named.iterrows())
     more = f", … ({len(bad)} of {layers} layers)" if len(bad) > shown else ""
-    return Verdict(f"not {axis}-stable{tag}", f"slope beyond ±{tolerance:g} in {names}{more}{note}",
+    kind, origin = _origin(bad, group, initial, tolerance, axis) if initial else ("", "")
+    return Verdict(f"not {axis}-stable{kind}{tag}", f"slope beyond ±{tolerance:g} in {names}{more}{note}{origin}",
                    (*named["layer"], *unmeasured))
 
 
@@ -124,7 +164,9 @@ def judge(slope_table: pd.DataFrame, tolerance: float, axis: str = "width", show
     caveats = _scale_caveats(axis, scales) if scales else []
     tag = f" (tentative: {', '.join(short for short, _ in caveats)})" if caveats else ""
     checked = slope_table[slope_table["quantity"].isin(VERDICT_QUANTITIES)]
-    return {mode: _judge_mode(group, tolerance, axis, tag, shown)
+    init = slope_table[slope_table["quantity"] == INIT_ACT]
+    initial = {mode: dict(zip(group["layer"], group["slope"])) for mode, group in init.groupby("mode", sort=False)}
+    return {mode: _judge_mode(group, tolerance, axis, tag, shown, initial.get(mode))
             for mode, group in checked.groupby("mode", sort=False)}
 
 
