@@ -267,3 +267,21 @@ def test_cifar_bad_options(cifar_root):
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="on_gpu"):
             build_dataset("cifar10", root=str(cifar_root), on_gpu=True)
+
+
+def test_a_binary_file_as_shakespeares_source_is_one_line_naming_it(tmp_path):
+    """nanoGPT's train.bin given as data.source: the check names the file and what the dataset reads, before any
+    run folder is made (no UnicodeDecodeError traceback)."""
+    from modula_cli.config.validate import config_problems
+
+    from helpers import compose_config
+
+    tokens = tmp_path / "train.bin"
+    np.array([300, 7, 65535, 2], dtype=np.uint16).tofile(tokens)
+    cfg = compose_config("data=shakespeare", f"data.source={tokens}")
+    assert config_problems(cfg) == [
+        f"data=shakespeare: {tokens} is not UTF-8 text (byte 0xff at position 4); this dataset reads a plain text "
+        f"file, like tiny Shakespeare's input.txt, and makes its characters the tokens: name such a file with "
+        f"data.source"]
+    with pytest.raises(DataUnavailable, match="is not UTF-8 text"):
+        build_dataset("shakespeare", source=str(tokens), root=str(tmp_path), context=1)

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
-from ..data import CONFIG_ONLY_KEYS, DATASETS
+from ..data import CONFIG_ONLY_KEYS, DATASETS, DataUnavailable
 from ..data.config import DataConfig
 from ..models import (ARCHITECTURES, DATA_KINDS, ModelError, builtin_roles, data_kind_problem, import_builder,
                       is_import_path)
@@ -66,7 +66,11 @@ def data_problems(data: Any) -> list[str]:
     if limit is not None and data.context > limit:
         problems.append(f"data.context={data.context} exceeds data.max_context={limit} (a guard against typos; "
                         f"raise data.max_context to train on longer contexts)")
-    for split, tokens in (entry.split_sizes(**options) or {}).items():
+    try:
+        sizes = entry.split_sizes(**options) or {}
+    except DataUnavailable as error:  # a source that is there but cannot be read as this dataset reads it
+        return [*problems, str(error)]
+    for split, tokens in sizes.items():
         if data.context + 1 > tokens:
             problems.append(f"data.context={data.context} needs {data.context + 1} tokens per window, but the "
                             f"{split} split of {data.name} has {tokens}")

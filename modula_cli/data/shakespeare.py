@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from .base import TokenDataset
-from .storage import TOKEN_FILES, data_root, fetch, prepare_once
+from .storage import TOKEN_FILES, DataUnavailable, data_root, fetch, prepare_once
 
 URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 TRAIN_FRACTION = 0.9
@@ -19,9 +19,20 @@ def _text_path(root: str | None, source: str | None) -> Path:
     return Path(source).expanduser() if source else data_root(root) / "shakespeare" / "input.txt"
 
 
+def _read_text(path: Path) -> str:
+    """The text of ``path``; DataUnavailable in one line when it is not UTF-8 text (a token file, an archive)."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise DataUnavailable(
+            f"data=shakespeare: {path} is not UTF-8 text (byte 0x{error.object[error.start]:02x} at position "
+            f"{error.start}); this dataset reads a plain text file, like tiny Shakespeare's input.txt, and makes its "
+            f"characters the tokens: name such a file with data.source") from None
+
+
 @functools.lru_cache(maxsize=8)
 def _sizes(path: Path, size: int, mtime: float) -> dict[str, int]:
-    characters = len(path.read_text(encoding="utf-8"))
+    characters = len(_read_text(path))
     return {"train": int(characters * TRAIN_FRACTION), "validation": characters - int(characters * TRAIN_FRACTION)}
 
 
@@ -42,7 +53,7 @@ def prepare_shakespeare(root: str | None = None, source: str | None = None, **un
                 "format": "uint16", "input_bytes": text_path.stat().st_size}
 
     def build(tmp: Path) -> dict:
-        text = text_path.read_text(encoding="utf-8")
+        text = _read_text(text_path)
         chars = sorted(set(text))
         index = {c: i for i, c in enumerate(chars)}
         ids = np.array([index[c] for c in text], dtype=np.uint16)
