@@ -72,7 +72,8 @@ def test_worked_example_sweeps_and_coordinate_checks_from_its_own_folder(tmp_pat
             worst[layer] = (q, v)
     named = sorted(((layer, q, v) for layer, (q, v) in worst.items() if abs(v) > 0.3), key=lambda x: -abs(x[2]))
     assert verdict["unnormed"] == "not width-stable (tentative: widths span only 4×): slope beyond ±0.3 in " + \
-        ", ".join(f"{layer} {q} {v:+.2f}" for layer, q, v in named)
+        ", ".join(f"{layer} {q} {v:+.2f}" for layer, q, v in named) + "; the updates themselves grow along the " \
+        "width (own_delta_rms): expect the optimal LR to fall as the width grows"
 
 
 BAD_MODELS = '''
@@ -113,7 +114,7 @@ IMAGES = SimpleNamespace(name="cifar10", kind="image", input_shape=(3, 32, 32), 
     ("not_a_module", "arch.name='bad_models:not_a_module' returned int, neither a torch.nn.Module nor a "
                      "modula_cli.nn.Module (return your torch model, or build one from modula_cli.nn's atoms)"),
     ("wrong_output", "arch.name='bad_models:wrong_output': expected (B, 10) logits for cifar10 (input (B, 3, 32, "
-                     "32)), got (B, 7)"),
+                     "32)), got (B, 7); its readout has 7 outputs: build it with data.num_classes (10)"),
     ("wrong_input", "arch.name='bad_models:wrong_input' does not fit data=cifar10 (input (2, 3, 32, 32)): "
                     "RuntimeError: "),
     ("raises", "arch.name='bad_models:raises' failed to build for data=cifar10 (image data): RuntimeError: no such "
@@ -156,7 +157,7 @@ def test_a_run_of_an_unfit_architecture_stops_with_one_line_and_leaves_nothing(b
             run_or_exit(cfg, run_dir)
         assert str(stop.value.code) == (
             "modula-sweep: arch.name='bad_models:wrong_output': expected (B, 10) logits for cifar10 (input (B, 3, "
-            "32, 32)), got (B, 7)")
+            "32, 32)), got (B, 7); its readout has 7 outputs: build it with data.num_classes (10)")
     assert not fresh.exists()
     assert [p.name for p in earlier.iterdir()] == ["notes.txt"]
 

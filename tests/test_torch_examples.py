@@ -57,7 +57,9 @@ def test_torch_gpt_coordinate_check_packed_sweep_search_and_report(tmp_path, tin
                   "train.steps=10", "variant=modular", "hydra.sweep.dir=search")
     assert search.returncode == 0, search.stderr
     report = _run("modula-sweep-report", folder, str(_sweep_dir(folder, "width")))
-    assert report.returncode == 0 and "muon adam (torch_gpt:torch_gpt" in report.stdout, report.stderr
+    # Muon with the optimiser of its other parameters; no variant: neither reading applies to a plain torch model
+    assert report.returncode == 0 and "muon+adam (torch_gpt:torch_gpt, shakespeare)  (" in report.stdout, report.stdout
+    assert _sweep_dir(folder, "width").name == "torch_gpt-torch_gpt_shakespeare"  # no _paper suffix
 
 
 def test_torchvision_resnet_sweeps_under_mup_with_its_batch_norm(tmp_path, cifar_root):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -139,7 +140,29 @@ def test_each_variant_sweeps_into_a_folder_of_its_own():
     assert folder_suffix(VARIANTS["modular"]) == "" and folder_suffix(VARIANTS["paper"]) == "_paper"
     custom = folder_suffix(Variant(extra_step=True))
     assert custom.startswith("_custom-") and custom != folder_suffix(Variant(embed_rows="unit"))
-    assert "${variant_folder:${variant}}" in (CONFIG_DIR / "config.yaml").read_text()
+    assert "${variant_folder:${variant},${arch.name}}" in (CONFIG_DIR / "config.yaml").read_text()
+
+
+def test_no_variant_applies_to_a_plain_torch_model(tmp_path, monkeypatch):
+    """The variants are two readings of the modular-norm networks: a builder whose files never import modula_cli
+    returns a plain torch model, which trains as its code says under either (no LR-0 step, no _paper folder, the
+    variant "none" in its series and identity); a builder of this library's atoms, even from a module it imports,
+    gets the variant asked for."""
+    from modula_cli.config.resolvers import variant_folder
+    from modula_cli.models.variant import name_of, variant_of
+
+    (tmp_path / "plain.py").write_text("import torch\nfrom layers import Wide\n\ndef build(arch, data): ...\n")
+    (tmp_path / "layers.py").write_text("import torch\nWide = torch.nn.Linear\n")
+    (tmp_path / "atoms.py").write_text("from parts import block\n\ndef build(arch, data): ...\n")
+    (tmp_path / "parts.py").write_text("from modula_cli.nn import Linear\nblock = Linear\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    paper = OmegaConf.create(dataclasses.asdict(VARIANTS["paper"]))
+    for arch, applies in (("plain:build", False), ("atoms:build", True), ("gpt", True)):
+        cfg = OmegaConf.create({"arch": {"name": arch}, "variant": paper})
+        assert variant_of(cfg) == (VARIANTS["paper"] if applies else VARIANTS["modular"]), arch
+        assert name_of(cfg) == ("paper" if applies else "none"), arch
+        assert variant_folder(paper, arch) == ("_paper" if applies else ""), arch
 
 
 def test_the_paper_variant_trains_one_iteration_more_at_lr_0():

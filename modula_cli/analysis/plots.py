@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from ..models.variant import NOT_APPLICABLE
 from ..plumbing import atomic
 from ..results.knobs import GROUP
 
@@ -31,11 +32,14 @@ if TYPE_CHECKING:
 
 
 def series_label(key: tuple) -> str:
-    """``normed adam (gpt, shakespeare, modular)``: mode, optimiser, network, data and variant; and what sets the
-    experiment apart when the folder holds several."""
+    """``normed adam (gpt, shakespeare, modular)``: mode, optimiser, network, data and variant (none for a plain torch
+    model, to which no variant applies); Muon with the optimiser of its other parameters, ``muon+adam``; and what
+    sets the experiment apart when the folder holds several."""
     arch, data, optimizer, mode, variant, *setting = key
     extra = setting[0] if setting and isinstance(setting[0], str) and setting[0] else ""
-    return f"{mode} {optimizer} ({arch}, {data}, {variant})" + (f" · {extra}" if extra else "")
+    method = f"muon+{optimizer}" if mode == "muon" else f"{mode} {optimizer}"
+    scope = ", ".join(str(part) for part in (arch, data, variant) if part not in (NOT_APPLICABLE, None, ""))
+    return f"{method} ({scope})" + (f" · {extra}" if extra else "")
 
 
 def pyplot():

@@ -19,6 +19,12 @@ def lr_grid_string(optimizer: str, mode: str) -> str:
     return ",".join(repr(lr) for lr in lr_grid(optimizer, mode))
 
 
+def variant_folder(node: object, arch: str = "") -> str:
+    """The sweep folder's suffix for this variant and ``arch.name``: ``_paper``; none for the modular variant, or for
+    a plain torch model, to which no variant applies."""
+    return folder_suffix(variant_of({"variant": node, "arch": {"name": arch}}))
+
+
 def register_config() -> None:
     """Register the resolvers and the schemas (each once)."""
     register_schemas()
@@ -28,5 +34,5 @@ def register_config() -> None:
         OmegaConf.register_new_resolver("run_dirname", lambda overrides: run_name(list(overrides)))
     if not OmegaConf.has_resolver("folder_name"):  # my_models:my_mlp → my_models-my_mlp in folder names
         OmegaConf.register_new_resolver("folder_name", lambda name: re.sub(r"[^\w.=+-]", "-", str(name)))
-    if not OmegaConf.has_resolver("variant_folder"):  # the sweep folder's suffix: _paper, none for modular
-        OmegaConf.register_new_resolver("variant_folder", lambda node: folder_suffix(variant_of({"variant": node})))
+    if not OmegaConf.has_resolver("variant_folder"):  # the sweep folder's suffix: _paper; none for modular or a
+        OmegaConf.register_new_resolver("variant_folder", variant_folder)  # plain torch model (no variant applies)

@@ -38,6 +38,27 @@ def source_digest(path: str) -> str | None:
         return None
 
 
+def plain_torch_builder(path: str) -> bool:
+    """Whether the builder ``package.module:function`` returns a plain torch model: neither its file nor any module
+    of its folder that it imports imports ``modula_cli`` (a network of this library's atoms needs it). Read without
+    importing anything; False when the file cannot be found (the import's own error says why)."""
+    importable_from_here()
+    try:
+        spec = importlib.util.find_spec(path.partition(":")[0])
+        origin = spec.origin if spec is not None else None
+        if not origin or not os.path.isfile(origin):
+            return False
+        for file in _own_modules(origin):
+            with open(file, "rb") as source:
+                tree = ast.parse(source.read())
+            if any(name == "modula_cli" or name.startswith("modula_cli.")
+                   for _, name in _imported_names(tree, "", "")):
+                return False
+        return True
+    except (ImportError, ValueError, OSError, SyntaxError):
+        return False
+
+
 def _own_modules(origin: str) -> list[str]:
     """``origin`` and the files of the modules it imports, transitively, that lie in its folder or below (the
     user's own code: not the standard library, torch or anything installed), in the order first reached."""

@@ -64,10 +64,27 @@ def variant_problems(node: Any) -> list[str]:
     return problems
 
 
+NOT_APPLICABLE = "none"  # a plain torch model's variant: neither reading applies to its own code
+
+
+def applies(arch_name: Any) -> bool:
+    """Whether a variant means anything for ``arch.name``: the paper's networks and a user's network of this
+    library's atoms, not a plain torch model (its builder's files never import modula_cli: ``source.py``)."""
+    from .source import plain_torch_builder  # torch-free: reads the builder's files without importing them
+
+    return not (isinstance(arch_name, str) and ":" in arch_name and plain_torch_builder(arch_name))
+
+
+def _arch_name(cfg: Any) -> Any:
+    arch = cfg.get("arch") if hasattr(cfg, "get") else None
+    return arch.get("name") if hasattr(arch, "get") else None
+
+
 def variant_of(cfg: Any) -> Variant:
-    """The run's variant; a config written before variants existed trained the modular one."""
+    """The run's variant; a config written before variants existed trained the modular one, and so does a plain
+    torch model whatever the config says (neither reading applies to it: no LR-0 step, no folder suffix)."""
     node = cfg.get("variant") if hasattr(cfg, "get") else None
-    if node is None:
+    if node is None or not applies(_arch_name(cfg)):
         return Variant()
     return Variant(**(OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node))
 
@@ -84,7 +101,8 @@ def variant_name(variant: Variant) -> str:
 
 
 def name_of(cfg: Any) -> str:
-    return variant_name(variant_of(cfg))
+    """The variant's name in a run's identity and the report's series: ``none`` for a plain torch model."""
+    return variant_name(variant_of(cfg)) if applies(_arch_name(cfg)) else NOT_APPLICABLE
 
 
 def folder_suffix(variant: Variant) -> str:
@@ -135,7 +153,7 @@ def explain_scope(arch_name: str, variant: Variant, net: Any = None) -> str | No
     from ..nn import Conv2D, Embed, FunctionalAttention  # here: the config checks import this module without torch
     from ..nn.torch_network import TorchNetwork
 
-    if isinstance(net, TorchNetwork):
+    if isinstance(net, TorchNetwork):  # a builder that imports modula_cli yet returns a torch model
         return (f"variant={name} with arch.name={arch_name}, a torch.nn.Module: the model's code is its own, so only "
                 f"the training loop's differences apply (a final LR-0 step; variant=modular leaves it out)")
 
