@@ -7,7 +7,6 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 CODE = [ROOT / "modula_cli", ROOT / "hydra_plugins"]

@@ -113,7 +113,7 @@ class GPT(nn.Module):
         for pn, p in self.named_parameters():  # GPT-2's scaled init of the residual projections
             if pn.endswith("c_proj.weight"):
                 torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
-        print("number of parameters: %.2fM" % (self.get_num_params() / 1e6,))
+        print(f"number of parameters: {self.get_num_params() / 1e6:.2f}M")
 
     def get_num_params(self, non_embedding: bool = True) -> int:
         """Parameters, without the position embeddings by default (the token table is the readout too)."""
