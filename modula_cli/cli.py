@@ -369,9 +369,9 @@ def _help_app(config_name: str) -> Callable[[], Any]:
     function for ``--help`` or ``--hydra-help``)."""
     import hydra
 
-    from .config.schema import register_schemas
+    from .config.resolvers import register_config
 
-    register_schemas()
+    register_config()
 
     @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name=config_name)
     def help_only(cfg: Any) -> None:

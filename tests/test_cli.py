@@ -257,6 +257,10 @@ def test_help_describes_the_program_and_lists_every_option(tmp_path, program):
         "dualized | manifold", "--config-dir DIR", "$MODULA_DATA"]
     assert all(example in out for example in examples), out
     assert not (tmp_path / "outputs").exists()
+    if program == "modula-sweep":  # where data.root's default is on this machine, not a made-up ./data
+        from modula_cli.data.storage import data_root
+
+        assert f"(here {data_root(None)}:" in " ".join(out.split()), out
 
 
 # --- Hydra's search path ------------------------------------------------------------------------------------
