@@ -60,3 +60,18 @@ def test_a_builders_digest_covers_the_modules_of_its_folder_it_imports(tmp_path,
     digests.append(source_digest("builder:build"))
     assert len(set(digests)) == 3 and None not in digests
     assert source_digest("alone:build") == hashlib.sha256((tmp_path / "alone.py").read_bytes()).hexdigest()[:12]
+
+
+def test_a_packed_jobs_progress_label_is_whole_where_its_folder_name_is_cut():
+    """A packed job's folder name past 120 bytes keeps its knobs cut and hashed; its progress line names what the
+    runs share and each packed list's span and count in full. An unpacked job is named by its folder."""
+    from modula_cli.config.identity import MAX_NAME_BYTES, job_label, run_name
+
+    lrs = ",".join(repr(2.0**e * 1.0000000001) for e in range(-9, -6))  # three long LRs, more knobs: over 120
+    packed = ["data.context=64", f"optim.lr=[{lrs}]", "train.seed=[0,1]", "arch.width=128", "arch.depth=8",
+              "optim.wd=0.0001", "train.batch_size=256"]
+    assert len(run_name(packed).encode()) <= MAX_NAME_BYTES and ",h=" in run_name(packed)
+    assert job_label(packed) == ("batch_size=256,context=64,depth=8,wd=0.0001,width=128: lr 0.00195…0.00781 (3), "
+                                 "seed 0…1 (2)")
+    assert job_label(["optim.lr=[0.5]"]) == "lr 0.5 (1)"
+    assert job_label(["optim.lr=0.25", "arch.width=64"]) == run_name(["optim.lr=0.25", "arch.width=64"])

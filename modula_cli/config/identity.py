@@ -121,6 +121,33 @@ def _digest(value: Any, length: int) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:length]
 
 
+def job_label(task_overrides: list[str]) -> str:
+    """What a progress line names a job by: its run folder's name (``lr=0.25,width=64``); for a packed job, what its
+    runs share and the span of each packed list (``width=128: lr 0.0156…4 (9), seed 0…2 (3)``): a folder name past
+    ``MAX_NAME_BYTES`` is cut and hashed, a log line need not be."""
+    packed = {}
+    for override in task_overrides:
+        key, _, value = override.lstrip("+~").partition("=")
+        if value.startswith("[") and value.endswith("]"):
+            packed[key] = [v.strip() for v in value[1:-1].split(",") if v.strip()]
+    if not packed:
+        return run_name(task_overrides)
+    rest = [o for o in task_overrides if o.lstrip("+~").partition("=")[0] not in packed]
+    shared = run_name(rest) if rest else ""
+    short = short_keys(sorted(packed))
+    spans = []
+    for key in sorted(packed, key=lambda k: short[k]):
+        values = packed[key]
+        try:
+            numbers = sorted(float(v) for v in values)
+            ends = [f"{n:.3g}" for n in (numbers[0], numbers[-1])]
+        except ValueError:
+            ends = [values[0], values[-1]]
+        span = ends[0] if len(values) == 1 else f"{ends[0]}…{ends[1]}"
+        spans.append(f"{short[key]} {span} ({len(values)})")
+    return f"{shared + ': ' if shared and shared != 'default' else ''}{', '.join(spans)}"
+
+
 def short_keys(keys: list[str]) -> dict[str, str]:
     """``arch.width`` → ``width``, ``optim.lr`` → ``lr``; a last part two keys share keeps the full key."""
     last = [k.split(".")[-1] for k in keys]

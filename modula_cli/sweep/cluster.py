@@ -22,7 +22,7 @@ from pathlib import Path
 
 from hydra.core.utils import JobReturn, JobStatus
 
-from ..config.identity import run_name
+from ..config.identity import job_label, run_name
 from ..data.storage import data_root
 from ..plumbing.signals import STOP
 from ..plumbing import environment
@@ -265,7 +265,7 @@ class Follower:
         self.counted += sum(name not in self.before for name in names)
         outcome = Outcome(SKIPPED) if all(status == SKIPPED for status in statuses) else \
             _outcome(names, summaries, end)  # SKIPPED: trained by another launch meanwhile
-        report_progress(self.sweep_dir, self.launch, run_name(list(self.overrides[index])), outcome, self.counted,
+        report_progress(self.sweep_dir, self.launch, job_label(list(self.overrides[index])), outcome, self.counted,
                         summaries)
         return True
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from ..config.identity import job_label
 from ..config.members import sweep_member_dir
 from ..config.schema import searches
 from ..plumbing.environment import job_launch
@@ -48,7 +49,7 @@ def sweep_job(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> Outcome:
         log.info("%s is being trained by %s; it will be checked again at the end of this sweep",
                  run_dir.name, result.holder)
     elif launch:
-        report_progress(sweep_dir, launch, run_dir.name, result)
+        report_progress(sweep_dir, launch, job_label(overrides), result)
     return result
 
 

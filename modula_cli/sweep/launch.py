@@ -25,6 +25,7 @@ from omegaconf import DictConfig, open_dict, read_write
 from omegaconf.errors import InterpolationResolutionError
 
 from ..config.hydra_internals import quiet_job_announcements
+from ..config.identity import job_label
 from ..config.schema import searches
 from ..config.validate import ConfigError
 from ..plumbing import atomic
@@ -127,7 +128,7 @@ class Launch:
                 if STOP.requested:
                     break
                 result = train_job(deferred.cfg, deferred.run_dir, deferred.overrides, self.id, wait=True)
-                report_progress(self.sweep_dir, self.id, deferred.run_dir.name, result)
+                report_progress(self.sweep_dir, self.id, job_label(deferred.overrides), result)
             self._settle_abandoned()
             if write_sweep_report(config, self.sweep_dir):
                 mark_reported(self.sweep_dir, self.id)  # modula-sweep-status need not write it again
