@@ -210,6 +210,8 @@ def test_same_seed_reproduces_and_finished_run_is_skipped(tmp_path, tiny_text_ro
     first, second = train(cfg, tmp_path / "a").summary, train(cfg, tmp_path / "b").summary
     assert read_losses(tmp_path / "a") == read_losses(tmp_path / "b")
     assert first["train_loss"] == second["train_loss"]
+    # a finished run folder holds its results alone: its lock and owner files went when it finished
+    assert not {"run.lock", "run.owner"} & {p.name for p in (tmp_path / "a").iterdir()}
     again = train(cfg, tmp_path / "a").summary
     assert again.get("skipped") is True
     rerun = train(compose_config(*tiny_gpt(tiny_text_root, "train.steps=12", "train.rerun=true")),
@@ -244,6 +246,7 @@ def test_preemption_checkpoints_and_resume_is_exact(mode, tmp_path, tiny_text_ro
     interrupted_at(monkeypatch, 17, lambda: train(cfg, tmp_path / "resumed"))
     assert torch.load(tmp_path / "resumed" / "checkpoint.pt", weights_only=True)["state"]["step"] == 18
     assert json.loads((tmp_path / "resumed" / "summary.json").read_text())["status"] == "interrupted"
+    assert (tmp_path / "resumed" / "run.lock").exists()  # an unfinished run keeps its lock file for the resume
     resumed = train(cfg, tmp_path / "resumed").summary
     assert read_losses(tmp_path / "resumed") == read_losses(tmp_path / "reference")
     assert resumed["train_loss"] == reference["train_loss"] and resumed["test_loss"] == reference["test_loss"]

@@ -134,6 +134,17 @@ class RunLocks:
                 lock.release()
             self.held = False
 
+    def finish(self) -> None:
+        """For a run that has finished: remove the lock and owner files while still holding the locks, then release
+        them, so a finished run folder holds its results alone. Whoever comes next makes a fresh lock file, takes
+        it and finds the run finished: no process can hold a removed file's lock beside another's fresh one."""
+        if not self.held:
+            return
+        for folder in self.run_dirs:
+            for name in (OWNER_FILE, LOCK_FILE):
+                (folder / name).unlink(missing_ok=True)
+        self.release()
+
     def discard(self) -> None:
         """Release, and remove what holding left behind (a run that wrote nothing leaves no files)."""
         if not self.held:

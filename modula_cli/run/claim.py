@@ -55,7 +55,7 @@ def claim(members: Members, locks: RunLocks, name: str, rerun: bool, wait: bool)
             return STOPPED_WAITING
         rerun = False  # what the other process finished counts, rerun or not
     if not rerun and (done := finished_summaries(members)):  # finished since the first look (_skipped)
-        locks.release()
+        locks.finish()
         log.info("%s was finished by another process; skipping", name)
         return Outcome.of([{**s, "skipped": True} for s in done], members.packed)
     return None

@@ -21,7 +21,7 @@ from ..plumbing.locks import RunLocks
 from ..plumbing.signals import STOP, StopRequested
 from ..results.files import CONFIG_FILE
 from ..results.status import COMPLETED, INTERRUPTED
-from ..results.summary import Outcome, Summary, write_summary
+from ..results.summary import Outcome, Summary, is_finished, write_summary
 from . import checkpoint
 from .claim import STOPPED_WAITING, already_finished, claim, decided_by_lead, distributed
 from .context import RunContext
@@ -70,6 +70,8 @@ def train(cfg: DictConfig, run_dir: Path, *, member_dir: MemberDir | None = None
             ctx = RunContext.build(config, members, rank, world)
         with STOP.installed():
             summaries = train_from_checkpoint(ctx, run_dir, provenance)
+        if all(is_finished(s, m.fingerprint) for s, m in zip(summaries, members)):
+            locks.finish()  # a finished run folder holds its results alone
     except StopRequested as stop:
         if ctx is None:  # stopped before its first step: nothing of this run to keep or resume
             stop.trained = False
