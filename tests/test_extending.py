@@ -207,3 +207,28 @@ def test_weight_decay_sweep_reports_along_wd(tiny_text_root, tmp_path):
     runs = pd.read_csv(tmp_path / "sweep" / "results.csv")
     losses = runs.pivot_table(index="lr", columns="wd", values="train_loss")
     assert (losses[0.25] != losses[4.0]).all()
+
+
+@pytest.mark.parametrize("source, message", [
+    ("def build(arch, data):\n    return (\n", "cannot import broken_models (SyntaxError: '(' was never closed at "
+                                                "{file}, line 2); fix that line"),
+    ("import not_installed_pkg\n", "cannot import broken_models (ModuleNotFoundError: No module named "
+                                   "'not_installed_pkg'); it imports 'not_installed_pkg': install it, or put it "
+                                   "beside the file"),
+    ("raise RuntimeError('no GPU here')\n", "cannot import broken_models (RuntimeError: no GPU here, raised while "
+                                            "importing it); fix the module"),
+])
+def test_a_builder_that_does_not_import_gets_the_hint_its_cause_needs(tmp_path, monkeypatch, source, message):
+    """Only a module that is not found gets "run from the folder that holds it": a syntax error names its line, a
+    missing dependency names itself, anything else raised while importing is said as it is."""
+    from modula_cli.models.builders import import_builder
+
+    (tmp_path / "broken_models.py").write_text(source)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("broken_models", None)
+    with pytest.raises(ModelError) as error:
+        import_builder("broken_models:build")
+    sys.modules.pop("broken_models", None)
+    assert str(error.value) == "arch.name='broken_models:build': " + message.format(
+        file=tmp_path / "broken_models.py")

@@ -81,13 +81,28 @@ def import_builder(path: str) -> Callable[[Any, Any], Module | nn.Module]:
     try:
         module = importlib.import_module(module_name)
     except Exception as error:  # noqa: BLE001 - any failure while importing the user's file is reported as one line
-        raise ModelError(f"arch.name={path!r}: cannot import {module_name} ({type(error).__name__}: {error}); run "
-                         f"from the folder that holds it or add that folder to PYTHONPATH") from None
+        raise ModelError(f"arch.name={path!r}: cannot import {module_name} ({import_failure(module_name, error)}"
+                         ) from None
     builder = getattr(module, function_name, None)
     if not callable(builder):
         found = "not callable" if builder is not None else "not defined"
         raise ModelError(f"arch.name={path!r}: {function_name} is {found} in {module.__file__}")
     return builder
+
+
+def import_failure(module_name: str, error: Exception) -> str:
+    """Why the user's module did not import, and what to change: where it is not found, the folder to run from;
+    a module it imports that is missing, that one; a syntax error, its file and line; else what it raised."""
+    if isinstance(error, SyntaxError):
+        where = f"{error.filename}, line {error.lineno}" if error.filename else "its source"
+        return f"SyntaxError: {error.msg} at {where}); fix that line"
+    if isinstance(error, ModuleNotFoundError) and error.name is not None and \
+            module_name.split(".")[:len(error.name.split("."))] == error.name.split("."):
+        return (f"ModuleNotFoundError: {error}); run from the folder that holds it or add that folder to "
+                f"PYTHONPATH")
+    if isinstance(error, ModuleNotFoundError):
+        return f"ModuleNotFoundError: {error}); it imports {error.name!r}: install it, or put it beside the file"
+    return f"{cause_text(error)}, raised while importing it); fix the module"
 
 
 def architecture(name: str) -> Architecture:
