@@ -241,7 +241,12 @@ def test_a_target_below_the_smallest_scale_is_predicted_and_said_so(tmp_path, ca
 
 
 def test_scale_png_draws_the_law_out_to_the_target_and_marks_the_prediction(tmp_path, monkeypatch):
+    from matplotlib.collections import PolyCollection
+
     import modula_cli.analysis.plots as plots
+
+    def bands(axes) -> list:
+        return [c for c in axes.collections if isinstance(c, PolyCollection)]  # fill_between's
 
     figures = {}
     monkeypatch.setattr(plots, "_save", lambda fig, path: figures.setdefault(Path(path).name, fig))
@@ -259,6 +264,15 @@ def test_scale_png_draws_the_law_out_to_the_target_and_marks_the_prediction(tmp_
     assert low < math.log2(result["transfer"].iloc[0]["predicted_low"]) and \
         high > math.log2(result["transfer"].iloc[0]["predicted_high"])
     assert any("4096" in text.get_text() for text in left.texts)
+    assert "band: law's 95 %" in left.get_title()
+    # one seed: the law has no interval, so no band is drawn and the title promises none
+    figures.clear()
+    (tmp_path / "one").mkdir()
+    write_report(shared_table(tmp_path / "one", truths, seeds=(0,)), resamples=400, out_dir=tmp_path / "r1",
+                 quiet=True, target={"width": 4096})
+    one = figures["scale.png"].axes[0]
+    assert bands(left) and not bands(one)
+    assert "band" not in one.get_title().replace("no band: one seed", "") and "no band: one seed" in one.get_title()
 
 
 def test_points_that_scatter_about_the_line_widen_its_intervals_by_root_chi_square():

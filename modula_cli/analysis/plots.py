@@ -192,8 +192,9 @@ def plot_scale(table: pd.DataFrame, optimal: pd.DataFrame, metric: str, knob: st
         marks |= drawn
         if laws and key in laws:
             stacked = sum(1 for k in keys[:keys.index(key)] if k in laws)
-            reach += _plot_law(left, laws[key], out_to, line.get_color(), knob, stacked)
-            marks.add("law")
+            reached, banded = _plot_law(left, laws[key], out_to, line.get_color(), knob, stacked)
+            reach += reached
+            marks.add("law band" if banded else "law")
         rows += _plot_tuned(right, _of(table, key), _of(optimal, key), key, metric, style, line.get_color())
     # At least two grid steps either side of the optima (within the grid): a 0.3-step move neither fills
     # the panel nor vanishes in it; and the law's prediction, wherever it lies.
@@ -210,7 +211,8 @@ def plot_scale(table: pd.DataFrame, optimal: pd.DataFrame, metric: str, knob: st
     left.set_ylabel("fitted log2 optimal LR" + (" (95% interval)" if "interval" in marks else " (1 seed: no interval)"))
     legend = [text for mark, text in (("incomplete", "○ incomplete"), ("open", "▲▼ open side"),
                                       ("missing", "× no completed run"),
-                                      ("law", "band: law's 95 %, dotted: extrapolated"))
+                                      ("law band", "band: law's 95 %, dotted: extrapolated"),
+                                      ("law", "dash-dot: law, dotted: extrapolated; no band: one seed"))
               if mark in marks]
     left.set_title("optimal LR against scale" + (f"\n({', '.join(legend)})" if legend else ""), fontsize=9)
     seeds = int(table["seeds"].max()) if not table.empty and table["seeds"].notna().any() else 0
@@ -259,10 +261,11 @@ def _plot_optima(ax, curves: pd.DataFrame, best: pd.DataFrame, style: str, label
     return line, drawn
 
 
-def _plot_law(ax, law: Law, target: float | None, color, knob: str, index: int = 0) -> list[float]:
+def _plot_law(ax, law: Law, target: float | None, color, knob: str, index: int = 0) -> tuple[list[float], bool]:
     """The law's line (dash-dot, apart from the optima's own line) and its 95 % band over the scales it was
     fitted on and out to ``target`` (dotted, lighter), with the prediction there marked, and its LR written in the
-    panel's corner (the ``index``-th law's line under the others'); returns the log2 LRs it reaches."""
+    panel's corner (the ``index``-th law's line under the others'); returns the log2 LRs it reaches, and whether
+    a band was drawn (one seed gives the law no interval)."""
     first, last = float(law.positions[:, 0].min()), float(law.positions[:, 0].max())
     ends = [first, last] + ([math.log2(target)] if target else [])
     xs = np.unique(np.concatenate([np.linspace(min(ends), max(ends), 60), [first, last]]))
@@ -274,12 +277,13 @@ def _plot_law(ax, law: Law, target: float | None, color, knob: str, index: int =
     for part in (xs <= first + 1e-9, xs >= last - 1e-9):  # below and beyond the scales measured
         if part.sum() > 1:
             ax.plot(2.0**xs[part], value[part], ":", color=color, linewidth=1.2)
-    if np.isfinite(low).any():
+    banded = bool(np.isfinite(low).any())
+    if banded:
         ax.fill_between(2.0**xs, low, high, where=inside, color=color, alpha=0.15, linewidth=0)
         ax.fill_between(2.0**xs, low, high, where=~inside | np.isclose(xs, first) | np.isclose(xs, last),
                         color=color, alpha=0.07, linewidth=0)
     if not target:
-        return [float(v) for v in (*value, *low, *high)]
+        return [float(v) for v in (*value, *low, *high)], banded
     prediction = law.predict([math.log2(target)])
     estimate, lr = prediction.log2_lr, prediction.lr
     ax.plot(target, estimate.value, "*", color=color, markersize=13, markeredgecolor="k",
@@ -288,7 +292,7 @@ def _plot_law(ax, law: Law, target: float | None, color, knob: str, index: int =
                                      f"{lr.value:.3g} [{lr.low:.3g}, {lr.high:.3g}]")
     ax.text(0.02, 0.97 - 0.07 * index, "★ " + said, transform=ax.transAxes, ha="left", va="top", fontsize=7,
             color=color)  # stacked in a corner: two series' predictions at one target would overlap at the stars
-    return [float(v) for v in (*value, *low, *high)]
+    return [float(v) for v in (*value, *low, *high)], banded
 
 
 def _plot_tuned(ax, curves: pd.DataFrame, best: pd.DataFrame, key: tuple, metric: str, style: str,
