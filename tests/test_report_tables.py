@@ -142,3 +142,17 @@ def test_a_search_is_reported_under_the_series_it_searched():
     # a scale none of whose runs is in the report keeps the search's own label: a series of its own
     assert lines[2].startswith("LR search of arch=gpt,steps=400 (search.json)"), lines
     assert not any("steps=150" in line for line in lines)
+
+
+def test_a_tie_whose_other_lr_has_no_run_at_the_largest_scale_says_so_instead_of_nan():
+    """Width 32's best LR ties with another that was never trained (or never completed) at width 128: the line says
+    so and how to get it, never "the regret would be nan"; a tie that was trained gets its regret."""
+    row = Transfer(arch="gpt", data="shakespeare", optimizer="adam", mode="normed", variant="paper",
+                   scale_knob="width", smallest=32, largest=128, shift_log2=0.15, regret=0.0438, tuned_lr=0.5,
+                   tied_lr=0.0625, tied_gap=0.008, tied_regret=math.nan, seeds=1, setting="")
+    line = report._transfer_line(row, 40)
+    assert "nan" not in line
+    assert line.endswith("keeping 0.0625 has no regret to show: it has no completed run at width 128 (train it "
+                         "there, e.g. optim.lr=0.0625)")
+    trained = report._transfer_line(dataclasses.replace(row, tied_regret=0.0012), 40)
+    assert trained.endswith("keeping 0.0625, the regret would be 0.0012")

@@ -200,10 +200,14 @@ def _transfer_line(row: Any, width: int) -> str:
     if not math.isnan(row.tied_lr):  # the regret hangs on which of two equal LRs won at the smallest scale
         noise = f"under the {ONE_SEED_NOISE * 100:.1f} % by which seeds differ: one seed cannot tell them apart" \
             if row.seeds < 2 else "the seeds' 95 % interval of the difference holds 0"
-        other = "diverges at the largest scale" if math.isinf(row.tied_regret) else f"{row.tied_regret:.4f}"
+        if math.isnan(row.tied_regret):  # that LR has no mean at the largest scale: nothing to compare
+            other = (f"keeping {row.tied_lr:g} has no regret to show: it has no completed run at "
+                     f"{row.scale_knob} {row.largest:g} (train it there, e.g. optim.lr={row.tied_lr:g})")
+        else:
+            regret = "diverges at the largest scale" if math.isinf(row.tied_regret) else f"{row.tied_regret:.4f}"
+            other = f"keeping {row.tied_lr:g}, the regret would be {regret}"
         line += (f"\n  {'':<{width}} {row.scale_knob} {row.smallest:g}: its best LR {row.tuned_lr:g} ties with "
-                 f"{row.tied_lr:g} ({abs(row.tied_gap):.4f} apart, {noise}); keeping {row.tied_lr:g}, the regret "
-                 f"would be {other}")
+                 f"{row.tied_lr:g} ({abs(row.tied_gap):.4f} apart, {noise}); {other}")
     if isinstance(row.edges, str) and row.edges:  # the optimum may lie beyond the LRs: the shift is not measured
         line += (f"\n  {'':<{width}} optimum at a grid edge ({row.edges}): the shift is a bound; widen the LR grid "
                  f"there")
