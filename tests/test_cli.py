@@ -17,6 +17,7 @@ from modula_cli.cli import UsageError, check_choices, flags_first, parse_error, 
 from modula_cli.plumbing.suggest import unknown_key
 from modula_cli.config import CONFIG_DIR
 from helpers import compose_config, tiny_gpt
+import prewarmed
 
 PROGRAMS = {"modula-sweep": "sweep", "modula-coord-check": "coord_check"}
 
@@ -24,7 +25,7 @@ PROGRAMS = {"modula-sweep": "sweep", "modula-coord-check": "coord_check"}
 def cli(tmp_path: Path, *args: str, program: str = "modula-sweep", **env: str) -> tuple[int, str]:
     """Run a program as its entry point does, in an empty folder; its exit status and all it printed."""
     code = f"import sys; sys.argv[0] = {program!r}; from modula_cli.cli import {PROGRAMS[program]} as m; m()"
-    result = subprocess.run([sys.executable, "-c", code, *args], cwd=tmp_path, capture_output=True, text=True,
+    result = prewarmed.run([sys.executable, "-c", code, *args], cwd=tmp_path, capture_output=True, text=True,
                             timeout=120, env={**os.environ, "HYDRA_FULL_ERROR": "0", **env})
     return result.returncode, result.stdout + result.stderr
 

@@ -5,7 +5,6 @@ import json
 import math
 import os
 import signal
-import subprocess
 import sys
 
 import numpy as np
@@ -20,6 +19,7 @@ from modula_cli.run.geometry import direction_change, stable_rank
 from modula_cli.nn import GPT, Embed, Linear, ResMLP, ResNet, StandardGPT, layer_names, layer_roles
 from modula_cli.optim import OptimConfig
 from modula_cli.plumbing.signals import StopRequested
+import prewarmed
 
 
 def compose_coord(*overrides: str):
@@ -410,7 +410,7 @@ def test_command_line_rejects_bad_input_before_any_work(tiny_text_root, tmp_path
     """(The command's successful run is tested from a user's folder in test_extending.py.)"""
     base = [sys.executable, "-m", "modula_cli.coord.check", "arch.depth=1", "arch.heads=2",
             f"data.root={tiny_text_root}", "data.context=16", "train.device=cpu"]
-    bad = subprocess.run([*base, "coord.modes=[normed,bogus]", "coord.steps=0", f"hydra.run.dir={tmp_path / 'bad'}"],
+    bad = prewarmed.run([*base, "coord.modes=[normed,bogus]", "coord.steps=0", f"hydra.run.dir={tmp_path / 'bad'}"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 1
     assert bad.stderr.splitlines()[-2:] == [
@@ -428,7 +428,7 @@ def test_command_line_missing_data_is_one_line_and_writes_nothing(tmp_path):
     dead = "http://127.0.0.1:9"  # nothing listens: the download fails at once, as it does without a network
     env = {**os.environ, "http_proxy": dead, "https_proxy": dead, "HTTP_PROXY": dead, "HTTPS_PROXY": dead,
            "no_proxy": "", "NO_PROXY": ""}
-    result = subprocess.run([sys.executable, "-m", "modula_cli.coord.check", f"data.root={empty}", "train.device=cpu",
+    result = prewarmed.run([sys.executable, "-m", "modula_cli.coord.check", f"data.root={empty}", "train.device=cpu",
                              "coord.widths=[16,32,128]", "coord.steps=1"], cwd=tmp_path, env=env,
                             capture_output=True, text=True, timeout=120)
     lines = (result.stdout + result.stderr).strip().splitlines()

@@ -20,13 +20,14 @@ from modula_cli.nn import Linear
 from modula_cli.optim import OptimConfig, init_state, optimizer_step
 from modula_cli.config.identity import RunIdentity
 from modula_cli.config.validate import config_problems
+import prewarmed
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "my_mlp"
 BIN = Path(sys.executable).parent  # the console scripts a user runs, installed beside this Python
 
 
 def _run(tool: str, folder: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / tool), *args], cwd=folder, capture_output=True, text=True, timeout=300)
+    return prewarmed.run([str(BIN / tool), *args], cwd=folder, capture_output=True, text=True, timeout=300)
 
 
 def test_worked_example_sweeps_and_coordinate_checks_from_its_own_folder(tmp_path):
@@ -199,7 +200,7 @@ def test_weight_decay_sweep_reports_along_wd(tiny_text_root, tmp_path):
     """``sweep=weight_decay``: wd is the scale axis of every table, and the decay changes the runs."""
     overrides = tiny_gpt(tiny_text_root, "sweep=weight_decay", "optim.wd=0.25,4.0", "optim.lr=0.1,0.3",
                          "train.steps=6", f"hydra.sweep.dir={tmp_path / 'sweep'}")
-    result = subprocess.run([sys.executable, "-m", "modula_cli.train", *overrides], cwd=tmp_path, capture_output=True,
+    result = prewarmed.run([sys.executable, "-m", "modula_cli.train", *overrides], cwd=tmp_path, capture_output=True,
                             text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     transfer = pd.read_csv(tmp_path / "sweep" / "transfer.csv")

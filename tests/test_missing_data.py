@@ -20,6 +20,7 @@ from modula_cli.data import DataUnavailable, build_dataset, prepare_dataset
 from modula_cli.models import ModelError, build_model
 from modula_cli.run.trainer import train
 from modula_cli.config.validate import config_problems
+import prewarmed
 
 BIN = Path(sys.executable).parent  # the console scripts a user runs, installed beside this Python
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "my_mlp"
@@ -40,7 +41,7 @@ def run_tool(tool: str, cwd: Path, *args: str) -> tuple[int, list[str]]:
     """Exit code and the non-blank lines of stdout and stderr together (besides the error, at most an
     informational line such as how many CPU threads the run would use)."""
     cwd.mkdir(parents=True, exist_ok=True)
-    result = subprocess.run([str(BIN / tool), *args], cwd=cwd, capture_output=True, text=True, timeout=300,
+    result = prewarmed.run([str(BIN / tool), *args], cwd=cwd, capture_output=True, text=True, timeout=300,
                             env=offline_env(cwd.parent))
     return result.returncode, [line for line in (result.stdout + result.stderr).splitlines() if line.strip()]
 

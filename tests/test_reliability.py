@@ -19,6 +19,7 @@ from modula_cli.config.members import member_overrides
 from modula_cli.analysis.report import write_report
 from modula_cli.run.trainer import train
 from modula_cli.plumbing.signals import StopRequested
+import prewarmed
 
 pytestmark = pytest.mark.slow
 CLI = [sys.executable, "-m", "modula_cli.train"]
@@ -31,8 +32,7 @@ def tiny_sweep_args(tmp_path, sweep_dir, *overrides):
 
 def start(args, cwd, env_extra=None):
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", **(env_extra or {})}
-    return subprocess.Popen([*CLI, *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    return prewarmed.start([*CLI, *args], cwd=cwd, env=env)
 
 
 def finish(process, timeout=300):
@@ -92,7 +92,7 @@ def test_corrupt_summaries_are_retrained_and_never_crash_the_report(text_tmp, ca
     (runs[2] / "summary.json").write_text('{"status": "completed", "tra')   # truncated
     frame = write_report(sweep_dir, quiet=True)["results"]  # the report reads them as not finished
     assert len(frame) == 3 and set(frame["status"]) == {"pending"}
-    report = subprocess.run([sys.executable, "-m", "modula_cli.analysis.report", str(sweep_dir)], capture_output=True,
+    report = prewarmed.run([sys.executable, "-m", "modula_cli.analysis.report", str(sweep_dir)], capture_output=True,
                             text=True, timeout=120)
     assert report.returncode == 0 and "Traceback" not in report.stderr
     assert "is corrupt" in report.stdout + report.stderr
@@ -205,7 +205,7 @@ def test_all_diverged_or_all_failed_sweeps_still_report(text_tmp):
 ])
 def test_bad_single_run_rejected_in_one_line_before_training(override, message, text_tmp):
     args = tiny_gpt(text_tmp / "data", "train.steps=5", override, f"hydra.run.dir={text_tmp / 'run'}")
-    result = subprocess.run([*CLI, *args], cwd=text_tmp, capture_output=True, text=True, timeout=120)
+    result = prewarmed.run([*CLI, *args], cwd=text_tmp, capture_output=True, text=True, timeout=120)
     assert result.returncode != 0 and message in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
     assert not (text_tmp / "run" / "metrics.jsonl").exists()
@@ -240,7 +240,7 @@ def test_missing_local_dataset_path_is_named_and_leaves_nothing(text_tmp):
     missing = text_tmp / "no_such_corpus"
     args = ["arch=gpt", "data=tinystories", f"data.source={missing}", "data.tokenizer=byte",
             f"data.root={text_tmp / 'data'}", "train.steps=2", f"hydra.run.dir={text_tmp / 'run'}"]
-    result = subprocess.run([*CLI, *args], cwd=text_tmp, capture_output=True, text=True, timeout=120)
+    result = prewarmed.run([*CLI, *args], cwd=text_tmp, capture_output=True, text=True, timeout=120)
     assert result.returncode != 0 and f"data.source={missing}: no such folder" in result.stderr
     assert "hub" not in result.stderr and not list((text_tmp / "data").rglob("*.tmp"))
 

@@ -5,7 +5,6 @@ import json
 import math
 import os
 import shutil
-import subprocess
 import sys
 
 import numpy as np
@@ -17,6 +16,7 @@ from modula_cli.analysis.report import write_report
 from modula_cli.analysis.tables import experiment_labels
 from modula_cli.results.knobs import GROUP, SERIES
 from modula_cli.results.table import collect
+import prewarmed
 
 LRS = "optim.lr=0.05,0.1,0.2"
 
@@ -26,7 +26,7 @@ def quick_cli(tmp_path, sweep_dir, *overrides):
     base = ["sweep=quick", "arch.width=8,16", "arch.depth=1", "arch.heads=2", f"data.root={tmp_path / 'data'}",
             "data.context=8", *TINY_TRAIN, f"hydra.sweep.dir={sweep_dir}"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-    result = subprocess.run([sys.executable, "-m", "modula_cli.train", *base, *overrides], cwd=tmp_path, env=env,
+    result = prewarmed.run([sys.executable, "-m", "modula_cli.train", *base, *overrides], cwd=tmp_path, env=env,
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     return result

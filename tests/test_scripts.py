@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import prewarmed
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "scripts"
@@ -19,12 +20,12 @@ STUDIES = ROOT / "docs" / "results"
 
 
 def run(script: Path, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=timeout)
+    return prewarmed.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.mark.slow
 def test_bench_prints_mode_ratios_per_variant_and_packed_speed_up():
-    result = subprocess.run(
+    result = prewarmed.run(
         [sys.executable, str(SCRIPTS / "bench.py"), "--tables", "modes,pack", "--skip-gpt768", "--steps", "1",
          "--batch-size", "2", "--context", "8", "--pack", "2", "--repeats", "2"],
         capture_output=True, text=True, timeout=600)
@@ -48,7 +49,7 @@ def test_bench_prints_mode_ratios_per_variant_and_packed_speed_up():
 
 @pytest.mark.slow
 def test_the_torch_loop_bench_times_the_tool_beside_a_bare_loop(tiny_text_root):
-    result = subprocess.run(
+    result = prewarmed.run(
         [sys.executable, str(SCRIPTS / "bench_torch_loop.py"), "--width", "16", "--depth", "1", "--batch-size", "2",
          "--context", "8", "--steps", "6", "--warmup", "2", "--rounds", "2", "--data-root", str(tiny_text_root)],
         capture_output=True, text=True, timeout=300)
@@ -63,7 +64,7 @@ def test_the_torch_loop_bench_times_the_tool_beside_a_bare_loop(tiny_text_root):
 
 @pytest.mark.slow
 def test_the_loop_study_times_loop_and_step_per_variant(tiny_text_root):
-    result = subprocess.run(
+    result = prewarmed.run(
         [sys.executable, str(STUDIES / "loop_overhead" / "bench_loop.py"), "--width", "16", "--depth", "1",
          "--batch-size", "2", "--context", "8", "--steps", "7", "--warmup", "2", "--repeats", "1",
          "--variants", "modular,paper", "--modes", "unnormed,normed"],
@@ -93,10 +94,10 @@ def test_the_gpu_plan_refuses_an_unknown_stage_or_table_before_anything(tmp_path
 
 
 def test_bench_rejects_an_unknown_table_or_variant():
-    result = subprocess.run([sys.executable, str(SCRIPTS / "bench.py"), "--tables", "modes,speed"],
+    result = prewarmed.run([sys.executable, str(SCRIPTS / "bench.py"), "--tables", "modes,speed"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "unknown ['speed']" in result.stderr
-    result = subprocess.run([sys.executable, str(SCRIPTS / "bench.py"), "--variants", "paper,papr"],
+    result = prewarmed.run([sys.executable, str(SCRIPTS / "bench.py"), "--variants", "paper,papr"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "--variants: unknown ['papr']; allowed: modular, paper" in result.stderr
 
@@ -118,7 +119,7 @@ def _coord_folder(folder: Path, own_slope: float) -> Path:
 
 def test_coord_summary_over_seeds(tmp_path):
     folders = [_coord_folder(tmp_path / f"seed{i}", slope) for i, slope in enumerate((0.8, 1.0, 1.2))]
-    result = subprocess.run([sys.executable, str(SCRIPTS / "coord_summary.py"), *map(str, folders)],
+    result = prewarmed.run([sys.executable, str(SCRIPTS / "coord_summary.py"), *map(str, folders)],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
@@ -126,7 +127,7 @@ def test_coord_summary_over_seeds(tmp_path):
     assert rows["normed"] == ["3 of 3", "+0.10 [+0.10, +0.10]", "-0.10 [-0.10, -0.10]", "+0.20 [+0.20, +0.20]",
                               "+0.20 [+0.20, +0.20]"]
     assert rows["unnormed"][0] == "0 of 3" and rows["unnormed"][3] == "+1.00 [+0.80, +1.20]"
-    missing = subprocess.run([sys.executable, str(SCRIPTS / "coord_summary.py"), str(tmp_path / "nope")],
+    missing = prewarmed.run([sys.executable, str(SCRIPTS / "coord_summary.py"), str(tmp_path / "nope")],
                              capture_output=True, text=True, timeout=120)
     assert missing.returncode == 1 and "no coord_slopes.csv" in missing.stderr
 

@@ -100,7 +100,8 @@ def test_cifar_batches_pickled_as_the_official_files_are_still_read(cifar_root):
 def test_sweep_folders_are_no_more_writable_than_the_umask_allows(umask, tiny_text_root, tmp_path):
     sweep = tmp_path / "sweep"
     args = [sys.executable, "-m", "modula_cli.train", "-m", "arch=gpt", "arch.width=8", "arch.depth=1",
-            "arch.heads=2", f"data.root={tiny_text_root}", "data.context=8", *TINY_TRAIN, "optim.lr=0.1,0.2",
+            "arch.heads=2", f"data.root={tiny_text_root}", "data.context=8", *TINY_TRAIN, "train.steps=6",
+            "optim.lr=0.1,0.2",
             "train.keep_checkpoint=true", f"hydra.sweep.dir={sweep}"]
     done = subprocess.run(args, capture_output=True, text=True, timeout=300, preexec_fn=lambda: os.umask(umask),
                           env={**os.environ, "OMP_NUM_THREADS": "1"})

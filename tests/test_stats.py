@@ -10,6 +10,7 @@ import pytest
 from modula_cli.analysis.report import write_report
 from modula_cli.analysis.stats import (interval, mean_curve, optimum, regret, resampled_means, shift,
                                        small_sample_factor, vertices)
+import prewarmed
 
 GRID = np.arange(-6.0, 3.0)  # log2 of the paper's normed grid, 2^-6 … 2^2
 
@@ -206,7 +207,6 @@ def test_report_rejects_a_metric_no_run_recorded(tmp_path):
 
 
 def test_results_table_script_renders_the_report(tmp_path):
-    import subprocess
     import sys
     from pathlib import Path
 
@@ -214,7 +214,7 @@ def test_results_table_script_renders_the_report(tmp_path):
     write_seeded_sweep(sweep_dir, {w: [parabola(-2.0) + 0.01 * s for s in range(3)] for w in (32, 64)})
     write_report(sweep_dir, quiet=True, resamples=200)
     script = Path(__file__).resolve().parents[1] / "scripts" / "results_table.py"
-    out = subprocess.run([sys.executable, str(script), str(sweep_dir)], capture_output=True, text=True,
+    out = prewarmed.run([sys.executable, str(script), str(sweep_dir)], capture_output=True, text=True,
                          timeout=120, check=True).stdout
     assert "| normed adam | 32 | 2^-2 | -2.00 [-2.00, -2.00] | 2.010 ± 0.010 | 3 |" in out
     assert "| normed adam | width 32 → 64 | +0.00 [+0.00, +0.00] | 0.000 [0.000, 0.000] | 3 |" in out

@@ -11,6 +11,7 @@ import sys
 import time
 
 import pytest
+import prewarmed
 
 pytestmark = pytest.mark.xdist_group("heavy_data")  # a 40 MB corpus: one such test at a time
 
@@ -78,7 +79,7 @@ def test_sigterm_while_a_sweep_prepares_its_data_launches_nothing_and_a_relaunch
 
 def _launch(tmp_path, corpus, *args: str) -> tuple[int, str]:
     env = {**os.environ, "HF_HOME": str(tmp_path / "hf")}
-    result = subprocess.run([sys.executable, "-m", "modula_cli.train", "data=tinystories", f"data.source={corpus}",
+    result = prewarmed.run([sys.executable, "-m", "modula_cli.train", "data=tinystories", f"data.source={corpus}",
                              "data.tokenizer=byte", f"data.root={tmp_path / 'data'}", "train.steps=3",
                              "train.progress=false", "train.batch_size=4", "train.eval_batches=1", "arch.width=8",
                              "arch.depth=1", "arch.heads=2", "data.context=8", *args],

@@ -3,7 +3,6 @@
 import json
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,15 +13,16 @@ from helpers import TINY_TRAIN
 from modula_cli.analysis.report import write_report
 from modula_cli.config.identity import run_name
 from modula_cli.optim import lr_grid
+import prewarmed
 
 pytestmark = pytest.mark.slow
 
 
-def sweep_cli(tmp_path, *overrides, sweep_dir):
-    base = ["arch=gpt", "arch.width=8,16", "arch.depth=1", "arch.heads=2", f"data.root={tmp_path / 'data'}",
+def sweep_cli(tmp_path, *overrides, sweep_dir, widths="8,16"):
+    base = ["arch=gpt", f"arch.width={widths}", "arch.depth=1", "arch.heads=2", f"data.root={tmp_path / 'data'}",
             "data.context=8", "train.steps=6", *TINY_TRAIN, f"hydra.sweep.dir={sweep_dir}"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "modula_cli.train", "-m", *base, *overrides], cwd=tmp_path,
+    return prewarmed.run([sys.executable, "-m", "modula_cli.train", "-m", *base, *overrides], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=600)
 
 
@@ -43,27 +43,28 @@ def test_multirun_grid_then_relaunch_skips_everything(launcher, text_tmp):
         extra += ["hydra.launcher.timeout_min=10", "hydra.launcher.cpus_per_task=1"]
     if launcher == "joblib":
         extra += ["hydra.launcher.n_jobs=2"]
-    # the launchers that start a process per job (a torch import each) get two LRs; the basic one three
-    lrs = [0.05, 0.1, 0.2] if launcher == "basic" else [0.05, 0.1]
-    runs = 2 * len(lrs)
+    # the launchers that start a process per job (a torch import each) get two widths and one LR; the basic one
+    # two widths and three
+    lrs, widths = ([0.05, 0.1, 0.2], [8, 16]) if launcher == "basic" else ([0.1], [8, 16])
+    runs = len(widths) * len(lrs)
     grid = f"optim.lr={','.join(map(str, lrs))}"
-    first = sweep_cli(text_tmp, grid, *extra, sweep_dir=sweep_dir)
+    first = sweep_cli(text_tmp, grid, *extra, sweep_dir=sweep_dir, widths=",".join(map(str, widths)))
     assert first.returncode == 0, first.stderr[-3000:]
     names = [p.name for p in run_dirs(sweep_dir) if not p.name.startswith(".")]
     # named from the knob overrides (the data.root path and logging flags stay out)
     assert len(names) == runs and ("arch=gpt,batch_size=8,context=8,depth=1,eval_batches=2,eval_every=10,heads=2,"
-                                   "lr=0.05,steps=6,width=8") in names, names
+                                   f"lr={lrs[0]},steps=6,width=8") in names, names
     assert f"sweep finished: {runs} completed, 0 skipped, 0 diverged, 0 failed" in first.stdout
     results = pd.read_csv(sweep_dir / "results.csv")
     assert len(results) == runs and set(results["status"]) == {"completed"}
-    assert sorted(results["width"].unique()) == [8, 16] and sorted(results["lr"].unique()) == lrs
+    assert sorted(results["width"].unique()) == widths and sorted(results["lr"].unique()) == lrs
     optimal = pd.read_csv(sweep_dir / "optimal_lr.csv")
-    assert list(optimal["scale"]) == [8, 16]
+    assert list(optimal["scale"]) == widths
     assert (sweep_dir / "transfer.png").stat().st_size > 10_000 and (sweep_dir / "scale.png").exists()
     if launcher == "basic":  # (the other launchers log from their own job processes)
         progress = re.findall(r"\[(\d) of 6\]", first.stdout)
         assert sorted(progress) == list("123456"), first.stdout  # one line per run, each count once
-    again = sweep_cli(text_tmp, grid, *extra, sweep_dir=sweep_dir)
+    again = sweep_cli(text_tmp, grid, *extra, sweep_dir=sweep_dir, widths=",".join(map(str, widths)))
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"sweep finished: 0 completed, {runs} skipped, 0 diverged, 0 failed" in again.stdout
     assert f"{runs} finished before (skipped; sweep.rerun=true retrains), 0 to train" in again.stdout
@@ -258,7 +259,7 @@ def test_report_on_hand_made_sweep(tmp_path, capsys):
 
 
 def test_report_cli_on_missing_dir(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "modula_cli.analysis.report", str(tmp_path / "nope")],
+    result = prewarmed.run([sys.executable, "-m", "modula_cli.analysis.report", str(tmp_path / "nope")],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode != 0 and "no sweep directory" in result.stderr
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import prewarmed
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 BIN = Path(sys.executable).parent
@@ -18,7 +19,7 @@ pytestmark = pytest.mark.slow
 
 
 def _run(tool: str, folder: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / tool), *args], cwd=folder, capture_output=True, text=True, timeout=600)
+    return prewarmed.run([str(BIN / tool), *args], cwd=folder, capture_output=True, text=True, timeout=600)
 
 
 def _copy(name: str, tmp_path: Path) -> Path:

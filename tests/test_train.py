@@ -7,7 +7,6 @@ import math
 import os
 import signal
 import socket
-import subprocess
 import sys
 
 import pytest
@@ -20,6 +19,7 @@ from modula_cli.optim import OptimConfig, ema_weight, init_state, optimizer_step
 from modula_cli.run.trainer import train
 from modula_cli.plumbing.signals import StopRequested
 from modula_cli.config.validate import ConfigError
+import prewarmed
 
 # A sensible LR per architecture, optimiser and mode for these tiny models (checked on this data).
 NORMED = {"adam": 0.1, "sgd": 0.1}
@@ -321,7 +321,7 @@ def test_wandb_offline_and_wandb_failure_never_stop_training(tmp_path, tiny_text
 
 def run_cli(args, cwd, env_extra=None):
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env_extra or {})}
-    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    return prewarmed.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
 @pytest.mark.slow

@@ -5,11 +5,11 @@ real command line."""
 
 import os
 import shutil
-import subprocess
 import sys
 
 import pandas as pd
 import pytest
+import prewarmed
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +29,7 @@ def test_normed_adam_transfers_across_width_and_plain_adam_does_not(tmp_path, re
               "train.seed=0,1", "sweep.pack=true", f"hydra.sweep.dir={sweep_dir}"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     for mode, grid in GRIDS.items():
-        result = subprocess.run([sys.executable, "-m", "modula_cli.train", "-m", *common, f"optim.mode={mode}",
+        result = prewarmed.run([sys.executable, "-m", "modula_cli.train", "-m", *common, f"optim.mode={mode}",
                                  f"optim.lr={grid}"], cwd=tmp_path, env=env, capture_output=True, text=True,
                                 timeout=600)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

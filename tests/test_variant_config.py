@@ -17,6 +17,7 @@ from modula_cli.run.trainer import train
 from modula_cli.config.validate import config_problems
 from modula_cli.models.variant import VARIANTS, Variant, folder_suffix
 from test_train import assert_same_losses, interrupted_at, read_losses
+import prewarmed
 
 PAPER_FIELDS = {"attention_third": "qkv", "scales": "forward", "embed_rows": "unit", "conv_normalize": "slice",
                 "extra_step": True}
@@ -60,11 +61,10 @@ def test_run_folders_do_not_name_the_variant_its_sweep_folder_does():
 
 
 def test_one_launch_sweeps_one_variant(tmp_path, tiny_text_root):
-    import subprocess
     import sys
 
     args = tiny_gpt(tiny_text_root, "train.steps=2", "variant=modular,paper", f"hydra.sweep.dir={tmp_path / 's'}")
-    result = subprocess.run([sys.executable, "-m", "modula_cli.train", "-m", *args], cwd=tmp_path,
+    result = prewarmed.run([sys.executable, "-m", "modula_cli.train", "-m", *args], cwd=tmp_path,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode != 0
     assert "this launch sweeps 2 variants (modular, paper)" in result.stdout + result.stderr
