@@ -17,7 +17,7 @@ ARCHS = ("gpt", "standard_gpt", "resmlp", "resnet")
 # enough steps for the loss to fall at the default LR: SGD's momentum builds over its first steps (μP's SGD on the
 # ResMLP, at 2^-8, shows no drop after 20), Adam's first steps are full size
 STEPS = {"adam": 12, "sgd": 30}
-SMALL = ["train.batch_size=8", "train.log_every=1", "train.eval_every=0", "train.eval_batches=1",
+SMALL = ["train.batch_size=4", "train.log_every=1", "train.eval_every=0", "train.eval_batches=1",
          "train.progress=false", "train.device=cpu", "train.checkpoint_every=0"]
 
 
