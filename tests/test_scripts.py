@@ -27,14 +27,15 @@ def run(script: Path, *args: str, timeout: int = 120) -> subprocess.CompletedPro
 def test_bench_prints_mode_ratios_per_variant_and_packed_speed_up():
     result = prewarmed.run(
         [sys.executable, str(SCRIPTS / "bench.py"), "--tables", "modes,pack", "--skip-gpt768", "--steps", "1",
-         "--batch-size", "2", "--context", "8", "--pack", "2", "--repeats", "2"],
+         "--batch-size", "2", "--context", "8", "--pack", "2", "--repeats", "2", "--gpt-widths", "32",
+         "--gpt-depth", "1", "--pack-widths", "16"],
         capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     # arch, width, depth, optim, variant, 5 modes' ms, 4 ratios as "median [low, high]"
     mode_rows = [line.split() for line in lines if line.startswith(("resmlp", "gpt")) and len(line.split()) == 22]
     assert [row[:5] for row in mode_rows] == [[arch, width, depth, "adam", variant]
-                                             for arch, width, depth in (("resmlp", "64", "8"), ("gpt", "128", "3"))
+                                             for arch, width, depth in (("resmlp", "64", "8"), ("gpt", "32", "1"))
                                              for variant in ("modular", "paper")]
     for row in mode_rows:
         assert all(float(value) > 0 for value in row[5:10])
@@ -44,7 +45,7 @@ def test_bench_prints_mode_ratios_per_variant_and_packed_speed_up():
     assert len(compared) == 2 and all(f"{mode} " in line for line in compared
                                       for mode in ("unnormed", "normed", "dualized", "manifold", "muon"))
     packed_rows = [line.split() for line in lines if line.rstrip().endswith("x")]
-    assert [row[:2] for row in packed_rows] == [["resmlp", "64"], ["gpt", "32"]]
+    assert [row[:2] for row in packed_rows] == [["resmlp", "64"], ["gpt", "16"]]
 
 
 @pytest.mark.slow

@@ -44,7 +44,7 @@ def finished_runs(sweep_dir: Path) -> dict[str, dict]:
 
 def test_a_search_trains_part_of_the_grid_reports_what_it_spent_and_a_relaunch_trains_nothing(text_tmp):
     sweep_dir = text_tmp / "search"
-    code, out, err = finish(start(search_args(text_tmp, sweep_dir, "train.steps=20"), text_tmp))
+    code, out, err = finish(start(search_args(text_tmp, sweep_dir, "train.steps=12"), text_tmp))
     assert code == 0, err[-3000:]
     assert f"LR search into {sweep_dir}: the grid is 36 runs" in out + err
     record = json.loads((sweep_dir / "search.json").read_text())
@@ -71,14 +71,14 @@ def test_a_search_trains_part_of_the_grid_reports_what_it_spent_and_a_relaunch_t
     assert transfer["call"].iloc[0] in ("transfers", "drifts", "moves", "cannot tell")
     # the same command: every scale has stopped, nothing trains, nothing is rewritten
     before = {name: summary["written_at"] for name, summary in runs.items()}
-    code, out, err = finish(start(search_args(text_tmp, sweep_dir, "train.steps=20"), text_tmp))
+    code, out, err = finish(start(search_args(text_tmp, sweep_dir, "train.steps=12"), text_tmp))
     assert code == 0 and "sweep finished: 0 completed" in out, err[-3000:]
     assert {name: s["written_at"] for name, s in finished_runs(sweep_dir).items()} == before
 
 
 def test_a_stopped_search_resumes_and_never_trains_a_run_twice(text_tmp):
     sweep_dir = text_tmp / "stopped"
-    args = search_args(text_tmp, sweep_dir, "train.steps=120", "train.seed=0")
+    args = search_args(text_tmp, sweep_dir, "train.steps=60", "train.seed=0")
     process = start(args, text_tmp)
     deadline = time.time() + 120
     def training_the_third() -> bool:  # two runs finished, a third a few steps in
@@ -108,7 +108,7 @@ def test_a_stopped_search_resumes_and_never_trains_a_run_twice(text_tmp):
 def test_each_batch_goes_through_the_configured_launcher_and_more_seeds_later_train_only_the_new_ones(text_tmp):
     sweep_dir = text_tmp / "parallel"
     # one width: a scale's rounds are what go through the launcher (a later value of a key wins, as in Hydra)
-    first = search_args(text_tmp, sweep_dir, "arch.width=8", "train.steps=20", "sweep.pack=true",
+    first = search_args(text_tmp, sweep_dir, "arch.width=8", "train.steps=12", "sweep.pack=true",
                         "hydra/launcher=local_parallel", "hydra.launcher.n_jobs=2", "train.seed=0")
     code, out, err = finish(start(first, text_tmp))
     assert code == 0, err[-3000:]
@@ -190,7 +190,7 @@ def test_two_searches_launched_into_one_folder_share_the_work_and_train_each_run
 
 def test_a_run_that_fails_is_not_sent_again_in_the_same_launch_and_its_scale_says_why(text_tmp):
     sweep_dir = text_tmp / "failing"
-    args = search_args(text_tmp, sweep_dir, "train.steps=20")
+    args = search_args(text_tmp, sweep_dir, "train.steps=12")
     # the first bracket is 2^-5, 2^-4, 2^-3 around the grid's middle; 2^-4's seed-0 run fails at its start
     # (its metrics file is a folder): width 8 cannot be bracketed in this launch, so width 16 never starts
     fixed = [a for a in args[1:] if not a.startswith(("optim.lr=", "train.seed=", "arch.width="))]

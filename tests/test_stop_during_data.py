@@ -13,7 +13,7 @@ import time
 import pytest
 import prewarmed
 
-pytestmark = pytest.mark.xdist_group("heavy_data")  # a 40 MB corpus: one such test at a time
+pytestmark = pytest.mark.xdist_group("heavy_data")  # a 24 MB corpus: one such test at a time
 
 STARTED = b"tokenizing train"
 
@@ -24,7 +24,7 @@ def corpus(tmp_path_factory):
     folder = tmp_path_factory.mktemp("corpus")
     rng = random.Random(0)
     words = "the cat sat on a mat and then it ran far away into the woods where nobody".split()
-    for split, count in (("train", 250_000), ("validation", 1_000)):
+    for split, count in (("train", 150_000), ("validation", 1_000)):
         with open(folder / f"{split}.jsonl", "w") as out:
             out.writelines(json.dumps({"text": " ".join(rng.choices(words, k=30))}) + "\n" for _ in range(count))
     return folder
@@ -74,7 +74,7 @@ def test_sigterm_while_a_sweep_prepares_its_data_launches_nothing_and_a_relaunch
     assert status == 0 and "sweep finished: 2 completed" in out, out[-2000:]
     [cache] = _cache_left(tmp_path)
     meta = json.loads((tmp_path / "data" / "tinystories" / cache / "meta.json").read_text())
-    assert meta["documents"]["train"] == 250_000
+    assert meta["documents"]["train"] == 150_000
 
 
 def _launch(tmp_path, corpus, *args: str) -> tuple[int, str]:

@@ -64,11 +64,18 @@ def test_multirun_grid_then_relaunch_skips_everything(launcher, text_tmp):
     if launcher == "basic":  # (the other launchers log from their own job processes)
         progress = re.findall(r"\[(\d) of 6\]", first.stdout)
         assert sorted(progress) == list("123456"), first.stdout  # one line per run, each count once
+    jobs_before = list((sweep_dir / ".submitit").iterdir()) if launcher == "submitit_local" else []
     again = sweep_cli(text_tmp, grid, *extra, sweep_dir=sweep_dir, widths=",".join(map(str, widths)))
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"sweep finished: 0 completed, {runs} skipped, 0 diverged, 0 failed" in again.stdout
     assert f"{runs} finished before (skipped; sweep.rerun=true retrains), 0 to train" in again.stdout
     assert f" of {runs}]" not in again.stdout  # a skipped run is not reported as progress (once said "[6 of 6]" twice)
+    # nor sent to the launcher: no job process started (a submitit job folder each, joblib's announcement) only to
+    # find its runs finished
+    if launcher == "submitit_local":
+        assert len(list((sweep_dir / ".submitit").iterdir())) == len(jobs_before)
+    if launcher == "joblib":
+        assert "Launching jobs" in first.stdout + first.stderr and "Launching jobs" not in again.stdout + again.stderr
     if launcher == "basic":  # retraining everything: the runs of earlier launches are still to do, not done
         rerun = sweep_cli(text_tmp, grid, "sweep.rerun=true", sweep_dir=sweep_dir)
         assert sorted(re.findall(r"\[(\d) of 6\]", rerun.stdout)) == list("123456"), rerun.stdout

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -22,11 +23,19 @@ class PackingSweeper(GridSweeper):
     def grid_arguments(self, params: list[str]) -> list[str]:
         return _packed(params) if self.pack else params
 
+    def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
+        """Nothing left to check: the launch composed and checked every job of the grid, as each will compose
+        itself, before the first one started (``modula_cli.sweep.plan.validate_grid``); Hydra's own check would
+        compose every job of the batch a second time (its launcher composes each a third, to run it)."""
+
     def sweep(self, arguments: list[str]) -> Any:
         if self.search:
             from modula_cli.sweep.search import search_sweep
 
             return search_sweep(self, self.config)
+        from modula_cli.sweep.cluster import UnfinishedJobsOnly
+
+        self.launcher = UnfinishedJobsOnly(self.launcher, self.config)  # a finished job is not launched again
         return super().sweep(_packed(arguments) if self.pack else arguments)
 
 

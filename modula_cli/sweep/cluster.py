@@ -19,13 +19,16 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from hydra.core.utils import JobReturn, JobStatus
+from omegaconf import DictConfig
 
 from ..config.identity import job_label, run_name
 from ..data.storage import data_root
-from ..plumbing.signals import STOP
 from ..plumbing import environment
+from ..plumbing.environment import launch_of
+from ..plumbing.signals import STOP
 from ..plumbing.wording import counted
 from ..results.manifest import LaunchRecord, Manifest, add_note, read_launch, record_submission
 from ..results.status import COMPLETED, DIVERGED, FAILED, PENDING, RUNNING, SKIPPED
@@ -79,10 +82,7 @@ def run_unfinished(overrides: Sequence[Sequence[str]], sweep_dir: Path, launch: 
     (nor any after a stop). Runs that an earlier launch's jobs still hold on the scheduler (``adopt`` finds
     them) are not submitted again: followed to their end first, or, when detaching, left to those jobs."""
     held = follow_earlier(sweep_dir, launch, adopt, poll_s, grace_s, detach) if adopt is not None else set()
-    record = read_launch(sweep_dir, launch)
-    runs = runs_by_job(record, overrides)
-    before = set(record.finished_before) | held
-    todo = [] if STOP.requested else [i for i, names in enumerate(runs) if not set(names) <= before]
+    todo, results = unfinished_jobs(overrides, sweep_dir, launch, held)
     followed: list[JobReturn] = []
     if todo:
         jobs = submit(todo)
@@ -91,11 +91,39 @@ def run_unfinished(overrides: Sequence[Sequence[str]], sweep_dir: Path, launch: 
                               detach)
         followed = [_completed(overrides[i], Outcome(PENDING)) for i in todo] if detach else \
             Follower(jobs, [overrides[i] for i in todo], sweep_dir, launch, poll_s, grace_s).follow()
-    results = dict(zip(todo, followed))
-    for i, job in enumerate(overrides):
-        if i not in results:
-            results[i] = _completed(job, _outcome(runs[i], record.summaries(sweep_dir, runs[i]), None, skipped=True))
+    results.update(zip(todo, followed))
     return [results[i] for i in range(len(overrides))]
+
+
+def unfinished_jobs(overrides: Sequence[Sequence[str]], sweep_dir: Path, launch: str, held: set[str] = frozenset()
+                    ) -> tuple[list[int], dict[int, JobReturn]]:
+    """The positions of the jobs that have a run left to train (none after a stop), and for every other job its
+    result, read from its runs' summaries: a job whose runs all finished before the launch (or that ``held``, an
+    earlier launch's jobs, train) is answered without sending it anywhere."""
+    record = read_launch(sweep_dir, launch)
+    runs = runs_by_job(record, overrides)
+    before = set(record.finished_before) | held
+    todo = [] if STOP.requested else [i for i, names in enumerate(runs) if not set(names) <= before]
+    return todo, {i: _completed(job, _outcome(runs[i], record.summaries(sweep_dir, runs[i]), None, skipped=True))
+                  for i, job in enumerate(overrides) if i not in todo}
+
+
+class UnfinishedJobsOnly:
+    """Any launcher, behind it only the jobs that have a run left to train: a job whose runs all finished before
+    this launch is answered from its summaries instead of sent to a process, a cluster or this process only to
+    find them finished (a relaunch of a finished sweep starts nothing). The SLURM and Ray launchers do the same
+    themselves (``run_unfinished``); the sweeper puts every launcher behind this one."""
+
+    def __init__(self, launcher: Any, config: DictConfig):
+        self.launcher, self.config = launcher, config
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list[JobReturn]:
+        sweep_dir, launch = Path(self.config.hydra.sweep.dir), launch_of(self.config)
+        todo, results = unfinished_jobs(job_overrides, sweep_dir, launch)
+        if todo:
+            launched = self.launcher.launch([job_overrides[i] for i in todo], initial_job_idx=initial_job_idx)
+            results.update(zip(todo, launched))
+        return [results[i] for i in range(len(job_overrides))]
 
 
 def follow_earlier(sweep_dir: Path, launch: str, adopt: Adopt, poll_s: float, grace_s: float, detach: bool
