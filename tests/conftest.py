@@ -38,10 +38,12 @@ def real_shakespeare() -> Path:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test that reads the real text is marked ``real_text`` by its fixture, so that CI's pass with the text
-    (``-m real_text``) runs exactly the tests that the pass without it skipped."""
+    (``-m real_text``) runs exactly the tests that the pass without it skipped. The end-to-end tests (``slow``) go
+    first: the test workers share them out from the start, and the suite does not end on one of them alone."""
     for item in items:
         if "real_shakespeare" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.real_text)
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: the rest keep their order
 
 
 @pytest.fixture(autouse=True)

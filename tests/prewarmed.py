@@ -76,8 +76,10 @@ def how(argv: list[str]) -> tuple[str, str, list[str]] | None:
 
 
 def _child(kind: str, target: str, args: list[str], program: str, cwd: str, env: dict[str, str], out: str,
-           err: str | None, plain_path: list[str]) -> None:
+           err: str | None, plain_path: list[str], umask: int | None) -> None:
     """In the forked process: become the command, run it, and leave as the interpreter would."""
+    if umask is not None:
+        os.umask(umask)
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)
@@ -133,7 +135,8 @@ class Started:
     """A command started on the server: what ``subprocess.Popen`` gives of it (pid, poll, wait, signals,
     communicate), its output read back once it has ended."""
 
-    def __init__(self, argv: list[str], cwd: str | Path, env: dict[str, str] | None, merge_stderr: bool):
+    def __init__(self, argv: list[str], cwd: str | Path, env: dict[str, str] | None, merge_stderr: bool,
+                 umask: int | None = None):
         kind, target, args = how(argv)  # the caller checked
         self.folder = tempfile.mkdtemp(prefix="prewarmed-")
         self.out = os.path.join(self.folder, "stdout")
@@ -141,7 +144,7 @@ class Started:
         context = _server()
         self.process = context.Process(
             target=_child, args=(kind, target, args, str(argv[0]), str(cwd), dict(os.environ if env is None else env),
-                                 self.out, self.err, _PLAIN_PATH))
+                                 self.out, self.err, _PLAIN_PATH, umask))
         self.process.start()
         self.pid = self.process.pid
         self.args = list(argv)
@@ -184,24 +187,25 @@ def _read(path: str) -> str:
         return ""
 
 
-def start(argv: list[str], cwd: str | Path, env: dict[str, str] | None = None,
-          merge_stderr: bool = False) -> Started | subprocess.Popen:
+def start(argv: list[str], cwd: str | Path, env: dict[str, str] | None = None, merge_stderr: bool = False,
+          umask: int | None = None) -> Started | subprocess.Popen:
     """``subprocess.Popen(argv, cwd=cwd, env=env, stdout=PIPE, stderr=PIPE or STDOUT, text=True)``, on the
-    server when it can run the command."""
+    server when it can run the command; ``umask``: the process's own (``preexec_fn=lambda: os.umask(umask)``)."""
     if how(argv) is not None:
-        return Started(argv, cwd, env, merge_stderr)
+        return Started(argv, cwd, env, merge_stderr, umask)
     return subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE, text=True)
+                            stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE, text=True,
+                            preexec_fn=None if umask is None else (lambda: os.umask(umask)))
 
 
 def run(argv: list[str], cwd: str | Path | None = None, env: dict[str, str] | None = None,
         timeout: float | None = None, capture_output: bool = True, text: bool = True,
-        check: bool = False) -> subprocess.CompletedProcess:
+        check: bool = False, umask: int | None = None) -> subprocess.CompletedProcess:
     """``subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=check)``, on
     the server when it can run the command. A command past its timeout is killed and TimeoutExpired raised, as
     there."""
     assert capture_output and text, "the output is captured, as text"
-    started = start(argv, cwd if cwd is not None else os.getcwd(), env)
+    started = start(argv, cwd if cwd is not None else os.getcwd(), env, umask=umask)
     try:
         out, err = started.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

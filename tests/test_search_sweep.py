@@ -107,9 +107,10 @@ def test_a_stopped_search_resumes_and_never_trains_a_run_twice(text_tmp):
 
 def test_each_batch_goes_through_the_configured_launcher_and_more_seeds_later_train_only_the_new_ones(text_tmp):
     sweep_dir = text_tmp / "parallel"
-    # one width: a scale's rounds are what go through the launcher (a later value of a key wins, as in Hydra)
+    # one width: a scale's rounds are what go through the launcher (a later value of a key wins, as in Hydra); one
+    # job at a time, which joblib runs in the launching process (its worker processes are test_sweep.py's)
     first = search_args(text_tmp, sweep_dir, "arch.width=8", "train.steps=12", "sweep.pack=true",
-                        "hydra/launcher=local_parallel", "hydra.launcher.n_jobs=2", "train.seed=0")
+                        "hydra/launcher=local_parallel", "hydra.launcher.n_jobs=1", "train.seed=0")
     code, out, err = finish(start(first, text_tmp))
     assert code == 0, err[-3000:]
     runs = finished_runs(sweep_dir)

@@ -5,7 +5,6 @@ user's umask allows (docs/reliability.md, "What a shared folder is trusted with"
 import os
 import pickle
 import stat
-import subprocess
 import sys
 
 import numpy as np
@@ -13,6 +12,7 @@ import pytest
 import torch
 
 from helpers import TINY_TRAIN, compose_config, interrupted_at_step_12, tiny_gpt
+import prewarmed
 from modula_cli.data.cifar10 import cifar10
 from modula_cli.data.storage import DataUnavailable
 from modula_cli.run import checkpoint
@@ -103,8 +103,7 @@ def test_sweep_folders_are_no_more_writable_than_the_umask_allows(umask, tiny_te
             "arch.heads=2", f"data.root={tiny_text_root}", "data.context=8", *TINY_TRAIN, "train.steps=6",
             "optim.lr=0.1,0.2",
             "train.keep_checkpoint=true", f"hydra.sweep.dir={sweep}"]
-    done = subprocess.run(args, capture_output=True, text=True, timeout=300, preexec_fn=lambda: os.umask(umask),
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    done = prewarmed.run(args, timeout=300, umask=umask, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-2000:]
     made = [sweep, *sweep.rglob("*")]
     assert any(p.name == "checkpoint.pt" for p in made) and any(p.name == "results.csv" for p in made)
