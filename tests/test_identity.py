@@ -43,7 +43,7 @@ def test_a_builders_digest_covers_the_modules_of_its_folder_it_imports(tmp_path,
     library's file is not looked at, and a builder that imports nothing of its folder hashes as its file alone."""
     import hashlib
 
-    from modula_cli.models.source import source_digest
+    from modula_cli.plumbing.user_code import source_digest
 
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "__init__.py").write_text("")

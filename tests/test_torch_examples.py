@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import prewarmed
@@ -121,17 +122,34 @@ def test_an_edited_model_trains_afresh_and_the_report_says_why(tmp_path, tiny_te
         third.stdout + third.stderr
 
 
-def test_nanogpt_as_users_have_it_sweeps_under_mup_with_its_tied_readout(tmp_path, tiny_text_root):
+def test_nanogpt_with_its_own_corpus_and_recipe_checks_searches_and_predicts(tmp_path):
     """Karpathy's nanoGPT model.py in its own shape (forward(idx, targets) → (logits, loss), lm_head tied to wte, a
-    printed parameter count) with a builder of a few lines: a packed μP sweep over two widths trains, reports, and
-    names the model's folder and its tie in no error."""
+    printed parameter count) with a builder of a few lines, on a corpus of the user's own in nanoGPT's token files
+    (the example's prepare.py: stdlib docstrings, a BPE trained offline) and the user's recipe (AdamW on matrices,
+    WSD, clipping): the coordinate check, a packed μP sweep with the LR search, and the report's LR at a target
+    width, none of it touching the package."""
     folder = _copy("nanogpt", tmp_path)
-    data = ["data=shakespeare", f"data.root={tiny_text_root}", "data.context=16"]
-    sweep = _run("modula-sweep", folder, "--config-dir", "configs", "arch=nanogpt", *data, *TINY, "sweep=width",
-                 "arch.width=16,32", "arch.head_dim=8", "optim.mode=mup", "optim.mup_base_width=16",
-                 "optim.lr=0.004,0.016", "sweep.pack=true", "train.steps=6", "variant=modular")
+    prepared = prewarmed.run([sys.executable, "prepare.py", "data/stdlib", "300"], cwd=folder, capture_output=True,
+                             text=True, timeout=600)
+    assert prepared.returncode == 0, prepared.stderr
+    own = ["arch=nanogpt", "data=stdlib", "data.context=16", "optim=recipe", "arch.head_dim=8",
+           "optim.mup_base_width=16"]
+    check = _run("modula-coord-check", folder, "--config-dir", "configs", *own, "coord.widths=[16,32]",
+                 "coord.modes=[mup]", "hydra.run.dir=coord", "train.device=cpu")
+    assert check.returncode == 0, check.stderr[-3000:]
+    assert "mup: " in (folder / "coord" / "verdict.txt").read_text()
+    sweep = _run("modula-sweep", folder, "--config-dir", "configs", *own, *TINY, "sweep=width", "arch.width=16,32",
+                 "optim.mode=mup", "train.seed=0,1", "sweep.pack=true", "sweep.search=true", "sweep.search_budget=4",
+                 "train.steps=8", "sweep.target=width:128")
     assert sweep.returncode == 0, sweep.stderr[-3000:]
     results = pd.read_csv(_sweep_dir(folder, "width") / "results.csv")
-    assert len(results) == 4 and set(results["status"]) == {"completed"} and set(results["mode"]) == {"mup"}
-    assert (results["train_loss"] < 4.1).all()  # below ln 65 = 4.17, where an untrained readout starts
+    assert set(results["status"]) == {"completed"} and set(results["mode"]) == {"mup"}
+    assert set(results["data"]) == {"tokens"} and results["width"].nunique() == 2
+    vocab = 300
+    assert (results["train_loss"] < np.log(vocab)).all()  # below an untrained readout's loss
     assert "number of parameters:" in sweep.stdout + sweep.stderr  # the model's own print, as in nanoGPT
+    config = (next(_sweep_dir(folder, "width").rglob("config.yaml"))).read_text()
+    assert "schedule: wsd" in config and "grad_clip: 1.0" in config and "decay_on: matrices" in config
+    report = _run("modula-sweep-report", folder, str(_sweep_dir(folder, "width")), "--target", "width=128")
+    assert report.returncode == 0, report.stderr[-3000:]
+    assert "width 128" in report.stdout or "width=128" in report.stdout, report.stdout[-2000:]

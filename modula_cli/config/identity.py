@@ -14,7 +14,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from ..models.source import source_digest
+from ..plumbing.user_code import source_digest
+from ..data import data_identity
 from ..models.variant import differences, name_of, variant_of
 from ..optim import MODES
 
@@ -23,6 +24,8 @@ NOT_NUMERIC = frozenset({
     "train.progress", "train.rerun", "train.checkpoint_every", "train.log_every", "train.keep_checkpoint",
     "train.device", "train.threads", "train.compile", "train.layer_stats_every", "data.root", "data.num_proc",
     "arch.data_kind",
+    # one batch's step in micro-batches: the same numbers up to float error (as train.compile's)
+    "train.grad_accum",
 })
 # Settings added after runs were first fingerprinted: at these values they are left out, so a run finished by
 # an earlier version keeps its fingerprint (and is not trained again).
@@ -30,7 +33,16 @@ LATER_DEFAULTS = {"optim.warmup_fraction": None, "optim.ortho_dtype": "auto",
                   # empty: every layer at a fixed radius, manifold mode before its learned radii
                   "optim.manifold_scaled": [], "optim.manifold_free": [],
                   # μP for width alone; standard_gpt's plain residual branches
-                  "optim.mup_depth": "none", "optim.mup_base_depth": 1, "arch.residual_scale": 1.0}
+                  "optim.mup_depth": "none", "optim.mup_base_depth": 1, "arch.residual_scale": 1.0,
+                  # the recipe's settings: no floor, no clipping, weight decay on every weight
+                  "optim.min_lr_ratio": 0.0, "optim.grad_clip": None, "optim.decay_on": "all"}
+# Settings that change the numbers only when the rest of a run's settings say so: dropped otherwise.
+ONLY_WHEN = {
+    "optim.mup_base_depth": lambda optim: optim.get("mup_depth", "none") != "none",  # no depth recipe, no base
+    "optim.decay_fraction": lambda optim: optim.get("schedule") == "wsd",
+    "optim.decay_shape": lambda optim: optim.get("schedule") == "wsd",
+    "optim.decay_on": lambda optim: bool(optim.get("wd")),  # no weight decay: nothing to choose weights for
+}
 RUN_GROUPS = ("arch", "data", "optim", "train")
 # The config groups whose choice on the command line names a run folder, and every group whose settings change
 # the numbers (the variant's only where they differ from the modular variant, so a run finished before variants
@@ -64,13 +76,16 @@ def numeric_settings(cfg: DictConfig) -> dict[str, dict[str, Any]]:
     # a mode's own settings (manifold_*) change no other mode's numbers
     others = [p for name, mode in MODES.items() if name != relevant["optim"].get("mode") for p in mode.own_settings]
     relevant["optim"] = {k: v for k, v in relevant["optim"].items() if not k.startswith(tuple(others))}
-    if relevant["optim"].get("mup_depth", "none") == "none":  # no depth recipe: its base depth changes nothing
-        relevant["optim"].pop("mup_base_depth", None)
+    for key, applies in ONLY_WHEN.items():
+        if not applies(relevant["optim"]):
+            relevant["optim"].pop(key.partition(".")[2], None)
     lr = relevant["optim"].get("lr")
     if isinstance(lr, int) and not isinstance(lr, bool):  # optim.lr=1 and a packed member's 1.0 are one run
         relevant["optim"]["lr"] = float(lr)
     if variant := differences(variant_of(cfg)):
         relevant["variant"] = variant
+    if (data := data_identity(str(cfg.data.name), **relevant["data"])) is not None:  # a user's files: their hash
+        relevant["data"]["identity"] = data
     if ":" in str(relevant["arch"].get("name", "")):  # a user's builder: an edited file is another network
         if (digest := source_digest(relevant["arch"]["name"])) is not None:
             relevant["arch"]["source"] = digest

@@ -45,6 +45,8 @@ WANDB_MODES = ("online", "offline", "disabled")
 class TrainConfig:
     steps: int = setting(1000, "optimiser steps (paper: 10 000)", minimum=1)
     batch_size: int = setting(32, "sequences or images per step (paper: 128)", minimum=1)
+    grad_accum: int = setting(1, "micro-batches per step, one after another: the same step as one batch of "
+                                 "batch_size, in the memory of batch_size / grad_accum", minimum=1)
     eval_every: int = setting(100, "steps between test-loss evaluations; 0: only at the end", minimum=0)
     eval_batches: int = setting(10, "test batches per evaluation (paper: 100)", minimum=1)
     log_every: int = setting(10, "steps between train-loss logs (a host sync each)", minimum=1)

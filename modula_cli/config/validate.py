@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
-from ..data import CONFIG_ONLY_KEYS, DATASETS, DataUnavailable
+from ..data import CONFIG_ONLY_KEYS, DATASETS, DataUnavailable, dataset_entry
 from ..data.config import DataConfig
 from ..models import (ARCHITECTURES, DATA_KINDS, ModelError, builtin_roles, data_kind_problem, import_builder,
                       is_import_path)
@@ -55,9 +55,10 @@ def _arch_problems(arch: Any, data: Any) -> list[str]:
 
 def data_problems(data: Any) -> list[str]:
     """The dataset's own facts: its name, its source, and a context that fits its guard and its splits."""
-    if data.name not in DATASETS:
-        return [f"data.name={data.name!r}; registered: {', '.join(DATASETS)}"]
-    entry = DATASETS[data.name]
+    if data.name not in DATASETS and not is_import_path(str(data.name)):
+        return [f"data.name={data.name!r}; registered: {', '.join(DATASETS)}, or an import path "
+                f"package.module:function of your own (docs/extending.md)"]
+    entry = dataset_entry(str(data.name))
     options = {k: v for k, v in OmegaConf.to_container(data, resolve=True).items() if k not in CONFIG_ONLY_KEYS}
     problems = [p for p in [entry.source_problem(**options)] if p]
     if typed(DataConfig, data).context is None:  # an image dataset, or a context already named mistyped
@@ -79,6 +80,9 @@ def data_problems(data: Any) -> list[str]:
 
 def _train_problems(train: TrainConfig, devices_here: bool = True) -> list[str]:
     problems = _seed_problems(train.seed)
+    if train.batch_size % train.grad_accum:
+        problems.append(f"train.grad_accum={train.grad_accum} does not divide train.batch_size={train.batch_size}; "
+                        f"use a divisor of it (each step's micro-batches are equal)")
     if problem := threads_problem(train.threads):
         problems.append(problem)
     if not devices_here:  # a cluster's jobs check their own node's GPU when they start

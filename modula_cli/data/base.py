@@ -19,9 +19,19 @@ def batch_rng(*key: int) -> np.random.Generator:
     return np.random.default_rng([int(k) for k in key])
 
 
+def epoch_batch(step: int, batch_size: int, count: int, seed: int, name: str) -> np.ndarray:
+    """The sample indices of ``step``'s batch: each epoch a fresh permutation of ``count`` samples (from the seed
+    and the epoch alone), cut into batches without replacement."""
+    if batch_size > count:
+        raise ValueError(f"train.batch_size={batch_size} exceeds the {count} training samples of {name}")
+    epoch, position = divmod(step, count // batch_size)
+    return batch_rng(seed, epoch).permutation(count)[position * batch_size:(position + 1) * batch_size]
+
+
 @dataclass
 class TokenDataset:
-    """Flat token streams (uint16 memmaps); a sample is a random window of context + 1 tokens."""
+    """Flat token streams (integer arrays, memory-mapped files or in memory); a sample is a random window of
+    context + 1 tokens."""
 
     name: str
     train: np.ndarray
@@ -33,8 +43,10 @@ class TokenDataset:
 
     @classmethod
     def prepared(cls, name: str, folder: Path, meta: dict, context: int) -> TokenDataset:
-        """A prepared folder's token files (``storage.TOKEN_FILES``), memory-mapped: never loaded whole."""
-        train, val = (np.memmap(folder / TOKEN_FILES[split], dtype=np.uint16, mode="r") for split in ("train", "val"))
+        """A prepared folder's token files (``storage.TOKEN_FILES``, of ``meta["format"]``: uint16 unless it says
+        uint32), memory-mapped: never loaded whole."""
+        dtype = np.dtype(meta.get("format", "uint16"))
+        train, val = (np.memmap(folder / TOKEN_FILES[split], dtype=dtype, mode="r") for split in ("train", "val"))
         return cls(name, train, val, vocab_size=meta["vocab_size"], context=context, meta=meta)
 
     def __post_init__(self) -> None:

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .base import EVAL_SEED, batch_rng
+from .base import EVAL_SEED, batch_rng, epoch_batch
 from .storage import DataUnavailable, cause_text, data_root, fetch
 
 URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
@@ -148,13 +148,7 @@ class ImageDataset:
 
     def train_batch(self, step: int, batch_size: int, seed: int,
                     device: torch.device | str = "cpu") -> tuple[Tensor, Tensor]:
-        n = len(self.train_labels)
-        if batch_size > n:
-            raise ValueError(f"train.batch_size={batch_size} exceeds the {n} training images of {self.name}")
-        per_epoch = n // batch_size
-        epoch, position = divmod(step, per_epoch)
-        order = batch_rng(seed, epoch).permutation(n)
-        index = torch.from_numpy(order[position * batch_size:(position + 1) * batch_size])
+        index = torch.from_numpy(epoch_batch(step, batch_size, len(self.train_labels), seed, self.name))
         rng = batch_rng(seed, step, 1)
         images = self.train_images[index.to(self.train_images.device)]
         if self.augment != "none":

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from .base import TokenDataset
-from .storage import TOKEN_FILES, DataUnavailable, data_root, fetch, prepare_once
+from .storage import TOKEN_FILES, VOCAB_FILE, DataUnavailable, data_root, fetch, prepare_once
 
 URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 TRAIN_FRACTION = 0.9
@@ -60,7 +60,7 @@ def prepare_shakespeare(root: str | None = None, source: str | None = None, **un
         split = int(len(ids) * TRAIN_FRACTION)
         ids[:split].tofile(tmp / TOKEN_FILES["train"])
         ids[split:].tofile(tmp / TOKEN_FILES["val"])
-        (tmp / "vocab.json").write_text(json.dumps(chars))
+        (tmp / VOCAB_FILE).write_text(json.dumps(chars))
         return {"vocab_size": len(chars), "tokens": {"train": split, "val": len(ids) - split}}
 
     prepared = data_root(root) / "shakespeare" / "prepared-char"

@@ -23,10 +23,12 @@ from pathlib import Path
 from filelock import FileLock
 
 from ..plumbing import atomic, environment
+from ..plumbing.errors import cause_text
 
 REPO_DATA = Path(__file__).resolve().parents[2] / "data"
 META_FILE = "meta.json"  # a prepared folder's record, written last: its settings and every file's size and hash
-TOKEN_FILES = {"train": "train.bin", "val": "val.bin"}  # a prepared text's token ids per split (uint16)
+TOKEN_FILES = {"train": "train.bin", "val": "val.bin"}  # a prepared text's token ids per split (uint16 or uint32)
+VOCAB_FILE = "vocab.json"  # a character tokenizer's symbols, in id order
 FULL_CHECKSUM_LIMIT = 512 * 2**20  # bigger files are checked by size only on load (a full hash takes minutes)
 # Offline, a connection attempt ends within this many seconds (a silent firewall would otherwise hold it for
 # minutes); it also bounds each read of a download.
@@ -36,19 +38,6 @@ NETWORK_TIMEOUT_S = 10.0
 class DataUnavailable(Exception):
     """Data that is not here and cannot be fetched or loaded. Its message is one line: what is missing,
     where it was looked for, and how to make it available."""
-
-
-def cause_text(error: BaseException, innermost: bool = False, limit: int = 200) -> str:
-    """``Type: first line of its message``, shortened: library errors can run over many lines. ``innermost``:
-    of the error at the root of its chain (a network library wraps "Name or service not known" three times)."""
-    for _ in range(20 if innermost else 0):  # bounded: a chain can loop
-        inner = error.__cause__ or error.__context__
-        if inner is None:
-            break
-        error = inner
-    lines = str(error).strip().splitlines()
-    text = f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
-    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def unavailable(dataset: str, missing: str, cause: BaseException | str, fix: str | None = None) -> DataUnavailable:
@@ -87,6 +76,15 @@ def sha256_file(path: Path, chunk: int = 2**22) -> str:
         while block := handle.read(chunk):
             digest.update(block)
     return digest.hexdigest()
+
+
+def prepared_sizes(folder: Path) -> dict[str, int] | None:
+    """Tokens per split of a prepared token folder (its meta.json's count), else None."""
+    try:
+        tokens = json.loads((folder / META_FILE).read_text())["tokens"]
+        return {"train": int(tokens["train"]), "validation": int(tokens["val"])}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _valid(folder: Path, expected: dict) -> dict | None:

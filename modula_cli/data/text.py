@@ -6,7 +6,6 @@ Documents are encoded with ``encode_ordinary`` plus end-of-text, in parallel, in
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import urllib.parse
 from collections.abc import Iterator
@@ -19,7 +18,7 @@ import numpy as np
 from ..plumbing import environment
 from ..plumbing.signals import STOP
 from .base import TokenDataset
-from .storage import META_FILE, TOKEN_FILES, DataUnavailable, cause_text, data_root, prepare_once, reachable
+from .storage import TOKEN_FILES, DataUnavailable, cause_text, data_root, prepare_once, prepared_sizes, reachable
 from .tokenizers import get_tokenizer
 
 LOCAL_FORMATS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".txt": "text"}
@@ -90,7 +89,7 @@ def _hub_offline(offline: bool) -> Iterator[None]:
         yield
 
 
-def _load_hub(source: str):
+def load_hub(source: str):
     """A hub dataset, from the hub or, when it cannot be reached, from the Hugging Face cache. Offline the
     hub client retries for about 25 s and prints each retry: a short connection test goes first."""
     import datasets
@@ -169,12 +168,7 @@ def _prepared_sizes(name: str, default_source: str, source: str | None = None, t
                     root: str | None = None, max_docs: int | None = None, holdout: float = 0.0005,
                     **unused: object) -> dict[str, int] | None:
     """Tokens per split of an already prepared cache (read from its meta.json), else ``None``."""
-    folder = _cache_folder(name, str(source or default_source), tokenizer, root, max_docs, holdout)
-    try:
-        tokens = json.loads((folder / META_FILE).read_text())["tokens"]
-        return {"train": int(tokens["train"]), "validation": int(tokens["val"])}
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    return prepared_sizes(_cache_folder(name, str(source or default_source), tokenizer, root, max_docs, holdout))
 
 
 def prepare_text(name: str, default_source: str, has_validation: bool, source: str | None = None,
@@ -195,7 +189,7 @@ def prepare_text(name: str, default_source: str, has_validation: bool, source: s
         files = _local_splits(name, local, has_validation) if local is not None else None  # its own one line
         try:
             enc = get_tokenizer(tokenizer)  # first: quick to fail, where the source may take long to load
-            loaded = _load_local(files) if files else _load_hub(source)
+            loaded = _load_local(files) if files else load_hub(source)
         except DataUnavailable as error:
             raise _unprepared(name, folder, tokenizer, error) from error
         if enc.n_vocab > 2**16:

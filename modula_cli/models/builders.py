@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import difflib
 import functools
-import importlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ from ..nn import GPT, Module, ResMLP, ResNet, StandardGPT, layer_roles
 from ..nn.torch_network import TorchNetwork
 from ..plumbing.settings import typed
 from .config import ArchConfig
-from .source import importable_from_here
+from ..plumbing.user_code import import_function, is_import_path
 from .variant import Variant, apply_variant
 
 DATA_KINDS = ("language", "image")
@@ -68,41 +67,9 @@ class ModelError(ValueError):
     """An architecture that cannot be built for this dataset; its message is one line naming the cause."""
 
 
-def is_import_path(name: str) -> bool:
-    return ":" in name
-
-
 def import_builder(path: str) -> Callable[[Any, Any], Module | nn.Module]:
     """``package.module:function`` → the function, importable from the working directory or PYTHONPATH."""
-    module_name, _, function_name = path.partition(":")
-    if not module_name or not function_name:
-        raise ModelError(f"arch.name={path!r}: an import path needs both parts, e.g. my_models:my_mlp")
-    importable_from_here()
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as error:  # noqa: BLE001 - any failure while importing the user's file is reported as one line
-        raise ModelError(f"arch.name={path!r}: cannot import {module_name} ({import_failure(module_name, error)}"
-                         ) from None
-    builder = getattr(module, function_name, None)
-    if not callable(builder):
-        found = "not callable" if builder is not None else "not defined"
-        raise ModelError(f"arch.name={path!r}: {function_name} is {found} in {module.__file__}")
-    return builder
-
-
-def import_failure(module_name: str, error: Exception) -> str:
-    """Why the user's module did not import, and what to change: where it is not found, the folder to run from;
-    a module it imports that is missing, that one; a syntax error, its file and line; else what it raised."""
-    if isinstance(error, SyntaxError):
-        where = f"{error.filename}, line {error.lineno}" if error.filename else "its source"
-        return f"SyntaxError: {error.msg} at {where}); fix that line"
-    if isinstance(error, ModuleNotFoundError) and error.name is not None and \
-            module_name.split(".")[:len(error.name.split("."))] == error.name.split("."):
-        return (f"ModuleNotFoundError: {error}); run from the folder that holds it or add that folder to "
-                f"PYTHONPATH")
-    if isinstance(error, ModuleNotFoundError):
-        return f"ModuleNotFoundError: {error}); it imports {error.name!r}: install it, or put it beside the file"
-    return f"{cause_text(error)}, raised while importing it); fix the module"
+    return import_function(path, "arch.name", ModelError)
 
 
 def architecture(name: str) -> Architecture:

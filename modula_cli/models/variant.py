@@ -69,8 +69,9 @@ NOT_APPLICABLE = "none"  # a plain torch model's variant: neither reading applie
 
 def applies(arch_name: Any) -> bool:
     """Whether a variant means anything for ``arch.name``: the paper's networks and a user's network of this
-    library's atoms, not a plain torch model (its builder's files never import modula_cli: ``source.py``)."""
-    from .source import plain_torch_builder  # torch-free: reads the builder's files without importing them
+    library's atoms, not a plain torch model (its builder's files never import modula_cli:
+    ``plumbing/user_code.py``)."""
+    from ..plumbing.user_code import plain_torch_builder  # torch-free: reads the builder's files without importing them
 
     return not (isinstance(arch_name, str) and ":" in arch_name and plain_torch_builder(arch_name))
 

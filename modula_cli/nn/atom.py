@@ -30,6 +30,7 @@ class Atom(Module):
     # (``weight_maps`` applies them to a weight list).
     forward_scale: float = 1.0
     renormalize_each_step: bool = False  # regularize puts the weight back on its sphere (the reference's embedding)
+    is_matrix: bool = False  # a weight of two or more dimensions (optim.decay_on=matrices decays only these)
 
     def __init__(self, mass: float = 1.0, sensitivity: float = 1.0):
         self._mass = float(mass)

@@ -32,6 +32,7 @@ class MatrixAtom(Atom):
 
     d_out: int
     d_in: int
+    is_matrix = True
     slice_count: int = 1
     init_std: float | None = None
     # normalize_piece: True scales each slice to the target on its own (the reference's Conv2D); False scales
@@ -175,6 +176,8 @@ class Embed(Atom):
     ``renormalize_each_step``: ``regularize`` resets every row to RMS 1 whatever the strength (the
     reference code's embedding, whose rows stay on their sphere even without weight decay).
     """
+
+    is_matrix = True  # a table of rows: decayed as nanoGPT's AdamW decays its embedding
 
     def __init__(self, d_embed: int, num_embed: int, mass: float = 1.0, init_std: float | None = None):
         require_positive_ints("Embed", d_embed=d_embed, num_embed=num_embed)

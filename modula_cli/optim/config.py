@@ -8,12 +8,13 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from ..plumbing.settings import setting
-from .schedule import SCHEDULES
+from .schedule import DECAY_SHAPES, SCHEDULES
 
 OPTIMIZERS = ("sgd", "adam")  # each with its direction in directions.py (DIRECTIONS)
 # nn/orthogonalize.py's methods and iteration dtypes, named here too: the command line checks them without torch
 ORTHO_METHODS = ("polar_express", "muon", "cubic", "svd")
 ORTHO_DTYPES = ("auto", "float32", "bfloat16")
+DECAY_ON = ("all", "matrices")  # optim.decay_on: which weights weight decay shrinks
 MUON_SCALES = ("original", "match_rms_adamw", "spectral")  # modes/muon.py's muon_scale
 # μP's depth recipes (modes/mup_depth.py): the exponent α of each residual branch's multiplier (L / L₀)^-α
 DEPTH_RECIPES = {"none": 0.0, "depth_mup": 0.5, "completep": 1.0}
@@ -37,10 +38,21 @@ class OptimConfig:
     beta2: float = setting(0.99, "Adam's second-moment average", minimum=0, below=1)
     eps: float = setting(0.0, "Adam's ε (the paper's: none, NaN/inf entries set to 0)", minimum=0)
     wd: float = setting(0.0, "weight decay (× the step's LR), split over the network as a step is", minimum=0)
-    schedule: str = setting("linear", "linear (decay to 0, the paper's) | cosine | constant", choices=SCHEDULES)
+    decay_on: str = setting("all", "which weights weight decay shrinks: all | matrices (AdamW as nanoGPT uses it: "
+                                   "weights of 2 or more dimensions, not gains or biases)", choices=DECAY_ON)
+    schedule: str = setting("linear", "linear (decay to the floor, the paper's) | cosine | constant | wsd (warm-up, "
+                                      "stable, then a cool-down over optim.decay_fraction)", choices=SCHEDULES)
+    min_lr_ratio: float = setting(0.0, "the floor every schedule decays to, as a fraction of the LR", minimum=0,
+                                  below=1)
+    decay_fraction: float = setting(0.2, "wsd: the fraction of train.steps its cool-down takes",
+                                    above=0, maximum=1)
+    decay_shape: str = setting("1-sqrt", "wsd: the cool-down's shape: linear | cosine | 1-sqrt (Hägele et al. "
+                                         "2024's best)", choices=tuple(DECAY_SHAPES))
     warmup_steps: int = setting(0, "linear warm-up steps", minimum=0)
     warmup_fraction: float | None = setting(None, "a fraction of train.steps instead (stretches with the run)",
                                             minimum=0, below=1)
+    grad_clip: float | None = setting(None, "clip the raw gradient's global norm to this, before any mode's map, "
+                                            "as torch.nn.utils.clip_grad_norm_ does (null: no clipping)", above=0)
     ortho: str = setting("polar_express", "dualized (and manifold's free layers): polar_express | muon | cubic "
                                           "| svd", choices=ORTHO_METHODS)
     ortho_steps: int | None = setting(None, "iterations of the polar factor; null: the method's default", minimum=1)

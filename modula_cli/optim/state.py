@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .clip import ClipRecord
 from .config import OptimConfig
 from .modes import MODES
 
@@ -38,11 +39,13 @@ class OptimState:
     mode: str
     mode_state: Any = None  # what the mode's init_state made (power-iteration vectors, multipliers), or None
     scalars: StepScalars | None = None
+    clip: ClipRecord | None = None  # with optim.grad_clip: each member's last norm and clipped-step count
 
     def subset(self, indices: list[int]) -> OptimState:
         """The state of the weights at ``indices`` (the same tensors: an in-place step on it is a step on this)."""
         pick = lambda tensors: [tensors[i] for i in indices] if tensors else []  # noqa: E731
-        return OptimState(pick(self.momentum), pick(self.second_moment), self.mode, self.mode_state, self.scalars)
+        return OptimState(pick(self.momentum), pick(self.second_moment), self.mode, self.mode_state, self.scalars,
+                          self.clip)
 
     def state_dict(self) -> dict:
         # every mode's key is present (None when not this mode's): checkpoints of any mode share one layout
@@ -50,6 +53,8 @@ class OptimState:
                  **{m.state_key: None for m in MODES.values() if m.state_key}}
         if (key := MODES[self.mode].state_key) and self.mode_state is not None:
             saved[key] = self.mode_state.state_dict()
+        if self.clip is not None:
+            saved["clip"] = self.clip.state_dict()
         return saved
 
     def load_state_dict(self, state: dict, device: torch.device | str) -> None:
@@ -58,10 +63,14 @@ class OptimState:
         key = MODES[self.mode].state_key
         if key and state.get(key) is not None and self.mode_state is not None:
             self.mode_state.load_state_dict(state[key], device)
+        if self.clip is not None and state.get("clip") is not None:
+            self.clip.load_state_dict(state["clip"])
 
 
-def init_state(weights: list[Tensor], cfg: OptimConfig) -> OptimState:
+def init_state(weights: list[Tensor], cfg: OptimConfig, members: int = 1) -> OptimState:
+    """A fresh state for ``weights`` (``members`` networks packed on their leading axis, or 1)."""
     zeros = lambda: [torch.zeros_like(w) for w in weights]  # noqa: E731
+    device = weights[0].device
     return OptimState(momentum=zeros(), second_moment=zeros() if cfg.name == "adam" else [], mode=cfg.mode,
-                      mode_state=MODES[cfg.mode].init_state(weights, cfg),
-                      scalars=StepScalars.on(weights[0].device))
+                      mode_state=MODES[cfg.mode].init_state(weights, cfg), scalars=StepScalars.on(device),
+                      clip=ClipRecord.on(members, device) if cfg.grad_clip is not None else None)

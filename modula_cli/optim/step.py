@@ -11,6 +11,7 @@ from torch import Tensor
 
 from ..nn import Module
 from ..nn.packed import per_member
+from .clip import clip_gradients
 from .config import OptimConfig
 from .directions import ema_weight
 from .modes import MODES, single_lr
@@ -27,23 +28,31 @@ def optimizer_step(net: Module, weights: list[Tensor], grads: list[Tensor], stat
     ``active`` (bool, K) freezes the networks that diverged. ``compile`` runs the update through
     ``torch.compile`` (compiled once: every per-step number reaches it as a tensor).
     """
-    warmup = cfg.warmup_steps if cfg.warmup_fraction is None else round(cfg.warmup_fraction * total_steps)
-    factor = schedule_factor(cfg.schedule, t, total_steps, warmup)
-    state.scalars.set(factor, ema_weight(cfg.beta1, t), ema_weight(cfg.beta2, t))
+    state.scalars.set(lr_factor(cfg, t, total_steps), ema_weight(cfg.beta1, t), ema_weight(cfg.beta2, t))
     base = single_lr(cfg) if base_lr is None else base_lr
     eager = MODES[cfg.mode].runs_eagerly(state.mode_state)
     update = _compiled_update() if compile and not eager else apply_update
     return update(net, weights, grads, state, cfg, base, active)
 
 
+def lr_factor(cfg: OptimConfig, t: int, total_steps: int) -> float:
+    """The schedule's factor η_t / η at step t of ``total_steps``, with the warm-up and floor ``cfg`` sets."""
+    warmup = cfg.warmup_steps if cfg.warmup_fraction is None else round(cfg.warmup_fraction * total_steps)
+    return schedule_factor(cfg.schedule, t, total_steps, warmup, cfg.min_lr_ratio, cfg.decay_fraction,
+                           cfg.decay_shape)
+
+
 @torch.no_grad()
 def apply_update(net: Module, weights: list[Tensor], grads: list[Tensor], state: OptimState, cfg: OptimConfig,
                  base_lr: float | Tensor, active: Tensor | None) -> Tensor:
-    """base direction → mode map → ``w ← w − Δ`` → weight decay, with this step's scalars in ``state``."""
+    """(clipping →) base direction → mode map → ``w ← w − Δ`` → weight decay, with this step's scalars in
+    ``state``."""
     mode = MODES[cfg.mode]
     lr = state.scalars.schedule * base_lr
     if active is not None:  # frozen members take no step and no weight decay
         lr = torch.where(active, lr, torch.zeros_like(lr))
+    if state.clip is not None:
+        grads = clip_gradients(grads, cfg.grad_clip, state.clip, None if active is None else active.shape[0])
     u = mode.direction(net, state, grads, cfg)
     delta = mode.update(net, weights, u, lr, state.mode_state, cfg)
     if active is not None:
@@ -51,6 +60,8 @@ def apply_update(net: Module, weights: list[Tensor], grads: list[Tensor], state:
     torch._foreach_sub_(weights, delta)
     if cfg.wd:
         decayed = mode.regularize(net, weights, lr * cfg.wd)
+        if cfg.decay_on == "matrices":  # gains and biases keep their values (renormalised rows are matrices)
+            decayed = [d if atom.is_matrix else w for d, w, atom in zip(decayed, weights, net.atom_list(), strict=True)]
         torch._foreach_copy_(weights, decayed)
     elif not mode.holds_norms:  # the paper variant's embeddings back on their sphere
         for index, piece in net.renormalized(weights).items():

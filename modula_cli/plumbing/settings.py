@@ -13,13 +13,13 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 
 def setting(default: Any, doc: str, *, minimum: float | None = None, above: float | None = None,
-            below: float | None = None, finite: bool = True, choices: tuple | None = None,
-            items: str | None = None) -> Any:
-    """A schema field: its default, a one-line doc, and for a number its range (``minimum`` included, ``above``
-    and ``below`` excluded; a float with a range must be finite unless ``finite=False``), for text its choices,
-    for a list what its items are (said when it is not such a list)."""
-    metadata = {"doc": doc, "minimum": minimum, "above": above, "below": below, "finite": finite,
-                "choices": choices, "items": items}
+            below: float | None = None, maximum: float | None = None, finite: bool = True,
+            choices: tuple | None = None, items: str | None = None) -> Any:
+    """A schema field: its default, a one-line doc, and for a number its range (``minimum`` and ``maximum``
+    included, ``above`` and ``below`` excluded; a float with a range must be finite unless ``finite=False``), for
+    text its choices, for a list what its items are (said when it is not such a list)."""
+    metadata = {"doc": doc, "minimum": minimum, "above": above, "below": below, "maximum": maximum,
+                "finite": finite, "choices": choices, "items": items}
     if isinstance(default, list):
         return dataclasses.field(default_factory=lambda: list(default), metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -72,9 +72,10 @@ def _value_problem(key: str, value: Any, hint: Any, metadata: typing.Mapping[str
 def _range_words(metadata: typing.Mapping[str, Any]) -> str | None:
     """``a number in [0, 1)``, ``a finite number > 0``, ``a number >= 0``; None for a number without a range."""
     low, above, below = metadata.get("minimum"), metadata.get("above"), metadata.get("below")
-    if below is not None:
+    high = metadata.get("maximum")
+    if below is not None or high is not None:
         left = f"[{low:g}" if low is not None else f"({above:g}" if above is not None else "(-inf"
-        return f"a number in {left}, {below:g})"
+        return f"a number in {left}, {below:g})" if below is not None else f"a number in {left}, {high:g}]"
     number = "a finite number" if metadata.get("finite", True) else "a number"
     if low is not None:
         return f"{number} >= {low:g}"
@@ -85,7 +86,9 @@ def _in_range(value: Any, metadata: typing.Mapping[str, Any]) -> bool:
     if not _instance(value, float) or math.isnan(value) or (metadata.get("finite", True) and math.isinf(value)):
         return False
     low, above, below = metadata.get("minimum"), metadata.get("above"), metadata.get("below")
-    return (low is None or value >= low) and (above is None or value > above) and (below is None or value < below)
+    high = metadata.get("maximum")
+    return (low is None or value >= low) and (above is None or value > above) and \
+        (below is None or value < below) and (high is None or value <= high)
 
 
 def _as_integer(key: str, value: Any) -> str:

@@ -51,6 +51,10 @@ class RunContext:
         device = run_device(train.device, world)
         if train.batch_size % world:
             raise ValueError(f"train.batch_size={train.batch_size} must divide evenly over {world} processes")
+        if (train.batch_size // world) % train.grad_accum:
+            raise ValueError(f"train.grad_accum={train.grad_accum} must divide each process's "
+                             f"{train.batch_size // world} samples (train.batch_size={train.batch_size} over {world} "
+                             f"processes)")
         data = build_dataset(config.data.name, **config.data_options)
         ctx = cls(config, members, rank, world, device, data,
                   build_network(config.builder_arch, data, config.variant, config.optim), compute=None,
@@ -112,6 +116,25 @@ class RunContext:
         loss = self.losses(weights, x, y)[0]
         return loss.detach(), grads_of(loss, weights)
 
+    def step_gradients(self, weights: list[torch.Tensor], x: torch.Tensor, y: torch.Tensor):
+        """The batch's mean loss and its gradient, over ``train.grad_accum`` equal micro-batches one after another
+        (the mean of their means: one big batch's, up to float error, in a micro-batch's memory)."""
+        chunks = self.train.grad_accum
+        if chunks == 1:
+            return self.compute(weights, x, y)
+        axis = 1 if self.members.packed else 0  # packed batches lead with the member axis
+        loss, grads = None, None
+        for x_part, y_part in zip(x.chunk(chunks, dim=axis), y.chunk(chunks, dim=axis), strict=True):
+            part_loss, part_grads = self.compute(weights, x_part, y_part)
+            if grads is None:
+                loss, grads = part_loss.clone(), [g.clone() for g in part_grads]
+            else:
+                loss += part_loss
+                torch._foreach_add_(grads, part_grads)
+        loss /= chunks
+        torch._foreach_div_(grads, chunks)
+        return loss, grads
+
     def batch_for(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Step ``step``'s batch of each seed; packed, with a leading member axis (each member gets its
         own seed's batch: a view when they share one seed, a gather of the few seeds' batches otherwise)."""
@@ -137,7 +160,7 @@ class RunContext:
         weights = [w.requires_grad_() for w in self.initial_weights()]
         window = self.arch.loss_window
         buffers = self.net.buffers() if isinstance(self.net, TorchNetwork) else []
-        return RunState(weights, init_state(weights, self.opt), torch.zeros(window, k, device=self.device), k,
+        return RunState(weights, init_state(weights, self.opt, k), torch.zeros(window, k, device=self.device), k,
                         buffers=buffers)
 
 

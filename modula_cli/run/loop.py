@@ -37,7 +37,7 @@ def run_loop(ctx: RunContext, state: RunState, out: RunLoggers, batches: Prefetc
     unread: tuple[int, torch.Tensor, torch.Tensor] | None = None  # a step whose losses the host has not read
     for t in range(state.step, ctx.iterations):
         tick = time.perf_counter()
-        loss, grads = ctx.compute(state.weights, *batches.get(t))
+        loss, grads = ctx.step_gradients(state.weights, *batches.get(t))
         loss, grads, stop = _all_reduce(ctx, loss, grads)
         before = [w.detach().clone() for w in state.weights] if layers and layers.due(t) else None
         lr = optimizer_step(ctx.net, state.weights, grads, state.optim, ctx.opt, t, steps, base_lr=lrs,
@@ -122,7 +122,7 @@ def _check_divergence(ctx: RunContext, state: RunState, out: RunLoggers, t: int,
 def _log_train(ctx: RunContext, state: RunState, out: RunLoggers, t: int, loss: torch.Tensor,
                lr: torch.Tensor) -> None:
     losses, lrs = loss.tolist(), lr.reshape(-1).tolist()
-    learned = _learned_scales(ctx, state)
+    learned = {**_learned_scales(ctx, state), **_clipping(state, t)}
     for k, status in enumerate(state.statuses):
         if status != RUNNING:
             continue
@@ -150,6 +150,15 @@ def _learned_scales(ctx: RunContext, state: RunState) -> dict[str, list[float]]:
     rms = temperatures.logit_rms(ctx.net, state.weights, x, packed)
     logged = MODES[ctx.opt.mode].logged(ctx.net, state.weights, state.optim.mode_state, packed)
     return {"logit_rms": rms.reshape(-1).tolist(), **logged}
+
+
+def _clipping(state: RunState, t: int) -> dict[str, list[float]]:
+    """With optim.grad_clip, per member: step t's gradient norm before clipping and the fraction of steps so far
+    that were clipped."""
+    record = state.optim.clip
+    if record is None:
+        return {}
+    return {"grad_norm": record.norm.tolist(), "clip_rate": (record.clipped / (t + 1)).tolist()}
 
 
 def _log_eval(ctx: RunContext, state: RunState, out: RunLoggers, step: int) -> None:

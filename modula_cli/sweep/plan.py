@@ -17,7 +17,7 @@ from ..config.identity import short_keys
 from ..config.overrides import OverrideError
 from ..config.validate import ConfigError
 from ..data import DataUnavailable, prepare_dataset
-from ..models.source import source_digest
+from ..plumbing.user_code import source_digest
 from ..models.variant import folder_suffix, variant_name, variant_of
 from ..plumbing.signals import STOP
 from ..plumbing.wording import counted

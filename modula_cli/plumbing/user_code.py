@@ -1,13 +1,57 @@
-"""Which file defines a user's builder, and a hash of it: an edited model is another network (its runs get
-another fingerprint). Torch-free: the command line's checks and the run identities read it."""
+"""A user's own code, named by an import path ``package.module:function`` (``arch.name``, ``data.name``): importing it
+with a one-line error that says what to change, which files define it, and a hash of them (an edited model or
+data function is another run: its runs get another fingerprint). Torch-free: the command line's checks and the
+run identities read it."""
 
 from __future__ import annotations
 
 import ast
 import hashlib
+import importlib
 import importlib.util
 import os
 import sys
+from collections.abc import Callable
+from typing import Any
+
+from .errors import cause_text
+
+
+def is_import_path(name: str) -> bool:
+    return ":" in name
+
+
+def import_function(path: str, key: str, error: type[Exception] = ValueError) -> Callable[..., Any]:
+    """``package.module:function`` → the function, importable from the working directory or PYTHONPATH; else
+    ``error`` in one line naming the setting ``key`` (``arch.name``) and what to change."""
+    module_name, _, function_name = path.partition(":")
+    if not module_name or not function_name:
+        raise error(f"{key}={path!r}: an import path needs both parts, e.g. my_module:my_function")
+    importable_from_here()
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as failure:  # noqa: BLE001 - any failure while importing the user's file is reported as one line
+        raise error(f"{key}={path!r}: cannot import {module_name} ({import_failure(module_name, failure)}") from None
+    function = getattr(module, function_name, None)
+    if not callable(function):
+        found = "not callable" if function is not None else "not defined"
+        raise error(f"{key}={path!r}: {function_name} is {found} in {module.__file__}")
+    return function
+
+
+def import_failure(module_name: str, error: Exception) -> str:
+    """Why the user's module did not import, and what to change: where it is not found, the folder to run from;
+    a module it imports that is missing, that one; a syntax error, its file and line; else what it raised."""
+    if isinstance(error, SyntaxError):
+        where = f"{error.filename}, line {error.lineno}" if error.filename else "its source"
+        return f"SyntaxError: {error.msg} at {where}); fix that line"
+    if isinstance(error, ModuleNotFoundError) and error.name is not None and \
+            module_name.split(".")[:len(error.name.split("."))] == error.name.split("."):
+        return (f"ModuleNotFoundError: {error}); run from the folder that holds it or add that folder to "
+                f"PYTHONPATH")
+    if isinstance(error, ModuleNotFoundError):
+        return f"ModuleNotFoundError: {error}); it imports {error.name!r}: install it, or put it beside the file"
+    return f"{cause_text(error)}, raised while importing it); fix the module"
 
 
 def importable_from_here() -> None:
