@@ -71,7 +71,7 @@ def test_powers_reach_the_config_as_floats(tmp_path):
     (["sweep=quick", "arch.widht=32,64"], "modula-sweep: unknown key arch.widht; did you mean arch.width?"),
     (["-m", "arch.widht=32,64"], "modula-sweep: unknown key arch.widht; did you mean arch.width?"),
     (["data=shakespear"], "modula-sweep: data=shakespear is not an option; did you mean data=shakespeare? "
-                          "(options: cifar10, openwebtext, shakespeare, tinystories)"),
+                          "(options: cifar10, hf_dataset, image_folder, openwebtext, shakespeare, text_files, tinystories, tokens)"),
     (["experiment=paper/fig1_widht"], "modula-sweep: experiment=paper/fig1_widht is not an option; did you "
                                       "mean experiment=paper/fig1_width?"),
     (["optim.lr=2^-6,2^-5"], "modula-sweep: optim.lr=0.015625,0.03125 gives several values: add -m"),
@@ -143,7 +143,7 @@ def test_the_coordinate_check_reports_under_its_own_name(tmp_path):
 
 
 @pytest.mark.parametrize(("override", "message"), [
-    ("optim=adamm", "optim=adamm is not an option; did you mean optim=adam? (options: adam, sgd)"),
+    ("optim=adamm", "optim=adamm is not an option; did you mean optim=adam? (options: adam, adamw_wsd_clip, sgd)"),
     ("sweep=quik", "sweep=quik is not an option; did you mean sweep=quick?"),
     ("+experiment=paper/_paper_trian", "is not an option (27 options: see --help)"),  # hidden: not offered
     ("arch=gpt,resmlpp", "arch=resmlpp is not an option; did you mean arch=resmlp?"),
@@ -225,6 +225,7 @@ def listed_groups(help_text: str) -> dict[str, set[str]]:
     for line in block.splitlines():
         if not line[2].isspace():
             group, _, line = line.strip().partition(" ")
+        line = line.split(" (")[0].replace("; yours:", ",")  # a note after the options
         groups.setdefault(group, set()).update(o.strip() for o in line.split(",") if o.strip())
     return groups
 

@@ -100,9 +100,11 @@ def test_context_longer_than_a_split_is_refused(tiny_text_root):
 
 
 def test_unknown_dataset_lists_registered():
-    with pytest.raises(ValueError, match="registered: shakespeare, tinystories, openwebtext, cifar10"):
+    with pytest.raises(ValueError, match="registered: shakespeare, tinystories, openwebtext, cifar10, tokens, "
+                                         "text_files, hf_dataset, image_folder, or an import path"):
         build_dataset("imagenet")
-    assert set(DATASETS) == {"shakespeare", "tinystories", "openwebtext", "cifar10"}
+    assert set(DATASETS) == {"shakespeare", "tinystories", "openwebtext", "cifar10", "tokens", "text_files",
+                             "hf_dataset", "image_folder"}
 
 
 def test_missing_file_offline_names_file_and_command(tmp_path, monkeypatch):

@@ -68,7 +68,7 @@ def test_a_modes_state_starts_from_the_weights(monkeypatch):
 
 
 def test_unknown_schedule_names_the_allowed_ones():
-    with pytest.raises(ValueError, match=r"^unknown schedule 'step'; allowed: linear, cosine, constant$"):
+    with pytest.raises(ValueError, match=r"^unknown schedule 'step'; allowed: linear, cosine, constant, wsd$"):
         schedule_factor("step", 3, 10)
 
 
@@ -382,7 +382,7 @@ MODE_LIST = "unnormed, normed, dualized, manifold, mup, muon"
     ({"eps": -1.0}, "optim.eps=-1.0; must be a finite number >= 0"),
     ({"wd": -0.1}, "optim.wd=-0.1; must be a finite number >= 0"),
     ({"wd": float("nan")}, "optim.wd=nan; must be a finite number >= 0"),
-    ({"schedule": "step"}, "optim.schedule='step'; allowed: linear, cosine, constant"),
+    ({"schedule": "step"}, "optim.schedule='step'; allowed: linear, cosine, constant, wsd"),
     ({"warmup_fraction": 1.0}, "optim.warmup_fraction=1.0; must be a number in [0, 1) or null"),
     ({"warmup_fraction": -0.1}, "optim.warmup_fraction=-0.1; must be a number in [0, 1) or null"),
     ({"warmup_fraction": "a"}, "optim.warmup_fraction='a'; must be a number in [0, 1) or null"),

@@ -261,7 +261,7 @@ def test_preemption_checkpoints_and_resume_is_exact(mode, tmp_path, tiny_text_ro
     ("arch.heads=3", "arch.width=16 is not divisible by arch.heads=3"),
     ("train.steps=0", "train.steps=0"),
     ("optim.mode=sharp", "allowed: unnormed, normed, dualized"),
-    ("optim.schedule=step", "allowed: linear, cosine, constant"),
+    ("optim.schedule=step", "allowed: linear, cosine, constant, wsd"),
     ("train.dtype=float16", "allowed: float32, bfloat16"),
     ("optim.ortho=qr", "allowed: polar_express, muon, cubic, svd"),
     ("optim.ortho_dtype=fp16", "optim.ortho_dtype=.fp16.; allowed: auto, float32, bfloat16"),

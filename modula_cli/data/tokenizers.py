@@ -19,7 +19,7 @@ from .storage import NETWORK_TIMEOUT_S, DataUnavailable
 
 TOKENIZERS = ("gpt2", "byte")  # what the hub datasets (tinystories, openwebtext) take
 BUILT_IN = ("byte", "char")  # made in code; every other name is tiktoken's or a tokenizer folder
-HF_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
+HF_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")  # save_pretrained writes one
 
 
 @dataclass

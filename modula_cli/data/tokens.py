@@ -18,9 +18,9 @@ import numpy as np
 
 from .base import TokenDataset
 from .identity import combined, path_digest
-from .storage import META_FILE, DataUnavailable
+from .storage import META_FILE, TOKEN_FILES, DataUnavailable
 
-SPLIT_FILES = {"train": "train.bin", "validation": "val.bin"}
+SPLIT_FILES = {"train": TOKEN_FILES["train"], "validation": TOKEN_FILES["val"]}  # nanoGPT's names, as ours
 DTYPES = ("auto", "uint16", "uint32")
 META_FILES = (META_FILE, "meta.pkl")  # nanoGPT writes meta.pkl; either may say vocab_size
 CHUNK_TOKENS = 2**24  # the largest id is found a chunk at a time: a corpus is never read into memory whole
