@@ -129,13 +129,16 @@ def _losses(run_dir):
             if "train_loss" in r]
 
 
-@pytest.mark.parametrize("mode,packed", [("unnormed", False), ("normed", True), ("dualized", False),
-                                         ("manifold", False), ("mup", True), ("muon", False)])
-def test_accumulated_micro_batches_train_as_one_big_batch(mode, packed, tmp_path, tiny_text_root):
-    """train.grad_accum=4 gives one batch of 8's losses, to float error, in every mode (packed too)."""
+@pytest.mark.parametrize("optimizer,mode,packed", [("sgd", "unnormed", False), ("adam", "unnormed", True),
+                                                   ("adam", "normed", True), ("adam", "dualized", False),
+                                                   ("adam", "manifold", False), ("sgd", "mup", True),
+                                                   ("adam", "muon", False)])
+def test_accumulated_micro_batches_train_as_one_big_batch(optimizer, mode, packed, tmp_path, tiny_text_root):
+    """train.grad_accum=4 gives one batch of 8's losses, to float error, in every mode (packed too); SGD sees the
+    gradient's scale (Adam and the normed modes do not), and the clipping limit sits among the norms."""
     lr = "optim.lr=[0.01,0.02]" if packed else "optim.lr=0.01"
-    base = tiny_gpt(tiny_text_root, f"optim.mode={mode}", lr, "train.steps=6", "optim.grad_clip=1.0",
-                    "optim.mup_base_width=16")
+    base = tiny_gpt(tiny_text_root, f"optim={optimizer}", f"optim.mode={mode}", lr, "train.steps=6",
+                    "optim.grad_clip=3.0", "optim.mup_base_width=16")
     one = train(compose_config(*base), tmp_path / "one")
     four = train(compose_config(*base, "train.grad_accum=4"), tmp_path / "four")
     for a, b in zip(one.members, four.members, strict=True):
