@@ -139,7 +139,7 @@ def test_nanogpt_with_its_own_corpus_and_recipe_checks_searches_and_predicts(tmp
     assert check.returncode == 0, check.stderr[-3000:]
     assert "mup: " in (folder / "coord" / "verdict.txt").read_text()
     sweep = _run("modula-sweep", folder, "--config-dir", "configs", *own, *TINY, "sweep=width", "arch.width=16,32",
-                 "optim.mode=mup", "train.seed=0,1", "sweep.pack=true", "sweep.search=true", "sweep.search_budget=4",
+                 "optim.mode=mup", "train.seed=0,1", "sweep.pack=true", "sweep.search=true",
                  "train.steps=8", "sweep.target=width:128")
     assert sweep.returncode == 0, sweep.stderr[-3000:]
     results = pd.read_csv(_sweep_dir(folder, "width") / "results.csv")
@@ -150,6 +150,19 @@ def test_nanogpt_with_its_own_corpus_and_recipe_checks_searches_and_predicts(tmp
     assert "number of parameters:" in sweep.stdout + sweep.stderr  # the model's own print, as in nanoGPT
     config = (next(_sweep_dir(folder, "width").rglob("config.yaml"))).read_text()
     assert "schedule: wsd" in config and "grad_clip: 1.0" in config and "decay_on: matrices" in config
-    report = _run("modula-sweep-report", folder, str(_sweep_dir(folder, "width")), "--target", "width=128")
+    report = _run("modula-sweep-report", folder, str(_sweep_dir(folder, "width")), "--target", "width=128",
+                  "--recipe")
     assert report.returncode == 0, report.stderr[-3000:]
-    assert "width 128" in report.stdout or "width=128" in report.stdout, report.stdout[-2000:]
+    law = pd.read_csv(_sweep_dir(folder, "width") / "law.csv")
+    assert "optim.schedule=wsd" in law["recipe"][0] and "optim.grad_clip=1.0" in law["recipe"][0]
+    # the printed recipe builds the optimiser for the user's own model at the target width, in their own loop
+    snippet = report.stdout[report.stdout.index("import modula_cli"):report.stdout.index("# then, per step")]
+    assert '"arch.width=128", "optim.lr=' in snippet, snippet
+    config = snippet.split('modula_cli.optimizer(model, "')[1].split('"')[0]
+    script = (f"import sys; sys.path.insert(0, '.')\nfrom omegaconf import OmegaConf\n"
+              f"from modula_cli.data import build_dataset\nfrom nanogpt import nanogpt\n"
+              f"arch = OmegaConf.load({config!r}).arch\narch.width = 128\n"
+              f"model = nanogpt(arch, build_dataset('tokens', path='data/stdlib', context=16))\n{snippet}\n"
+              f"print(type(opt).__name__, opt.lr_now)\n")
+    built = prewarmed.run([sys.executable, "-c", script], cwd=folder, capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0 and built.stdout.split()[-2] == "SweptOptimizer", built.stderr[-3000:]

@@ -50,6 +50,7 @@ from .plots import plot_scale, plot_transfer, series_label
 from .search_spend import spend_table, spend_text
 from .stats import DEFAULT_RESAMPLES, METRICS, ONE_SEED_NOISE
 from .prediction import checked_target, law_lines, laws, parse_target
+from .recipe import recipe_lines, with_recipes
 from .tables import (Progress, curves, one_row_per_run, optimal_lrs, progress, scale_axes, transfer_table,
                      with_experiments)
 
@@ -63,10 +64,11 @@ def _write_csv(frame: pd.DataFrame, path: Path) -> None:
 
 def write_report(sweep_dir: Path, metric: str = "train_loss", quiet: bool = False,
                  resamples: int = DEFAULT_RESAMPLES, out_dir: Path | None = None,
-                 target: Mapping[str, Any] | str | None = None) -> dict:
+                 target: Mapping[str, Any] | str | None = None, recipe: bool = False) -> dict:
     """Write the report files into ``out_dir`` (default: ``sweep_dir``) and print the summary; returns what was
     computed. ``sweep_dir`` may also be a results.csv (its report goes into ``reanalysis/`` beside it by default);
-    ``target``: the scale to predict the LR at (``{"width": 4096}`` or ``"width=4096,steps=20000"``)."""
+    ``target``: the scale to predict the LR at (``{"width": 4096}`` or ``"width=4096,steps=20000"``); ``recipe``:
+    also print the Python that builds the predicted LR's optimiser for the user's own loop."""
     if metric not in METRICS:
         raise ValueError(f"metric={metric!r}; allowed: {', '.join(METRICS)}")
     if resamples < 200:
@@ -97,6 +99,7 @@ def write_report(sweep_dir: Path, metric: str = "train_loss", quiet: bool = Fals
     step = float(steps.pop()) if len(steps) == 1 and None not in steps else None
     transfer = transfer_table(optimal, fits, metric, done, step)
     law, transfer, fitted = laws(optimal, fits, transfer, metric, wanted, axes, _second_axis(frame, axes), done)
+    law = with_recipes(law, frame)
     spend = spend_table(frame, search) if search else None
     tables = [(RESULTS_FILE, results_table(frame)), (CURVES_FILE, table), (OPTIMAL_FILE, optimal),
               (TRANSFER_FILE, transfer), (LAW_FILE, law)]
@@ -109,6 +112,9 @@ def write_report(sweep_dir: Path, metric: str = "train_loss", quiet: bool = Fals
         print(summary_text(frame, optimal, transfer, metric, knob, sweep_dir, done, out, law))
         if spend is not None:
             print("\n".join(spend_text(spend, search, sweep_dir / SEARCH_FILE)))
+        if recipe:
+            lines = recipe_lines(law, frame, sweep_dir if sweep_dir.is_dir() else sweep_dir.parent)
+            print("\n".join(lines) if lines else "--recipe: no law here predicts an LR (give --target)")
     return {"results": frame, "curves": table, "optimal": optimal, "transfer": transfer, "law": law,
             "counts": status_counts(frame), "search": spend}
 
@@ -269,6 +275,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--target", default=None, metavar="AXIS=VALUE[,AXIS=VALUE]",
                         help="predict the LR at this scale from the transfer law, e.g. width=4096 or "
                              "width=4096,steps=20000 (a sweep of both axes)")
+    parser.add_argument("--recipe", action="store_true",
+                        help="with --target: print the Python that builds the optimiser the predicted LR belongs to "
+                             "(modula_cli.optimizer, from a run's config.yaml), for your own training loop")
     parser.add_argument("--out", type=Path, default=None,
                         help="where the report goes (default: the sweep folder; for a results.csv, "
                              f"{REANALYSIS}/ beside it)")
@@ -276,7 +285,7 @@ def main(argv: list[str] | None = None) -> None:
     out = args.out or (None if args.sweep_dir.is_file() else report_folder(args.sweep_dir, args.metric))
     try:
         result = write_report(args.sweep_dir, args.metric, resamples=args.resamples, out_dir=out,
-                              target=args.target)
+                              target=args.target, recipe=args.recipe)
     except (FileNotFoundError, NotADirectoryError, PermissionError, ValueError) as error:
         sys.exit(f"modula-sweep-report: {error}")
     counts = result["counts"]
