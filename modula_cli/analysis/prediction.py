@@ -115,6 +115,7 @@ class LawRow(_Series):
     predicted_regret: float = np.nan  # the cost of an LR at the interval's farther end, at the largest curve's shape
     withheld: str = ""         # why no LR is predicted
     line: str = ""
+    recipe: str = ""           # the settings the LR belongs to (the optimiser's, steps, batch: ``recipe.py``)
 
 
 # the columns transfer.csv takes from its series' law along the scale knob

@@ -31,13 +31,11 @@ def recipe_of(settings: Any) -> str:
 
 
 def with_recipes(law: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
-    """law.csv with each law's ``recipe``: the settings its series' runs share."""
+    """law.csv with each law's ``recipe`` filled: the settings of its series' runs."""
     law = law.copy()
-    recipes = []
-    for row in law.itertuples(index=False):
-        runs = _series_runs(frame, tuple(getattr(row, c) for c in GROUP))
-        recipes.append(recipe_of(runs["settings"].iloc[0]) if len(runs) else "")
-    law["recipe"] = recipes
+    for index, row in law.iterrows():
+        runs = _series_runs(frame, tuple(row[c] for c in GROUP))
+        law.at[index, "recipe"] = recipe_of(runs["settings"].iloc[0]) if len(runs) else ""
     return law
 
 
