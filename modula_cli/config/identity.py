@@ -22,7 +22,8 @@ from ..optim import MODES
 # Settings that change how a run is watched, stored or placed, not its numbers.
 NOT_NUMERIC = frozenset({
     "train.progress", "train.rerun", "train.checkpoint_every", "train.log_every", "train.keep_checkpoint",
-    "train.device", "train.threads", "train.compile", "train.layer_stats_every", "data.root", "data.num_proc",
+    "train.device", "train.threads", "train.compile", "train.layer_stats_every", "train.branch", "data.root",
+    "data.num_proc",
     "arch.data_kind",
     # one batch's step in micro-batches: the same numbers up to float error (as train.compile's)
     "train.grad_accum",
@@ -95,6 +96,20 @@ def numeric_settings(cfg: DictConfig) -> dict[str, dict[str, Any]]:
 def fingerprint(cfg: DictConfig) -> str:
     """Hash of every setting that changes the numbers."""
     return _digest(numeric_settings(cfg), 16)
+
+
+def trunk_fingerprint(cfgs: list[DictConfig], warmup_steps: int) -> str:
+    """What a WSD run's stable phase depends on: every number-changing setting of each member except the horizon
+    (``train.steps``, and what it sets: a warm-up given as a fraction, the cool-down's length) and the cool-down's
+    shape and floor, with the warm-up's length in steps (``run/branches.py``)."""
+    shared = []
+    for cfg in cfgs:
+        settings = numeric_settings(cfg)
+        settings["train"].pop("steps", None)
+        for key in ("warmup_fraction", "warmup_steps", "decay_fraction", "decay_shape", "min_lr_ratio"):
+            settings["optim"].pop(key, None)
+        shared.append(settings)
+    return _digest({"members": shared, "warmup": warmup_steps}, 16)
 
 
 PER_RUN = ("optim.lr", "train.seed")  # what varies within one experiment's curves, besides its scale

@@ -60,6 +60,8 @@ class TrainConfig:
     diverge_factor: float = setting(3.0, "stop as diverged once a step's train loss exceeds this multiple of the "
                                          "first (checked at every step); inf: never", above=1, finite=False)
     rerun: bool = setting(False, "retrain even if the run folder holds a finished run")
+    branch: bool = setting(True, "optim.schedule=wsd in a sweep: start from the stable phase another horizon's run "
+                                 "saved, and save this run's for longer ones (the same numbers, fewer steps)")
     progress: bool = setting(True, "progress bar (only when stderr is a terminal)")
     layer_stats_every: int = setting(0, "N > 0: each layer's geometry every N steps into layer_stats.jsonl",
                                      minimum=0)

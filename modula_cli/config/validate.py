@@ -14,6 +14,7 @@ from ..models import (ARCHITECTURES, DATA_KINDS, ModelError, builtin_roles, data
 from ..models.config import ArchConfig
 from ..models.variant import variant_problems
 from ..optim import OptimConfig, validate_optim
+from ..optim.schedule import decay_start
 from ..plumbing.device import resolve_device
 from ..plumbing.settings import checked, listed, typed
 from ..plumbing.suggest import unknown_key
@@ -113,6 +114,21 @@ def _sweep_problems(sweep: SweepConfig, data_name: str) -> list[str]:
     return []
 
 
+def _wsd_problems(optim: dict, train: TrainConfig) -> list[str]:
+    """A WSD run needs a stable phase: its warm-up must end before its cool-down starts (each horizon of a sweep
+    is checked, so a horizon too short for the warm-up is named before any run trains)."""
+    if optim.get("schedule") != "wsd" or not isinstance(optim.get("decay_fraction"), (int, float)):
+        return []
+    fraction = optim.get("warmup_fraction")
+    warmup = round(fraction * train.steps) if isinstance(fraction, (int, float)) else optim.get("warmup_steps") or 0
+    start = decay_start(train.steps, optim["decay_fraction"])
+    if isinstance(warmup, int) and warmup > start:
+        return [f"train.steps={train.steps} is too short for optim.schedule=wsd: its warm-up ({warmup} steps) runs "
+                f"past the start of its cool-down (step {start}, optim.decay_fraction={optim['decay_fraction']}); "
+                f"train longer, or shorten the warm-up"]
+    return []
+
+
 def config_problems(cfg: Any, devices_here: bool = True) -> list[str]:
     """All problems of one composed run config (arch, data, optim, train, sweep, variant), loading nothing
     heavy (``devices_here``: the run trains on this machine, so its GPU is checked here). Each value's type
@@ -128,6 +144,7 @@ def config_problems(cfg: Any, devices_here: bool = True) -> list[str]:
     problems += _arch_problems(arch, data) + data_problems(data) + _train_problems(train, devices_here)
     if "sweep" in values:
         problems += _sweep_problems(typed(SweepConfig, values["sweep"]), data.name)
+    problems += _wsd_problems(values.get("optim", {}), train)
     problems += variant_problems(cfg.get("variant"))  # a config from before variants has none: modular
     try:
         opt = OptimConfig(**values["optim"])

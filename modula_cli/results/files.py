@@ -21,6 +21,7 @@ SWEEP_LOCK = ".sweep.lock"      # serialises writers of the sweep folder's share
 STOP_MARKER = ".stop"           # + ".<launch>": a launch's jobs stop when it appears (``stop_marker``)
 CONFIG_FILE = "config.yaml"     # in a run folder: the run's (a member's) resolved config
 METRICS_FILE = "metrics.jsonl"  # in a run folder: one record per logged step
+TRUNKS_FOLDER = ".trunks"       # in a sweep folder: WSD stable phases its horizons branch from (run/branches.py)
 MULTIRUN_FILE = "multirun.yaml" # in a sweep folder: Hydra's record of the launching command (Hydra names it)
 # the report, in a sweep folder (or where --out says)
 RESULTS_FILE = "results.csv"    # every run, one row each

@@ -25,7 +25,10 @@ from .state import RunState
 
 
 def run_loop(ctx: RunContext, state: RunState, out: RunLoggers, batches: Prefetcher,
-          save: Callable[[RunLoggers], None]) -> None:
+             save: Callable[[RunLoggers], None],
+             branch: tuple[int, Callable[[RunLoggers], None]] | None = None) -> None:
+    """Steps ``state.step`` … the end; ``save`` checkpoints; ``branch``: (the step at which the cool-down starts,
+    what saves the stable phase there for other horizons: ``branches.py``)."""
     train, steps = ctx.train, ctx.train.steps  # the schedule runs over train.steps
     lrs = ctx.members.lrs(ctx.device)
     active = state.active() if ctx.members.packed else None
@@ -68,6 +71,12 @@ def run_loop(ctx: RunContext, state: RunState, out: RunLoggers, batches: Prefetc
             if unread:
                 _check_divergence(ctx, state, out, *unread)
             raise StopRequested(STOP.signum or signal.SIGTERM)
+        if branch is not None and t + 1 == branch[0] and not last:  # the stable phase ends: other horizons start here
+            if unread:
+                _check_divergence(ctx, state, out, *unread)
+                unread = None
+                active = state.active() if ctx.members.packed else None
+            branch[1](out)
         if train.checkpoint_every and (t + 1) % train.checkpoint_every == 0 and not last:
             if unread:  # the saved state has read every step it holds
                 _check_divergence(ctx, state, out, *unread)

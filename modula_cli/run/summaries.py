@@ -30,12 +30,14 @@ class Provenance:
     sweep_dir: Path | None
     launch: str | None
     resumed_from: int = 0  # the checkpoint's step this process started from (0: from the start)
+    branched_from: int = 0  # the step of the WSD stable phase it started from (another run's: ``branches.py``)
 
     def fields(self, members: Members, k: int) -> dict[str, Any]:
         member = members.items[k]
         overrides = member_overrides(self.overrides, member.packed) if members.packed else self.overrides
         return {"overrides": overrides, "launch": self.launch, "host": HOST, "job": os.environ.get(environment.JOB),
-                **({"resumed_from": self.resumed_from} if self.resumed_from else {})}
+                **({"resumed_from": self.resumed_from} if self.resumed_from else {}),
+                **({"branched_from": self.branched_from} if self.branched_from else {})}
 
 
 def write_failed(members: Members, error: Exception, provenance: Provenance) -> None:

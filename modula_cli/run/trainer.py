@@ -19,10 +19,11 @@ from ..models import ModelError
 from ..plumbing import atomic
 from ..plumbing.locks import RunLocks
 from ..plumbing.signals import STOP, StopRequested
-from ..results.files import CONFIG_FILE
+from ..results.files import CONFIG_FILE, METRICS_FILE
 from ..results.status import COMPLETED, INTERRUPTED
 from ..results.summary import Outcome, Summary, is_finished, write_summary
 from . import checkpoint
+from .branches import Trunks, cooldown_start
 from .claim import STOPPED_WAITING, already_finished, claim, decided_by_lead, distributed
 from .context import RunContext
 from .loggers import RunLoggers
@@ -113,11 +114,33 @@ def start_state(ctx: RunContext, path: Path, rerun: bool) -> RunState:
     return state
 
 
+def branched_state(ctx: RunContext, state: RunState, trunks: Trunks | None, cooldown: int | None) -> RunState:
+    """A fresh state replaced by the latest trunk of this stable phase at or before this run's cool-down, if any."""
+    if trunks is None or state.step or (folder := trunks.latest(cooldown)) is None:
+        return state
+    saved = trunks.load(folder, [m.run_dir / METRICS_FILE for m in ctx.members], ctx.device)
+    if saved is None:
+        return state
+    try:
+        state.load_state_dict(saved)
+    except (KeyError, ValueError, TypeError, RuntimeError) as error:
+        log.warning("the trunk %s does not fit this run (%s); training from the start", folder, error)
+        return ctx.fresh_state()
+    log.info("branching %s from the stable phase at step %d (%s)", ctx.members.items[0].run_dir.name, state.step,
+             folder)
+    return state
+
+
 def train_from_checkpoint(ctx: RunContext, run_dir: Path, provenance: Provenance) -> list[Summary]:
     members = ctx.members
     path = run_dir / checkpoint.CHECKPOINT_FILE
     state = start_state(ctx, path, ctx.config.rerun)
-    provenance = dataclasses.replace(provenance, resumed_from=state.step)
+    cooldown = cooldown_start(ctx) if provenance.sweep_dir is not None else None
+    trunks = Trunks.of(ctx, provenance.sweep_dir) if cooldown is not None else None
+    resumed = state.step
+    state = branched_state(ctx, state, trunks, cooldown)
+    provenance = dataclasses.replace(provenance, resumed_from=resumed,
+                                     branched_from=state.step if state.step and not resumed else 0)
     lead = ctx.rank == 0
     if lead:
         for member in members:
@@ -131,11 +154,15 @@ def train_from_checkpoint(ctx: RunContext, run_dir: Path, provenance: Provenance
             if running:  # the step a relaunch would resume from, should this process be killed
                 write_summaries(ctx, state, provenance, final=None)
 
+    def save_trunk(out: RunLoggers) -> None:
+        if lead and trunks is not None:
+            trunks.save(state.state_dict(), state.step, [m.run_dir / METRICS_FILE for m in members], out.offsets())
+
     loggers = RunLoggers(ctx.config.logger, ctx.train, members, state, lead=lead,
                          show_bar=lead and ctx.train.progress, sweep_dir=provenance.sweep_dir, total=ctx.iterations)
     with loggers as out, Prefetcher(ctx.batch_for, state.step, ctx.iterations) as batches:
         try:
-            run_loop(ctx, state, out, batches, save)
+            run_loop(ctx, state, out, batches, save, (cooldown, save_trunk) if trunks is not None else None)
         except StopRequested:
             save(out, running=False)
             if lead:
