@@ -83,7 +83,10 @@ def dataset_entry(name: str) -> DatasetEntry:
 
 
 def data_identity(name: str, /, **options: object) -> str | None:
-    """The hash of the files ``name`` reads with these options (None for the built-in datasets)."""
+    """The hash of the files ``name`` reads with these options (None for the built-in datasets, and for a name that
+    is no dataset: validation names it)."""
+    if name not in DATASETS and not is_import_path(name):
+        return None
     return dataset_entry(name).identity(**_builder_options(options))
 
 
