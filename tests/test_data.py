@@ -95,7 +95,7 @@ def test_language_batches_are_windows_and_reproducible(tiny_text_root):
 
 
 def test_context_longer_than_a_split_is_refused(tiny_text_root):
-    with pytest.raises(ValueError, match="context=5000.*validation split"):
+    with pytest.raises(DataUnavailable, match="context=5000.*validation split"):
         build_dataset("shakespeare", root=str(tiny_text_root), context=5000)
 
 

@@ -296,6 +296,9 @@ def test_a_data_function_gets_its_yaml_and_returns_either_kind(user_folder):
             build_dataset(name, context=4)
     with pytest.raises(DataUnavailable, match="its train split holds token id 6, outside 0 … vocab_size - 1 = 4"):
         build_dataset("my_data:tokens", path=str(user_folder / "ids.bin"), vocab=5, context=8)
+    with pytest.raises(DataUnavailable, match="data.context=64 needs at least 65 tokens, but the validation split of "
+                                              "my_data:tokens has 50; use a shorter context"):
+        build_dataset("my_data:tokens", path=str(user_folder / "ids.bin"), vocab=7, context=64)
 
 
 def test_a_run_on_a_data_function_trains_and_its_file_is_its_identity(user_folder, tmp_path):

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .storage import TOKEN_FILES
+from .storage import TOKEN_FILES, DataUnavailable
 
 EVAL_SEED = 1234  # evaluation batches never depend on the run's seed, so a sweep shares one test set
 
@@ -52,7 +52,7 @@ class TokenDataset:
     def __post_init__(self) -> None:
         for split, tokens in (("train", self.train), ("validation", self.val)):
             if len(tokens) < self.context + 1:
-                raise ValueError(f"data.context={self.context} needs at least {self.context + 1} tokens, but the "
+                raise DataUnavailable(f"data.context={self.context} needs at least {self.context + 1} tokens, but the "
                                  f"{split} split of {self.name} has {len(tokens)}; use a shorter context")
 
     def _windows(self, tokens: np.ndarray, rng: np.random.Generator, batch_size: int,
