@@ -71,7 +71,8 @@ def test_powers_reach_the_config_as_floats(tmp_path):
     (["sweep=quick", "arch.widht=32,64"], "modula-sweep: unknown key arch.widht; did you mean arch.width?"),
     (["-m", "arch.widht=32,64"], "modula-sweep: unknown key arch.widht; did you mean arch.width?"),
     (["data=shakespear"], "modula-sweep: data=shakespear is not an option; did you mean data=shakespeare? "
-                          "(options: cifar10, hf_dataset, image_folder, openwebtext, shakespeare, text_files, tinystories, tokens)"),
+                          "(options: cifar10, hf_dataset, image_folder, openwebtext, shakespeare, text_files, "
+                          "tinystories, tokens)"),
     (["experiment=paper/fig1_widht"], "modula-sweep: experiment=paper/fig1_widht is not an option; did you "
                                       "mean experiment=paper/fig1_width?"),
     (["optim.lr=2^-6,2^-5"], "modula-sweep: optim.lr=0.015625,0.03125 gives several values: add -m"),

@@ -3,6 +3,7 @@ Hugging Face dataset, an image folder, and a function of your own; each checked 
 hand, and each bad input said in one line before a run trains."""
 
 import json
+import math
 import pickle
 import re
 import sys
@@ -314,3 +315,32 @@ def test_a_run_on_a_data_function_trains_and_its_file_is_its_identity(user_folde
     assert fingerprint(compose_config(*overrides)) != before
     bad = compose_config(*overrides[:1], "data.name=my_data:absent")
     assert any("data.name='my_data:absent': absent is not defined" in p for p in config_problems(bad))
+
+
+def _format_overrides(kind, tmp_path):
+    """Each format's data, made here, and the overrides of a run on it."""
+    if kind == "text_files":
+        (tmp_path / "corpus.txt").write_text(CORPUS)
+        return ["data=text_files", f"data.path={tmp_path / 'corpus.txt'}", "data.tokenizer=char", "data.context=8"]
+    if kind == "hf_dataset":
+        import datasets
+
+        datasets.Dataset.from_dict({"text": CORPUS.splitlines()}).save_to_disk(tmp_path / "ds")
+        return ["data=hf_dataset", f"data.path={tmp_path / 'ds'}", "data.tokenizer=byte", "data.context=8"]
+    if kind == "tokens":
+        folder, _, _ = nanogpt_char_folder(tmp_path / "bins")
+        return ["data=tokens", f"data.path={folder}", "data.context=8"]
+    return ["data=image_folder", f"data.path={image_folder(tmp_path / 'pets')}", "data.image_size=8", "arch=resmlp",
+            "arch.depth=2"]
+
+
+@pytest.mark.parametrize("kind", ["tokens", "text_files", "hf_dataset", "image_folder"])
+def test_a_run_trains_on_each_format(kind, tmp_path):
+    language = kind != "image_folder"
+    arch = ["arch=gpt", "arch.depth=1", "arch.heads=2"] if language else []
+    cfg = compose_config(*arch, "arch.width=16", *_format_overrides(kind, tmp_path), f"data.root={tmp_path / 'c'}",
+                         *TINY_TRAIN, "train.batch_size=4", "train.steps=4", "optim.mode=normed")
+    assert config_problems(cfg) == []
+    summary = train(cfg, tmp_path / "run").summary
+    assert summary["status"] == "completed" and summary["settings"]["data.identity"]
+    assert math.isfinite(summary["train_loss"]) and math.isfinite(summary["test_loss"])
