@@ -12,9 +12,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from .base import TokenDataset
 from .identity import combined, path_digest
-from .storage import DataUnavailable, data_root, prepare_once, prepared_sizes
+from .storage import DataUnavailable, data_root
 from .text import load_hub
 from .text_files import Documents, write_token_files
 from .tokenizers import tokenizer_problem, tokenizer_tag
@@ -76,6 +75,18 @@ class HubCorpus:
         except (FileNotFoundError, ValueError) as error:
             raise DataUnavailable(f"data.path={self.path}: not a dataset written by save_to_disk ({error})") from None
 
+    def build(self, folder: Path) -> dict:
+        """Tokenise the dataset's train split and its test split (or a holdout) into ``folder``: its metadata."""
+        loaded = self.load()
+        if hasattr(loaded, "keys"):  # a DatasetDict
+            if "train" not in loaded:
+                raise DataUnavailable(f"data=hf_dataset: {self.path} has no train split (splits: {', '.join(loaded)})")
+            train, test = loaded["train"], next((loaded[s] for s in TEST_SPLITS if s in loaded), None)
+        else:
+            train, test = loaded, None
+        return write_token_files(self.column(train), self.column(test) if test is not None else None,
+                                 str(self.tokenizer), self.holdout, folder)
+
     def column(self, split) -> Documents:
         if self.text_field not in split.column_names:
             raise DataUnavailable(f"data=hf_dataset: {self.path} has no column {self.text_field!r} (columns: "
@@ -86,42 +97,3 @@ class HubCorpus:
                 yield from (text for text in batch[self.text_field] if text)
 
         return texts
-
-
-def prepare_hf_dataset(**options: object) -> tuple[Path, dict]:
-    corpus = HubCorpus.of(**options)
-    if problem := corpus.problem():
-        raise DataUnavailable(problem)
-    folder, expected = corpus.cache()
-
-    def build(tmp: Path) -> dict:
-        loaded = corpus.load()
-        if hasattr(loaded, "keys"):  # a DatasetDict
-            if "train" not in loaded:
-                raise DataUnavailable(f"data=hf_dataset: {corpus.path} has no train split (splits: "
-                                      f"{', '.join(loaded)})")
-            train, test = loaded["train"], next((loaded[s] for s in TEST_SPLITS if s in loaded), None)
-        else:
-            train, test = loaded, None
-        return write_token_files(corpus.column(train), corpus.column(test) if test is not None else None,
-                                 str(corpus.tokenizer), corpus.holdout, tmp)
-
-    return folder, prepare_once(folder, expected, build)
-
-
-def hf_dataset_split_sizes(**options: object) -> dict[str, int] | None:
-    corpus = HubCorpus.of(**options)
-    return None if corpus.problem() else prepared_sizes(corpus.cache()[0])
-
-
-def hf_dataset_source_problem(**options: object) -> str | None:
-    return HubCorpus.of(**options).problem()
-
-
-def hf_dataset_identity(**options: object) -> str | None:
-    return HubCorpus.of(**options).identity()
-
-
-def hf_dataset(context: int = 128, **options: object) -> TokenDataset:
-    folder, meta = prepare_hf_dataset(**options)
-    return TokenDataset.prepared("hf_dataset", folder, meta, context)

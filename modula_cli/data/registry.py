@@ -17,15 +17,13 @@ from dataclasses import dataclass
 from ..plumbing.user_code import is_import_path
 from .base import TokenDataset
 from .cifar10 import ImageDataset, cifar10, prepare_cifar10
-from .hf_dataset import (hf_dataset, hf_dataset_identity, hf_dataset_source_problem, hf_dataset_split_sizes,
-                         prepare_hf_dataset)
+from .hf_dataset import HubCorpus
 from .images import SampleImageDataset, image_folder, image_folder_identity, image_folder_source_problem
 from .shakespeare import prepare_shakespeare, shakespeare, shakespeare_split_sizes
 from .storage import DataUnavailable, cause_text
 from .text import (openwebtext, openwebtext_split_sizes, prepare_openwebtext, prepare_tinystories, text_source_problem,
                    tinystories, tinystories_split_sizes)
-from .text_files import (prepare_text_files, text_files, text_files_identity, text_files_source_problem,
-                         text_files_split_sizes)
+from .text_files import Corpus, corpus_functions
 from .tokens import tokens, tokens_identity, tokens_source_problem, tokens_split_sizes
 from .user import user_dataset, user_identity, user_source_problem
 
@@ -60,10 +58,8 @@ DATASETS: dict[str, DatasetEntry] = {
     "cifar10": DatasetEntry(cifar10, "image", prepare=prepare_cifar10),
     # your own files, in a format that needs no code
     "tokens": DatasetEntry(tokens, "language", tokens_split_sizes, tokens_source_problem, identity=tokens_identity),
-    "text_files": DatasetEntry(text_files, "language", text_files_split_sizes, text_files_source_problem,
-                               prepare_text_files, text_files_identity),
-    "hf_dataset": DatasetEntry(hf_dataset, "language", hf_dataset_split_sizes, hf_dataset_source_problem,
-                               prepare_hf_dataset, hf_dataset_identity),
+    "text_files": DatasetEntry(kind="language", **corpus_functions(Corpus, "text_files")),
+    "hf_dataset": DatasetEntry(kind="language", **corpus_functions(HubCorpus, "hf_dataset")),
     "image_folder": DatasetEntry(image_folder, "image", source_problem=image_folder_source_problem,
                                  identity=image_folder_identity),
 }

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -78,6 +79,11 @@ class Corpus:
 
     def documents(self, path: str) -> Documents:
         return documents(Path(path).expanduser(), self.text_field)
+
+    def build(self, folder: Path) -> dict:
+        """Tokenise the corpus into ``folder``: its metadata."""
+        val = self.documents(str(self.val_path)) if self.val_path else None
+        return write_token_files(self.documents(str(self.path)), val, str(self.tokenizer), self.holdout, folder)
 
 
 def _text(file: Path) -> str:
@@ -170,34 +176,25 @@ def write_token_files(train: Documents, val: Documents | None, tokenizer_name: s
             "tokens": {split: len(tokens) for split, tokens in splits.items()}}
 
 
-def prepare_text_files(**options: object) -> tuple[Path, dict]:
-    """The corpus's token folder, tokenised when absent: (its folder, its metadata)."""
-    corpus = Corpus.of(**options)
-    if problem := corpus.problem():
-        raise DataUnavailable(problem)
-    folder, expected = corpus.cache()
-    val = corpus.documents(str(corpus.val_path)) if corpus.val_path else None
+def corpus_functions(corpus: type, name: str) -> dict[str, Callable[..., Any]]:
+    """The registry's functions of a format that tokenises a corpus into a cache (``Corpus``, ``hf_dataset.HubCorpus``):
+    each makes the corpus of the ``data.*`` options, which says its problem, identity, cache and how it is built."""
 
-    def build(tmp: Path) -> dict:
-        return write_token_files(corpus.documents(str(corpus.path)), val, str(corpus.tokenizer), corpus.holdout, tmp)
+    def prepare(**options: object) -> tuple[Path, dict]:
+        corpus_of = corpus.of(**options)
+        if problem := corpus_of.problem():
+            raise DataUnavailable(problem)
+        folder, expected = corpus_of.cache()
+        return folder, prepare_once(folder, expected, corpus_of.build)
 
-    return folder, prepare_once(folder, expected, build)
+    def build(context: int = 128, **options: object) -> TokenDataset:
+        folder, meta = prepare(**options)
+        return TokenDataset.prepared(name, folder, meta, context)
 
+    def split_sizes(**options: object) -> dict[str, int] | None:  # None until tokenised
+        corpus_of = corpus.of(**options)
+        return None if corpus_of.problem() else prepared_sizes(corpus_of.cache()[0])
 
-def text_files_split_sizes(**options: object) -> dict[str, int] | None:
-    """Tokens per split of an already tokenised corpus (None until then)."""
-    corpus = Corpus.of(**options)
-    return None if corpus.problem() else prepared_sizes(corpus.cache()[0])
-
-
-def text_files_source_problem(**options: object) -> str | None:
-    return Corpus.of(**options).problem()
-
-
-def text_files_identity(**options: object) -> str | None:
-    return Corpus.of(**options).identity()
-
-
-def text_files(context: int = 128, **options: object) -> TokenDataset:
-    folder, meta = prepare_text_files(**options)
-    return TokenDataset.prepared("text_files", folder, meta, context)
+    return {"build": build, "split_sizes": split_sizes, "prepare": prepare,
+            "source_problem": lambda **options: corpus.of(**options).problem(),
+            "identity": lambda **options: corpus.of(**options).identity()}

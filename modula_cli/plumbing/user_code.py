@@ -60,17 +60,23 @@ def importable_from_here() -> None:
         sys.path.insert(0, os.getcwd())
 
 
+def _builder_file(path: str) -> str | None:
+    """The file that defines ``package.module:function``, found without importing it (None: not found)."""
+    importable_from_here()
+    spec = importlib.util.find_spec(path.partition(":")[0])
+    origin = spec.origin if spec is not None else None
+    return origin if origin and os.path.isfile(origin) else None
+
+
 def source_digest(path: str) -> str | None:
     """A short hash of the file that defines ``package.module:function`` and of every module of the user's own
     folder that it imports, directly or through another (nanoGPT's builder beside its ``model.py``: an edited
     ``model.py`` is another network too), found without importing any of them; None when the builder's file
     cannot be found (the import's own error says so when the network is built). A builder that imports nothing
     of its folder hashes as its file alone."""
-    importable_from_here()
     try:
-        spec = importlib.util.find_spec(path.partition(":")[0])
-        origin = spec.origin if spec is not None else None
-        if not origin or not os.path.isfile(origin):
+        origin = _builder_file(path)
+        if origin is None:
             return None
         files = _own_modules(origin)
         digest = hashlib.sha256()
@@ -86,11 +92,9 @@ def plain_torch_builder(path: str) -> bool:
     """Whether the builder ``package.module:function`` returns a plain torch model: neither its file nor any module
     of its folder that it imports imports ``modula_cli`` (a network of this library's atoms needs it). Read without
     importing anything; False when the file cannot be found (the import's own error says why)."""
-    importable_from_here()
     try:
-        spec = importlib.util.find_spec(path.partition(":")[0])
-        origin = spec.origin if spec is not None else None
-        if not origin or not os.path.isfile(origin):
+        origin = _builder_file(path)
+        if origin is None:
             return False
         for file in _own_modules(origin):
             with open(file, "rb") as source:
