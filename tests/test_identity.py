@@ -62,6 +62,20 @@ def test_a_builders_digest_covers_the_modules_of_its_folder_it_imports(tmp_path,
     assert source_digest("alone:build") == hashlib.sha256((tmp_path / "alone.py").read_bytes()).hexdigest()[:12]
 
 
+def test_a_builder_edited_in_place_is_read_again(tmp_path, monkeypatch):
+    """The parse of a builder's files is kept for the plan's many runs, by content: an edit of the same size in the
+    same second (a helper module that now imports modula_cli) makes the network this library's, at once."""
+    from modula_cli.plumbing.user_code import plain_torch_builder
+
+    (tmp_path / "builder.py").write_text("import torch\nimport helper\n\ndef build(arch, data): ...\n")
+    (tmp_path / "helper.py").write_text("import collections.abc\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert [plain_torch_builder("builder:build") for _ in range(3)] == [True] * 3
+    (tmp_path / "helper.py").write_text("import modula_cli.nn  \n")  # the same 22 bytes
+    assert plain_torch_builder("builder:build") is False
+
+
 def test_a_packed_jobs_progress_label_is_whole_where_its_folder_name_is_cut():
     """A packed job's folder name past 120 bytes keeps its knobs cut and hashed; its progress line names what the
     runs share and each packed list's span and count in full. An unpacked job is named by its folder."""
