@@ -61,6 +61,15 @@ def test_the_module_state_check_sees_lists_dicts_and_objects(tmp_path):
     assert [line.split(" ", 1)[1] for line in _module_state(probe)] == ["A", "B", "C", "G"]
 
 
+def test_no_function_rebinds_a_module_global():
+    """State lives in objects: no ``global`` statement in the package or its plugins (the last one kept W&B's
+    reachability for a process; the sweep folder's marker says it to every process)."""
+    sources = [*PACKAGE.rglob("*.py"), *(ROOT / "hydra_plugins").rglob("*.py")]
+    found = [f"{path.relative_to(ROOT)}:{node.lineno}" for path in sources
+             for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Global)]
+    assert found == []
+
+
 def test_every_environment_variable_is_named_in_one_module():
     """Our own variables (``MODULA_*``) are spelled as names in ``plumbing/environment.py`` alone (text may
     mention them): renaming one there cannot leave a reader elsewhere listening for the old name."""

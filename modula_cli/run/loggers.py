@@ -33,7 +33,6 @@ INIT_TIMEOUT_S = 15
 LAYER_STATS_FILE = "layer_stats.jsonl"  # train.layer_stats_every: one line per layer and measured step
 HEARTBEAT_S = 60.0  # without a progress bar, how often a training run says where it stands
 UNREACHABLE_MARKER = ".wandb_unreachable"  # in the sweep folder: later runs (any process) go offline quietly
-_unreachable_in_process: str | None = None
 
 
 def duration_text(seconds: float) -> str:
@@ -120,18 +119,18 @@ def _probe(url: str, timeout_s: float) -> str | None:
 
 
 def wandb_mode(requested: str | None, sweep_dir: Path | None) -> str:
-    """The mode to run wandb in: the requested one, but offline when the server cannot be reached."""
-    global _unreachable_in_process
+    """The mode to run wandb in: the requested one, but offline when the server cannot be reached. A sweep's later
+    runs, in this process or any other, read the first one's finding from the marker in its folder (a run
+    outside a sweep asks once: it is its process's only run)."""
     mode = requested or ("online" if _has_wandb_credentials() else "offline")
     if mode != "online":
         return mode
     marker = sweep_dir / UNREACHABLE_MARKER if sweep_dir else None
-    if _unreachable_in_process or (marker and marker.exists()):
+    if marker and marker.exists():
         return "offline"
     reason = _probe(os.environ.get(environment.WANDB_URL, "https://api.wandb.ai"), PROBE_TIMEOUT_S)
     if reason is None:
         return mode
-    _unreachable_in_process = reason
     log.warning("W&B is unreachable (%s): logging offline into each run's wandb/ folder; upload later with "
                 "`wandb sync`. Said once per sweep.", reason)
     if marker:
