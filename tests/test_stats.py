@@ -2,6 +2,8 @@
 interval, shift and regret, edges and divergence."""
 
 import json
+import runpy
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -36,36 +38,10 @@ def test_vertex_on_an_uneven_grid_matches_a_polynomial_fit():
     assert vertices(x, y[None]).log2_lr[0] == pytest.approx(-b / (2 * a))
 
 
-TRUTH = -1.6  # the synthetic sweeps' true optimum, in log2 LR
-
-
-def parabola_at_truth(x: np.ndarray) -> np.ndarray:
-    return 2.0 + 0.05 * (x - TRUTH) ** 2
-
-
-def skewed(x: np.ndarray) -> np.ndarray:
-    """exp(a·d) − a·d with d = x − TRUTH: minimum at TRUTH, steeper on the high-LR side as real LR curves are
-    (the three-point parabola's vertex misses its optimum by a little)."""
-    d = 0.7 * (x - TRUTH)
-    return 2.0 + 0.1 * (np.exp(d) - d - 1)
-
-
-def coverage(shape, seeds: int, sweeps: int, rng: np.random.Generator) -> tuple[float, float, float]:
-    """Over ``sweeps`` synthetic sweeps of ``shape`` plus per-point noise and a per-seed tilt: how often the plain
-    percentile interval and the report's widened one cover TRUTH, and the widened one's median width."""
-    plain = widened = 0
-    widths = []
-    for _ in range(sweeps):
-        values = shape(GRID)[None] + 0.01 * rng.standard_normal((seeds, GRID.size))
-        values = values + 0.01 * rng.standard_normal((seeds, 1)) * GRID[None]  # each seed's tilt
-        fit = optimum(GRID, values, resamples=400, rng=rng)
-        draws = fit.draws.log2_lr[np.isfinite(fit.draws.log2_lr)]
-        low, high = np.percentile(draws, [2.5, 97.5])
-        plain += low <= TRUTH <= high
-        low, high = interval(fit.draws.log2_lr, fit.log2_optimal_lr, seeds)
-        widened += low <= TRUTH <= high
-        widths.append(high - low)
-    return plain / sweeps, widened / sweeps, float(np.median(widths))
+# the coverage study's own synthetic sweeps (docs/results/interval_coverage/), used here at fewer sweeps
+STUDY = runpy.run_path(str(Path(__file__).resolve().parents[1] / "docs" / "results" / "interval_coverage"
+                           / "interval_coverage.py"))
+coverage, parabola_at_truth, skewed = STUDY["coverage"], STUDY["parabola"], STUDY["skewed"]
 
 
 @pytest.mark.parametrize("shape, seeds, least",
