@@ -303,7 +303,7 @@ def compile_table(cases: list[tuple[str, dict]], args) -> None:
          + "".join(f"{level + ' mode/un':>22}" for level in COMPILE_LEVELS)
          + f"{'dualize est.':>14}")
     for name, arch in cases:
-        torch._dynamo.reset()  # a fresh recompile budget for this architecture's three modes
+        torch.compiler.reset()  # a fresh recompile budget for this architecture's three modes
         benches, failed = {}, set()
         levels = {level: flags for level, flags in COMPILE_LEVELS.items() if args.compile_update or not flags[1]}
         for level, (model, update) in levels.items():
@@ -370,7 +370,7 @@ def packing_table(cases: list[tuple[str, dict]], args) -> None:
     emit(f"{'arch':<14}{'width':>6}{'separate ms/step':>18}{'packed ms/step':>16}{'separate runs/h':>17}"
          f"{'packed runs/h':>15}{'speed-up':>10}")
     for name, arch in cases:
-        torch._dynamo.reset()
+        torch.compiler.reset()
         single = StepBench(arch, "adam", "normed", args, compile=args.pack_compile, batch_size=batch)
         packed = StepBench(arch, "adam", "normed", args, pack=k, compile=args.pack_compile, batch_size=batch)
         times = best_times({"single": single, "packed": packed}, args)
@@ -391,7 +391,7 @@ def throughput_table(widths: list[int], args) -> None:
     emit(f"{'width':>6}{'dtype':>10}{'compiled':>10}{'tokens/s':>14}" + "".join(f"{key:>16}" for key in peaks))
     for width in widths:
         arch = gpt_arch(width, args)
-        torch._dynamo.reset()
+        torch.compiler.reset()
         benches = {(bf16, c): StepBench(arch, "adam", "normed", args, compile=c, bf16=bf16)
                    for bf16 in (False, True) for c in ((False, True) if args.compile else (False,))}
         params = sum(w.numel() for w in benches[(False, False)].weights)

@@ -23,6 +23,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from modula_cli.sweep.ray_internals import bootstrap_address
+
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("clusters")]
 
 REQUIRED = os.environ.get("MODULA_CLUSTER_TESTS") == "required"
@@ -56,11 +58,11 @@ def slurm_missing() -> str | None:
 
 def ray_missing() -> str | None:
     try:
-        from ray._private.services import canonicalize_bootstrap_address_or_die
+        import ray  # noqa: F401
     except ImportError:
         return "Ray is not installed"
     try:
-        host, _, port = canonicalize_bootstrap_address_or_die("auto").rpartition(":")
+        host, _, port = bootstrap_address("auto").rpartition(":")
         socket.create_connection((host, int(port)), timeout=5).close()
     except (ConnectionError, OSError, ValueError) as error:
         return f"no Ray head here ({str(error).splitlines()[0].split('. ')[0].rstrip('.')})"

@@ -71,30 +71,37 @@ def test_auto_follows_the_partition_one_gpu_per_task_only_where_there_are_gpus(c
     assert cpu.notes == [] and gpu.describe() == "partition gpu, 8 CPU per task, 32 GB and 1 GPU per node"
 
 
-def sbatch_script(params: dict) -> str:
-    """The sbatch script submitit writes for a task with these fitted settings, as the launcher builds its
-    executor. Writing it needs no SLURM: submitit's executor only refuses to be made where `srun` is not on
-    PATH, which says nothing of the script's text, so that one check is answered here."""
+def sbatch_script(params: dict, tmp_path: Path) -> str:
+    """The sbatch script submitit submits for a task with these fitted settings, as the launcher builds its
+    executor: a submission through submitit's public API to an ``sbatch`` on PATH that keeps the script it is
+    given. (submitit's executor only refuses to be made where `srun` is not on PATH, which says nothing of the
+    script's text, so that one check is answered here.)"""
     from submitit.slurm.slurm import SlurmExecutor
 
     from hydra_plugins.modula_sweep.slurm_launcher import slurm_executor
 
+    bin_dir, kept = tmp_path / "bin", tmp_path / "submitted.sh"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "sbatch").write_text(f'#!/bin/sh\ncp "$1" {kept}\necho "Submitted batch job 4242"\n')
+    (bin_dir / "sbatch").chmod(0o755)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(SlurmExecutor, "affinity", classmethod(lambda cls: 1))
-        executor = slurm_executor(params)
-    return executor._executor._make_submission_file_text("python -c 1", "uid")
+        patch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+        job = slurm_executor(params).submit(print, "the task")
+    assert job.job_id == "4242"
+    return kept.read_text()
 
 
 def test_a_gpu_partition_gets_an_sbatch_script_that_asks_for_its_gpu(cluster, tmp_path):
     fitted = slurm.fit({**BASE, "partition": "gpu", "submitit_folder": str(tmp_path), "max_num_timeout": 20,
                         "signal_delay_s": 120, "array_parallelism": 64, "setup": [], "additional_parameters": {},
                         "name": "train", "stderr_to_stdout": False}, cluster)
-    script = sbatch_script(fitted.params)
+    script = sbatch_script(fitted.params, tmp_path)
     for line in ("--partition=gpu", "--gpus-per-node=1", "--cpus-per-task=8", "--mem=32GB", "--time=240",
                  "--signal=USR2@120"):
         assert f"#SBATCH {line}\n" in script, script
     on_cpu = slurm.fit({**BASE, "submitit_folder": str(tmp_path)}, cluster)
-    assert "gpus" not in sbatch_script(on_cpu.params)
+    assert "gpus" not in sbatch_script(on_cpu.params, tmp_path)
 
 
 def test_runs_per_task_sizes_one_job_for_its_runs_and_auto_fills_a_gpu_node(cluster, tmp_path):
@@ -111,7 +118,7 @@ def test_runs_per_task_sizes_one_job_for_its_runs_and_auto_fills_a_gpu_node(clus
     assert (two.params["tasks_per_node"], two.params["cpus_per_task"], two.params["gpus_per_node"]) == (2, 4, None)
     script = sbatch_script({**auto.params, "submitit_folder": str(tmp_path), "max_num_timeout": 20,
                             "signal_delay_s": 120, "array_parallelism": 64, "setup": [], "additional_parameters": {},
-                            "name": "train", "stderr_to_stdout": False, "runs_per_task": None})
+                            "name": "train", "stderr_to_stdout": False, "runs_per_task": None}, tmp_path)
     for line in ("--ntasks-per-node=4", "--gpus-per-node=4", "--cpus-per-task=8", "--mem=128GB"):
         assert f"#SBATCH {line}\n" in script, script
 

@@ -180,12 +180,12 @@ def test_compiled_update_matches_eager_and_compiles_once(mode):
         weights = [w.unsqueeze(0).repeat(3, *([1] * w.ndim)) for w in net.initialize(0)]
         state = init_state(weights, cfg)
         for t, g in enumerate(grads):
-            with torch._dynamo.config.patch(error_on_recompile=compile and t >= 3):
+            with torch.compiler.set_stance("fail_on_recompile" if compile and t >= 3 else "default"):
                 optimizer_step(net, weights, g, state, cfg, t, len(grads), base_lr=base_lr, active=active,
                                compile=compile)
         return weights
 
-    torch._dynamo.reset()
+    torch.compiler.reset()
     for eager, compiled, initial in zip(run(False), run(True), net.initialize(0)):
         assert torch.allclose(eager, compiled, atol=1e-6, rtol=1e-5)
         assert not torch.equal(compiled[0], initial)
