@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from modula_cli.analysis.tables import optimal_lrs, progress, scale_axes, transfer_table
+from modula_cli.analysis.experiments import scale_axes
+from modula_cli.analysis.tables import optimal_lrs, progress, transfer_table
 from modula_cli.analysis.stats import signed
 from modula_cli.results.knobs import GROUP
 from modula_cli.results.table import read_results_table

@@ -13,7 +13,7 @@ import pytest
 
 from helpers import TINY_TRAIN
 from modula_cli.analysis.report import write_report
-from modula_cli.analysis.tables import experiment_labels
+from modula_cli.analysis.experiments import experiment_labels
 from modula_cli.results.knobs import GROUP, SERIES
 from modula_cli.results.table import collect
 import prewarmed

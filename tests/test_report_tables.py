@@ -12,7 +12,7 @@ import pytest
 import modula_cli.analysis.report as report
 from modula_cli.analysis.report import write_report
 from modula_cli.analysis.prediction import LawRow
-from modula_cli.analysis.tables import CurvePoint, OptimalPoint, Transfer
+from modula_cli.analysis.rows import CurvePoint, OptimalPoint, Transfer
 
 
 def _run(folder, width: int, lr: float, seed: int, loss: float) -> None:
@@ -62,7 +62,7 @@ def test_the_scale_knob_is_derived_once_per_report(sweep, monkeypatch):
 
 def test_the_transfer_table_stays_aligned_with_a_long_series_name():
     from modula_cli.analysis.report import transfer_text
-    from modula_cli.analysis.tables import table
+    from modula_cli.analysis.rows import table
 
     def row(setting: str) -> Transfer:
         return Transfer(arch="gpt", data="shakespeare", optimizer="adam", mode="normed", variant="paper",

@@ -11,7 +11,7 @@ import torch
 from omegaconf import OmegaConf
 
 from helpers import compose_config, tiny_gpt
-from modula_cli.analysis.tables import CurvePoint, OptimalPoint, Transfer, table
+from modula_cli.analysis.rows import CurvePoint, OptimalPoint, Transfer, table
 from modula_cli.config.run_config import RunConfig
 from modula_cli.config.schema import CoordConfig, LoggerConfig, SweepConfig, TrainConfig
 from modula_cli.config.validate import config_problems

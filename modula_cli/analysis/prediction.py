@@ -22,7 +22,9 @@ from ..results.knobs import GROUP, SCALE_KNOBS, SERIES
 from .law import Law, LawPoint, Prediction, curve_curvature, fit_law, implied_regret, usable
 from .plots import series_label
 from .stats import Optimum
-from .tables import Progress, Transfer, _Series, grid_step_of, table, without_axis
+from .experiments import without_axis
+from .rows import Transfer, _Series, table
+from .tables import Progress, grid_step_of
 
 Target = dict[str, float]
 

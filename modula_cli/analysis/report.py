@@ -51,8 +51,8 @@ from .search_spend import spend_table, spend_text
 from .stats import DEFAULT_RESAMPLES, METRICS, ONE_SEED_NOISE
 from .prediction import checked_target, law_lines, laws, parse_target
 from .recipe import recipe_lines, with_recipes
-from .tables import (Progress, curves, one_row_per_run, optimal_lrs, progress, scale_axes, transfer_table,
-                     with_experiments)
+from .experiments import one_row_per_run, scale_axes, with_experiments
+from .tables import Progress, curves, optimal_lrs, progress, transfer_table
 
 log = logging.getLogger(__name__)
 REANALYSIS = "reanalysis"  # a shared results.csv's report goes beside it, never over the table itself

@@ -1,14 +1,12 @@
 """The report's tables, computed from a sweep's run table: the curves (per series, scale point and LR), the
-fitted optima with their intervals, and the transfer per series with its verdict. Each table's columns are its
-row's fields, declared once; ``report.py`` writes and prints them."""
+fitted optima with their intervals, and the transfer per series with its verdict (the rows: ``rows.py``;
+the series and experiments: ``experiments.py``). ``report.py`` writes and prints them."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
-import re
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -16,233 +14,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..config.identity import short_keys
 from ..plumbing.wording import counted
-from ..config.identity import KNOB_KEYS, KNOBS, SERIES
-from ..results.knobs import GROUP, SCALE_KNOBS
+from ..results.knobs import GROUP
 from ..results.status import COMPLETED, DIVERGED, FAILED, FINISHED
-from .plots import series_label
-from .stats import (DEFAULT_RESAMPLES, Optimum, optimum, regret, regret_at, shift, signed,
-                    tied_lr)
+from .experiments import scale_points
+from .rows import CurvePoint, OptimalPoint, Transfer, table
+from .stats import DEFAULT_RESAMPLES, Optimum, optimum, regret, regret_at, shift, signed, tied_lr
 from .verdict import verdict
 
 log = logging.getLogger(__name__)
-
-
-# --- the report's tables: each one's columns are its row's fields, declared once ---------------------------
-
-@dataclass(frozen=True)
-class _Series:
-    """The columns that name a series (``GROUP``), first in every table."""
-    arch: str
-    data: str
-    optimizer: str
-    mode: str
-    variant: str
-    setting: str
-
-
-assert tuple(f.name for f in dataclasses.fields(_Series)) == GROUP
-
-
-@dataclass(frozen=True)
-class CurvePoint(_Series):
-    """curves.csv: a series' metric at one scale point and LR, over its completed seeds."""
-    scale_knob: str | None
-    scale: float | None
-    lr: float
-    log2_lr: float
-    mean: float
-    std: float
-    seeds: int
-    diverged: int
-    failed: int
-    missing: int
-    complete: bool  # every run of the scale point has finished
-
-
-@dataclass(frozen=True)
-class OptimalPoint(_Series):
-    """optimal_lr.csv: a scale point's best grid LR, the fitted optimum and its interval."""
-    scale_knob: str | None
-    scale: float | None
-    metric: str  # what ``mean``, ``std`` and ``fit`` measure (train_loss, test_loss, test_acc)
-    optimal_lr: float
-    log2_optimal_lr: float
-    mean: float  # the metric's mean over seeds at the best grid LR
-    std: float
-    fit: float  # the fitted curve's value at its optimum
-    log2_optimal_lr_fit: float
-    log2_optimal_lr_low: float
-    log2_optimal_lr_high: float
-    optimal_lr_fit: float
-    at_grid_edge: bool
-    edge: str
-    seeds: int
-    completed_runs: int
-    diverged_runs: int
-    grid_size: int
-    finished_runs: int
-    runs: int
-    complete: bool
-
-
-@dataclass(frozen=True)
-class Transfer(_Series):
-    """transfer.csv: the optimum's shift and the regret from the smallest to the largest finished scale."""
-    scale_knob: str | None = None
-    smallest: float = np.nan
-    largest: float = np.nan
-    shift_log2: float = np.nan
-    shift_log2_low: float = np.nan
-    shift_log2_high: float = np.nan
-    regret: float = np.nan
-    regret_low: float = np.nan
-    regret_high: float = np.nan
-    tuned_lr: float = np.nan
-    # the grid LR beside tuned_lr that ties with it at the smallest scale within the seeds' noise (stats.tied_lr),
-    # how far apart they are there (signed cost), and the regret of keeping that one instead
-    tied_lr: float = np.nan
-    tied_gap: float = np.nan
-    tied_regret: float = np.nan
-    seeds: int = 0
-    metric: str = ""
-    incomplete: str = ""  # the scale points not finished yet
-    edges: str = ""  # the ends whose optimum lies at a grid edge
-    grid_step: float = np.nan  # the LRs' spacing in log2: the verdict's unit
-    call: str = ""  # the verdict: transfers | drifts | moves | cannot tell (verdict.py)
-    verdict: str = ""  # its line
-    # the series' transfer law along the scale knob and its prediction at the target (prediction.py, law.csv)
-    law_points: int = 0
-    law_slope: float = np.nan  # log2 LR per doubling
-    law_slope_low: float = np.nan
-    law_slope_high: float = np.nan
-    law_check: str = ""  # straight | curved | unchecked (two scales)
-    target: str = ""
-    target_doublings: float = np.nan
-    predicted_lr: float = np.nan
-    predicted_low: float = np.nan
-    predicted_high: float = np.nan
-    predicted_regret: float = np.nan
-    prediction_withheld: str = ""  # why no LR is predicted (predicted_lr then empty)
-    prediction: str = ""  # its line (or the law's, without a target)
-
-
-def table(row: type, rows: list[Any]) -> pd.DataFrame:
-    """The rows as a frame with ``row``'s fields as its columns, in order, even when there are no rows."""
-    return pd.DataFrame([dataclasses.asdict(r) for r in rows], columns=[f.name for f in dataclasses.fields(row)])
-
-
-def scale_axes(frame: pd.DataFrame) -> list[str]:
-    """The knobs a sweep scales, in the order of ``SCALE_KNOBS``: those that take several values and that a
-    launch swept (``axes``, from sweep.json). Two LR sweeps at different contexts are two experiments, not a
-    context sweep; without a record of the swept axes every varying knob may be a scale."""
-    recorded = frame["axes"].dropna() if "axes" in frame else pd.Series(dtype=object)
-    swept = {axis for axes in recorded.unique() for axis in str(axes).split(",")} if len(recorded) else \
-        set(SCALE_KNOBS)
-    return [knob for knob in SCALE_KNOBS if knob in swept and frame[knob].nunique(dropna=True) > 1]
-
-
-def scale_knob(frame: pd.DataFrame) -> str | None:
-    """The knob a sweep's series run along (its transfer, plots and law): the first of ``scale_axes``; a
-    second one makes each of its values a series of its own."""
-    axes = scale_axes(frame)
-    return axes[0] if axes else None
-
-
-def scale_points(frame: pd.DataFrame, knob: str | None):
-    """``(series key, scale, rows)`` for every series and scale point of ``knob`` (``scale_knob``; scale
-    ``None`` without one)."""
-    for key, series in frame.groupby(list(GROUP), dropna=False):
-        for scale, group in (series.groupby(knob) if knob else [(None, series)]):
-            yield key, scale, group
-
-
-# --- experiments: runs that differ in anything but the scale, the LR and the seed are separate series -------
-
-SERIES_SETTINGS = ("arch.name", "data.name", "optim.name", "optim.mode")  # already the series' own columns
-UNKNOWN = object()  # a setting a run's record does not tell (a run planned by an earlier version)
-
-
-def _settings_of(row: pd.Series) -> tuple[dict[str, Any], bool]:
-    """A run's experiment settings, and whether they are complete (else only its knobs are known)."""
-    if isinstance(row["settings"], dict):
-        return row["settings"], True
-    return {KNOB_KEYS[k]: row[k] for k in KNOBS if not pd.isna(row[k])}, False
-
-
-def _comparable(value: Any) -> str:
-    """One text per value: 400 from a config and 400.0 from a table column are the same setting."""
-    if isinstance(value, (int, float, np.number)) and not isinstance(value, bool):
-        return repr(float(value))
-    return json.dumps(value, sort_keys=True, default=str)
-
-
-def _value_text(value: Any) -> str:
-    if value is UNKNOWN:
-        return "?"
-    if isinstance(value, float):
-        return f"{value:g}"
-    return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
-
-
-def experiment_labels(frame: pd.DataFrame, knob: str | None) -> pd.Series:
-    """Per run, what sets its experiment apart from the others of its series (arch, data, optimiser, mode):
-    ``"steps=100"``, or ``""`` when they all agree on every setting but the scale knob, LR and seed."""
-    labels = pd.Series("", index=frame.index, dtype=object)
-    ignored = {*SERIES_SETTINGS, KNOB_KEYS.get(knob or "", "")}
-    for _, series in frame.groupby(list(SERIES), dropna=False):
-        known = {i: _settings_of(series.loc[i]) for i in series.index}
-        keys = sorted({k for settings, _ in known.values() for k in settings} - ignored)
-        # absent from a complete record: the setting was at its default before it existed (identity.py)
-        values = {i: {k: settings.get(k, "-" if full else UNKNOWN) for k in keys}
-                  for i, (settings, full) in known.items()}
-        varying = [k for k in keys if len({_comparable(v[k]) for v in values.values() if v[k] is not UNKNOWN}) > 1]
-        short = short_keys(varying)
-        for i, v in values.items():
-            labels[i] = ", ".join(f"{short[k]}={_value_text(v[k])}" for k in varying)
-    return labels
-
-
-def without_axis(setting: str, axis: str) -> str:
-    """A series' setting without its value of ``axis`` (``steps=100, wd=0.1`` → ``wd=0.1``)."""
-    parts = [p for p in str(setting or "").split(", ") if p and not re.match(rf"^(\S+\.)?{re.escape(axis)}=", p)]
-    return ", ".join(parts)
-
-
-def with_experiments(frame: pd.DataFrame, knob: str | None, second: str | None = None) -> pd.DataFrame:
-    """The table with its ``setting`` column, warning when one folder holds several experiments (a second scale
-    axis the sweep varies, ``second``, makes series by design: no warning for those)."""
-    frame = frame.assign(setting=experiment_labels(frame, knob))
-    for key, series in frame.groupby(list(SERIES), dropna=False):
-        settings = sorted(series["setting"].unique())
-        if second and len({without_axis(setting, second) for setting in settings}) == 1:
-            continue
-        if len(settings) > 1:
-            edited = (" (source: the file that defines the model changed between runs, so its runs are kept apart)"
-                      if any("source=" in setting for setting in settings) else "")
-            log.warning("%s: this folder holds %d experiments that differ in more than the scale, LR and seed%s; "
-                        "each is a series of its own: %s", series_label(key), len(settings), edited,
-                        "; ".join(settings))
-    return frame
-
-
-def one_row_per_run(frame: pd.DataFrame, knob: str | None) -> pd.DataFrame:
-    """One row per (series, knobs, LR, seed): the same run can sit in two folders (``lr=0.25`` from a
-    single-seed launch and ``lr=0.25,seed=0`` from a seeded one). A finished row is kept over others."""
-    rank = frame["status"].map({COMPLETED: 0, DIVERGED: 1}).fillna(2)
-    keys = [*GROUP, *([knob] if knob else []), "lr", "seed"]
-    kept = frame.assign(_rank=rank).sort_values(["_rank", "run"]).drop_duplicates(keys).drop(columns="_rank")
-    if len(kept) < len(frame):
-        log.warning("%s another run's settings and seed (e.g. folders with and without an explicit "
-                    "train.seed=0); each is counted once",
-                    "1 run repeats" if len(frame) - len(kept) == 1 else f"{len(frame) - len(kept)} runs repeat")
-    return sorted_runs(kept)
-
-
-def sorted_runs(frame: pd.DataFrame) -> pd.DataFrame:
-    """Series, then knobs, LR and seed as numbers (width 32 before 128)."""
-    return frame.sort_values([*GROUP, *KNOBS, "lr", "seed", "run"], na_position="last").reset_index(drop=True)
 
 
 def seed_matrix(group: pd.DataFrame, metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
