@@ -13,7 +13,7 @@ import pytest
 import yaml
 from hydra.errors import OverrideParseException
 
-from modula_cli.cli import UsageError, check_choices, flags_first, parse_error, rewrite_powers
+from modula_cli.command_line import UsageError, check_choices, flags_first, parse_error, rewrite_powers
 from modula_cli.plumbing.suggest import unknown_key
 from modula_cli.config import CONFIG_DIR
 from helpers import compose_config, tiny_gpt
@@ -293,7 +293,7 @@ def test_options_on_hydras_search_path_are_accepted(tmp_path, form):
 
 
 def test_the_search_path_of_the_primary_config_file_counts_too(tmp_path):
-    from modula_cli.cli import search_path
+    from modula_cli.command_line import search_path
 
     folder = _user_configs(tmp_path)
     primary = tmp_path / "primary"
