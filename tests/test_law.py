@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from modula_cli.analysis.law import LawPoint, fit_law, usable
-from modula_cli.analysis.prediction import TargetError, checked_target, parse_target
+from modula_cli.analysis.targets import TargetError, checked_target, parse_target
 from modula_cli.analysis.report import main as report_main
 from modula_cli.analysis.report import write_report
 from modula_cli.analysis.stats import optimum

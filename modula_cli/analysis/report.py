@@ -49,7 +49,8 @@ from ..results.table import collect, read_results_table, results_table, status_c
 from .plots import plot_scale, plot_transfer, series_label
 from .search_spend import spend_table, spend_text
 from .stats import DEFAULT_RESAMPLES, METRICS, ONE_SEED_NOISE
-from .prediction import checked_target, law_lines, laws, parse_target
+from .prediction import law_lines, laws
+from .targets import checked_target, parse_target
 from .recipe import recipe_lines, with_recipes
 from .experiments import one_row_per_run, scale_axes, with_experiments
 from .tables import Progress, curves, optimal_lrs, progress, transfer_table

@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 def write_sweep_report(config: DictConfig, sweep_dir: Path) -> bool:
     """The report (one writer at a time: several processes may end a sweep of one folder together); whether it
     was written."""
-    from ..analysis.prediction import TargetError
+    from ..analysis.targets import TargetError
     from ..analysis.report import write_report
 
     try:

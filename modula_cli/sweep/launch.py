@@ -179,7 +179,7 @@ def _check_target(config: DictConfig, plan: Plan) -> None:
     """``sweep.target`` names axes this sweep varies, with positive values: said before anything trains, not by
     the report at its end. A target the command line gave is refused; one a preset gave (``sweep=quick``'s
     width 1024) that this sweep does not vary, e.g. ``sweep=quick arch.width=64``, is left out, said once."""
-    from ..analysis.prediction import TargetError, checked_target, parse_target  # the report's: pandas, when asked
+    from ..analysis.targets import TargetError, checked_target, parse_target
     from ..results.knobs import swept_axes
 
     target = config.sweep.get("target")
