@@ -14,7 +14,7 @@ from omegaconf import open_dict
 from helpers import compose_config
 from modula_cli.config.identity import run_name
 from modula_cli.sweep.lr_search import SearchError
-from modula_cli.sweep.search import search_space
+from modula_cli.sweep.search_space import search_space
 from test_reliability import finish, start
 
 pytestmark = pytest.mark.slow

@@ -41,7 +41,7 @@ from .job import train_job
 from .lr_search import SearchError
 from .plan import Plan, another_experiment_line, edited_model_note, finished_runs, prepare_data, validate_grid
 from .progress import closing, detached_closing, report_progress
-from .search import SearchSpace, search_space
+from .search_space import SearchSpace, search_space
 
 log = logging.getLogger(__name__)
 
