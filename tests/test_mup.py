@@ -17,8 +17,8 @@ from modula_cli.models import ModelError, build_model
 from modula_cli.models.variant import VARIANTS
 from modula_cli.nn import Conv2D, Embed, Flatten, FunctionalAttention, Linear, ReLU, layer_roles, with_role
 from modula_cli.optim import MODES, OptimConfig, build_network, init_state, optimizer_step
-from modula_cli.optim.modes.mup import (LayerRule, MupError, fans, init_rms, layer_rule, modules,
-                                        refuse_stray_readouts, rules_of)
+from modula_cli.optim.modes.mup import modules, refuse_stray_readouts, rules_of
+from modula_cli.optim.modes.mup_rules import LayerRule, MupError, fans, init_rms, layer_rule
 
 from helpers import compose_config
 

@@ -24,7 +24,8 @@ from omegaconf import OmegaConf
 from modula_cli.models.variant import Variant
 from modula_cli.nn import LayerNorm, Mul, layer_names
 from modula_cli.optim import OptimConfig, build_network, init_state, optimizer_step
-from modula_cli.optim.modes.mup import init_rms, rules_of
+from modula_cli.optim.modes.mup import rules_of
+from modula_cli.optim.modes.mup_rules import init_rms
 
 COMPLETEP = {  # α = 1: branch 0.5, loss 2.390949630855878
     "wte.weight": (0.03125, 0.03125, 0.0005, 0.1460242815,
