@@ -110,10 +110,3 @@ class Atom(Module):
     def matrices(self, weight: Tensor) -> Tensor | None:
         """The weight as a batch of matrices measured in the operator norm (matrix atoms), else None."""
         return None
-
-    def _render(self, lines: list[str], prefix: str, shares: Iterator[float]) -> None:
-        self._render_as_child(lines, prefix, "└─ ", "   ", shares)  # an atom printed on its own: its one line
-
-    def _render_as_child(self, lines: list[str], prefix: str, branch: str, extend: str,
-                         shares: Iterator[float]) -> None:
-        lines.append(f"{prefix}{branch}{self.describe()}  mass {self.mass:.4g}  share {next(shares):.4g}")

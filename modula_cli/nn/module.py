@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .display import tree_text
 from .shapes import chain_features, common_features
 from .weight_maps import Weights, WeightMaps, stored_weights
 
@@ -186,26 +187,7 @@ class Module(WeightMaps):
         return self.name or type(self).__name__
 
     def __repr__(self) -> str:
-        shares = iter(self.target_shares())
-        lines = [f"{self.describe()}  [mass {self.mass:.4g}, sensitivity {self.sensitivity:.4g}, "
-                 f"{self.num_atoms} atoms; share = fraction of the target norm each atom receives]"]
-        self._render(lines, "", shares)
-        return "\n".join(lines)
-
-    def _render(self, lines: list[str], prefix: str, shares: Iterator[float]) -> None:
-        for i, child in enumerate(self.children):
-            last = i == len(self.children) - 1
-            branch, extend = ("└─ ", "   ") if last else ("├─ ", "│  ")
-            child._render_as_child(lines, prefix, branch, extend, shares)
-
-    def _render_as_child(self, lines: list[str], prefix: str, branch: str, extend: str,
-                         shares: Iterator[float]) -> None:
-        """This module's line in its parent's tree, then its children below it (an atom adds its share)."""
-        if self.num_atoms == 0:
-            lines.append(f"{prefix}{branch}{self.describe()}")
-        else:
-            lines.append(f"{prefix}{branch}{self.describe()}  mass {self.mass:.4g}")
-            self._render(lines, prefix + extend, shares)
+        return tree_text(self)
 
 
 class Bond(Module):
