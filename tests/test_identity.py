@@ -89,3 +89,24 @@ def test_a_packed_jobs_progress_label_is_whole_where_its_folder_name_is_cut():
                                  "seed 0…1 (2)")
     assert job_label(["optim.lr=[0.5]"]) == "lr 0.5 (1)"
     assert job_label(["optim.lr=0.25", "arch.width=64"]) == run_name(["optim.lr=0.25", "arch.width=64"])
+
+
+def test_every_loop_setting_has_an_identity_decision():
+    """A train.* or optim.* setting added to the schema without saying whether it changes a run's numbers, and
+    which value finished runs had, would change (or silently keep) every finished run's fingerprint: each is
+    in exactly one of NOT_NUMERIC and the numeric registries (FINGERPRINTED, LATER_DEFAULTS, ONLY_WHEN), and
+    every entry of those names a setting that exists."""
+    import dataclasses
+
+    from modula_cli.config.identity import FINGERPRINTED, LATER_DEFAULTS, NOT_NUMERIC, ONLY_WHEN
+    from modula_cli.config.schema import TrainConfig
+    from modula_cli.optim.config import OptimConfig
+
+    schema = {f"{group}.{field.name}" for group, config in (("train", TrainConfig), ("optim", OptimConfig))
+              for field in dataclasses.fields(config)}
+    numeric = FINGERPRINTED | set(LATER_DEFAULTS) | set(ONLY_WHEN)
+    undecided = sorted(schema - numeric - NOT_NUMERIC)
+    assert undecided == [], f"no identity decision for {undecided} (config/identity.py)"
+    assert sorted(numeric & NOT_NUMERIC) == [] and sorted(FINGERPRINTED & set(LATER_DEFAULTS)) == []
+    stale = sorted(key for key in numeric | NOT_NUMERIC if key.startswith(("train.", "optim.")) and key not in schema)
+    assert stale == [], f"decided but not in the schema: {stale}"

@@ -44,6 +44,18 @@ ONLY_WHEN = {
     "optim.decay_shape": lambda optim: optim.get("schedule") == "wsd",
     "optim.decay_on": lambda optim: bool(optim.get("wd")),  # no weight decay: nothing to choose weights for
 }
+# Settings in every fingerprint from the first run that had them (a mode's own: from its mode's first run), so no
+# default stands for older runs. With NOT_NUMERIC, LATER_DEFAULTS and ONLY_WHEN this decides every train.* and
+# optim.* setting of the schema: a new one must be added to one of them (tests/test_identity.py checks).
+FINGERPRINTED = frozenset({
+    "train.steps", "train.batch_size", "train.eval_every", "train.eval_batches", "train.seed", "train.dtype",
+    "train.diverge_factor",
+    "optim.name", "optim.mode", "optim.lr", "optim.beta1", "optim.beta2", "optim.eps", "optim.wd",
+    "optim.schedule", "optim.warmup_steps", "optim.ortho", "optim.ortho_steps", "optim.power_iterations",
+    "optim.manifold_iterations", "optim.manifold_step", "optim.manifold_tolerance", "optim.manifold_warm_start",
+    "optim.mup_base_width", "optim.mup_readout_zero", "optim.mup_query_zero",
+    "optim.muon_scale", "optim.muon_momentum", "optim.muon_ns_steps", "optim.muon_adam_ratio",
+})
 RUN_GROUPS = ("arch", "data", "optim", "train")
 # The config groups whose choice on the command line names a run folder, and every group whose settings change
 # the numbers (the variant's only where they differ from the modular variant, so a run finished before variants
