@@ -13,8 +13,10 @@ import time
 from pathlib import Path
 
 import pytest
+from hydra.utils import get_class
 
 from modula_cli.plumbing import threads
+from modula_cli.sweep.host import Host
 from modula_cli.plumbing.locks import is_held
 from modula_cli.plumbing.signals import MARKER_POLL_S, StopSignal
 from modula_cli.results.manifest import forget_launch, read_launch, record_launch
@@ -512,6 +514,8 @@ def test_slurm_cancels_only_after_a_reason_that_never_clears_has_stood(monkeypat
 class ScriptedJobs:
     """A scheduler that says what a test scripts: poll results in turn, and records stops and cancels."""
 
+    scheduler = "slurm"  # its jobs are named as SLURM names them
+
     def __init__(self, polls, never=None, ids=None):
         self.polls, self.never, self.ids = list(polls), never, ids
         self.stops, self.cancels = [], 0
@@ -786,7 +790,6 @@ def test_auto_yields_to_the_users_own_form_of_a_request(cluster):
 
 def _open_launch(sweep: Path, runs: dict[str, dict]):
     from modula_cli.plumbing.signals import STOP
-    from modula_cli.sweep.grid import Host
     from modula_cli.sweep.launch import Launch
 
     record_launch(sweep, "L", runs)
@@ -861,3 +864,36 @@ def test_a_busy_run_of_a_job_in_this_process_is_left_for_the_end_of_its_launch(t
         assert pickle.loads(pickle.dumps(callback)).launch is None  # launchers pickle it into every job
     finally:
         callback.launch.opened.close()
+
+
+HYDRAS_BASIC = get_class("hydra._internal.core_plugins.basic_launcher.BasicLauncher")
+
+
+class EagerBasic(HYDRAS_BASIC):
+    """A user's launcher built on Hydra's basic one: it runs where its base does."""
+
+
+class Elsewhere(HYDRAS_BASIC):
+    HOST = Host(on_stop="exit", detaches=True)  # a launcher of its own kind, declared on its class
+
+
+def test_a_launchers_host_comes_from_its_class():
+    """What a launcher is (in process, local, sharing cores, how a stopped job ends, whether it detaches) is read
+    from its class: declared as HOST by a launcher of this package or a user's, else Hydra's own launchers by
+    class, a subclass as its base; never from the spelling of its _target_."""
+    from modula_cli.sweep.host import IN_ITS_CHILDREN, host_of
+
+    def host(target):
+        return host_of({"_target_": target})
+
+    assert host("hydra._internal.core_plugins.basic_launcher.BasicLauncher") == Host(in_process=True, local=True)
+    assert host("hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher") == Host(local=True,
+                                                                                              shares_cores=True)
+    assert host("hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher").on_stop == "raise"
+    ours = host("hydra_plugins.modula_sweep.slurm_launcher.SlurmLauncher")
+    assert ours.on_stop == "exit" and ours.detaches and not ours.local
+    ray = host("hydra_plugins.modula_sweep.ray_launcher.RayClusterLauncher")
+    assert not ray.detaches and "Ray ends a driver's tasks" in ray.why_attached
+    assert host(f"{__name__}.EagerBasic") == Host(in_process=True, local=True)
+    assert host(f"{__name__}.Elsewhere") == Host(on_stop="exit", detaches=True)
+    assert host("hydra.plugins.launcher.Launcher") == Host() and Host().why_attached == IN_ITS_CHILDREN

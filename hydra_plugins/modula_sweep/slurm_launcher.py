@@ -25,6 +25,8 @@ from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf, SlurmQue
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
 from omegaconf import DictConfig, OmegaConf
 
+from modula_cli.sweep.host import Host
+
 log = logging.getLogger(__name__)
 OWN = ("poll_s", "stop_grace_s")  # this launcher's settings, not submitit's
 
@@ -66,7 +68,8 @@ def _fit(launcher: Any) -> Any:
 
 class SlurmLauncher(BaseSubmititLauncher):
     _EXECUTOR = "slurm"
-    CAN_DETACH = True  # its jobs outlive the launching process (sweep.detach=true)
+    # each job its own process on a node; SLURM decides what a stopped one does; its jobs outlive the launch
+    HOST = Host(on_stop="exit", detaches=True)
 
     def __init__(self, **params: Any) -> None:
         own = {key: params.pop(key) for key in OWN if key in params}

@@ -87,8 +87,8 @@ def run_unfinished(overrides: Sequence[Sequence[str]], sweep_dir: Path, launch: 
     if todo:
         jobs = submit(todo)
         if ids := jobs.scheduler_ids():
-            record_submission(sweep_dir, launch, "slurm", {tuple(overrides[i]): ids[k] for k, i in enumerate(todo)},
-                              detach)
+            record_submission(sweep_dir, launch, jobs.scheduler,
+                              {tuple(overrides[i]): ids[k] for k, i in enumerate(todo)}, detach)
         followed = [_completed(overrides[i], Outcome(PENDING)) for i in todo] if detach else \
             Follower(jobs, [overrides[i] for i in todo], sweep_dir, launch, poll_s, grace_s).follow()
     results.update(zip(todo, followed))

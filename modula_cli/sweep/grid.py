@@ -4,9 +4,7 @@ checked as it will compose itself, the runs it trains, and where the launcher ru
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -61,26 +59,3 @@ class JobComposer:
         apply_overrides([o for o in parsed if o.input_line not in groups], job_cfg)
         check_config(job_cfg, job, self.devices_here)
         return job_cfg
-
-
-@dataclass(frozen=True)
-class Host:
-    """Where a launcher runs its jobs, and what that asks of each job."""
-    in_process: bool = False    # in the launching process (basic launcher): a busy run is left for the end
-    local: bool = False         # on this machine: the data is prepared once before the first job
-    shares_cores: bool = False  # parallel jobs on this machine split its cores (or take one GPU each)
-    on_stop: str = "report"     # a stopped job: "report" it interrupted; "raise" StopRequested (Hydra's submitit
-    #                             plugins requeue on it); "exit" its process (our SLURM launcher: SLURM decides)
-
-
-def host_of(launcher: Any) -> Host:
-    target = str(launcher.get("_target_", "")) if launcher is not None else ""
-    if target.endswith("BasicLauncher"):
-        return Host(in_process=True, local=True)
-    if "joblib" in target:
-        return Host(local=True, shares_cores=True)
-    if target.startswith("hydra_plugins.modula_sweep.slurm_launcher"):
-        return Host(on_stop="exit")
-    if "submitit" in target:
-        return Host(on_stop="raise")
-    return Host()

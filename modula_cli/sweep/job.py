@@ -20,7 +20,7 @@ from ..results.files import stop_marker
 from ..results.status import BUSY, FAILED, INTERRUPTED, PENDING
 from ..results.summary import Outcome
 from ..run.trainer import train
-from .grid import host_of
+from .host import host_of
 from .progress import report_progress
 
 log = logging.getLogger(__name__)

@@ -21,6 +21,8 @@ class JobEnd:
 class Jobs(Protocol):
     """A launch's jobs on one scheduler, by position in the launch."""
 
+    scheduler: str  # the scheduler's name, as sweep.json records it beside the jobs' ids ("slurm", "ray")
+
     def poll(self) -> dict[int, JobEnd]:
         """The jobs that have ended since the last poll (each reported once)."""
 

@@ -36,7 +36,7 @@ from ..results.manifest import mark_reported, read_launch, record_launch
 from ..results.status import BUSY
 from ..results.summary import Outcome, mark_abandoned
 from .final_report import write_sweep_report
-from .grid import Host, host_of
+from .host import Host, host_of
 from .job import train_job
 from .lr_search import SearchError
 from .plan import Plan, another_experiment_line, edited_model_note, finished_runs, prepare_data, validate_grid
@@ -198,18 +198,14 @@ def _check_target(config: DictConfig, plan: Plan) -> None:
 def _check_detach(config: DictConfig, searching: bool) -> None:
     """``sweep.detach=true`` needs a launcher whose jobs outlive the launching process, and a plan known in
     full at the start."""
-    from hydra.utils import get_class
-
     if not config.sweep.get("detach"):
         return
-    target = config.hydra.launcher.get("_target_")
-    name = config.hydra.runtime.choices.get("hydra/launcher", target)
-    if not (target and getattr(get_class(target), "CAN_DETACH", False)):
-        why = ("Ray ends a driver's tasks when the driver exits" if "ray" in str(name)
-               else "it trains the runs in this process or its children")
-        raise ConfigError([f"sweep.detach=true with hydra/launcher={name}: {why}, so the launch cannot end before "
-                           f"its runs; detach with hydra/launcher=slurm, or keep the launch running under nohup, "
-                           f"tmux or screen"])
+    host = host_of(config.hydra.launcher)
+    name = config.hydra.runtime.choices.get("hydra/launcher", config.hydra.launcher.get("_target_"))
+    if not host.detaches:
+        raise ConfigError([f"sweep.detach=true with hydra/launcher={name}: {host.why_attached}, so the launch cannot "
+                           f"end before its runs; detach with hydra/launcher=slurm, or keep the launch running under "
+                           f"nohup, tmux or screen"])
     if searching:
         raise ConfigError(["sweep.detach=true with sweep.search=true: an LR search chooses each round's LRs from "
                            "the last round, in the launching process; keep it running under nohup, tmux or screen"])

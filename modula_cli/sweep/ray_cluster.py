@@ -139,6 +139,7 @@ class RayTasks:
     several runs, ``runs_per_task``), position i is member ``members[i] = (task, k)``: the k-th of that task's
     results."""
 
+    scheduler = "ray"
     GONE_AFTER_S = 300.0
     NODES_EVERY_S = 2.0  # how often the cluster's nodes are looked at, for one that died (a cheap GCS call)
 

@@ -30,7 +30,8 @@ from ..results.manifest import add_to_launch
 from ..results.search_file import write_search
 from ..results.status import COMPLETED
 from ..results.summary import is_finished, read_summary
-from .grid import JobComposer, host_of, planned_runs
+from .grid import JobComposer, planned_runs
+from .host import host_of
 from .lr_search import ScalePlan, plan_series
 from .search_space import SearchSpace, Series, search_space
 

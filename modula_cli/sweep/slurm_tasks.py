@@ -139,6 +139,8 @@ class SlurmArray:
     accounting is on, for the word on how a task ended). A task has ended once squeue no longer lists it at
     two polls in a row (a requeued task is listed throughout: pending again, then running)."""
 
+    scheduler = "slurm"
+
     def __init__(self, job_ids: Sequence[str], accounting: bool, results: Sequence[Any] = (),
                  logs: Sequence[str] = ()):
         self.job_ids = list(job_ids)
