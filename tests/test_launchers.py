@@ -286,13 +286,11 @@ def test_a_lock_left_by_this_very_job_on_a_lost_node_is_taken_over_and_no_other(
         assert holder.stdout.readline().strip() == "held"
         lost = {"pid": holder.pid, "host": "node-lost", "since": 1.0, "job": "slurm:9_0"}
         (run_dir / OWNER_FILE).write_text(json.dumps(lost))  # as the frozen node wrote it
-        monkeypatch.setenv("MODULA_JOB_ID", "slurm:9_1")
-        assert not RunLocks([run_dir]).try_acquire()  # another job: the holder may well be alive
+        assert not RunLocks([run_dir], job="slurm:9_1").try_acquire()  # another job: the holder may well be alive
         (run_dir / OWNER_FILE).write_text(json.dumps({**lost, "host": HOST}))
-        monkeypatch.setenv("MODULA_JOB_ID", "slurm:9_0")
-        assert not RunLocks([run_dir]).try_acquire()  # this host: its kernel is the judge
+        assert not RunLocks([run_dir], job="slurm:9_0").try_acquire()  # this host: its kernel is the judge
         (run_dir / OWNER_FILE).write_text(json.dumps(lost))
-        survivor = RunLocks([run_dir])
+        survivor = RunLocks([run_dir], job="slurm:9_0")
         assert survivor.try_acquire()
         assert "held by pid" in caplog.text and "node-lost is lost, and this run takes over" in caplog.text
         assert owner_of(run_dir)["host"] == HOST and owner_of(run_dir)["job"] == "slurm:9_0"
@@ -897,3 +895,20 @@ def test_a_launchers_host_comes_from_its_class():
     assert host(f"{__name__}.EagerBasic") == Host(in_process=True, local=True)
     assert host(f"{__name__}.Elsewhere") == Host(on_stop="exit", detaches=True)
     assert host("hydra.plugins.launcher.Launcher") == Host() and Host().why_attached == IN_ITS_CHILDREN
+
+
+def test_a_runs_job_is_the_one_its_launcher_names(tmp_path, tiny_text_root):
+    """The job a run trains in reaches it from its launcher (the scheduler's name on the launcher's class, the
+    job's id as hydra.job.id), not from the environment: recorded in run.owner and summary.json as
+    "slurm:12_3"; a launcher without a scheduler names none."""
+    from helpers import compose_config, tiny_gpt
+    from modula_cli.sweep.host import job_of
+    from modula_cli.sweep.job import train_job
+
+    assert job_of(Host(scheduler="slurm"), "12_3") == "slurm:12_3" and job_of(Host(scheduler="ray"), "ab") == "ray:ab"
+    assert job_of(Host(in_process=True, local=True), 0) is None and job_of(Host(scheduler="slurm"), None) is None
+    cfg = compose_config(*tiny_gpt(tiny_text_root, "train.steps=2"))
+    run_dir = tmp_path / "sweep" / "lr=0.1"
+    outcome = train_job(cfg, run_dir, ["optim.lr=0.1"], "L", wait=True, job="slurm:12_3")
+    assert outcome.status == "completed"
+    assert json.loads((run_dir / "summary.json").read_text())["job"] == "slurm:12_3"

@@ -8,7 +8,6 @@ is imported by Hydra's plugin scan at every start: Ray itself is imported only w
 """
 
 import logging
-import os
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,16 +93,16 @@ def _fit(ray_options: Any, runs_per_task: Any = 1) -> Any:
 
 
 def _run_job(env: dict[str, str], hydra_context: HydraContext, sweep_config: DictConfig,
-             task_function: TaskFunction, singleton_state: dict[Any, Any]) -> JobReturn:
-    """One job, in a Ray worker: the launch's environment and the task its trainer records, then Hydra's job."""
+             task_function: TaskFunction, singleton_state: dict[Any, Any], task: str | None = None) -> JobReturn:
+    """One job, in a Ray worker: the launch's environment, the task its runs record as their job (``task``: a
+    task of several names its own for its runs) as ``hydra.job.id``, then Hydra's job."""
     import ray
 
-    from modula_cli.plumbing import environment
     from modula_cli.sweep.cluster import enter_job_environment
 
     enter_job_environment(env)
-    if environment.JOB not in env:  # a task's own run (a task of several names its runs' job for them)
-        os.environ[environment.JOB] = f"ray:{ray.get_runtime_context().get_task_id()}"
+    with open_dict(sweep_config.hydra.job):
+        sweep_config.hydra.job.id = task or ray.get_runtime_context().get_task_id()
     setup_globals()
     Singleton.set_state(singleton_state)
     HydraConfig.instance().set_config(sweep_config)
@@ -143,15 +142,15 @@ def _run_group(env: dict[str, str], hydra_context: HydraContext, sweep_configs: 
     from modula_cli.plumbing import environment
 
     gpus = [str(gpu) for gpu in ray.get_gpu_ids()]
-    task_env = {**env, environment.JOB: f"ray:{ray.get_runtime_context().get_task_id()}"}
+    task = ray.get_runtime_context().get_task_id()
     spawn = multiprocessing.get_context("spawn")  # a fresh interpreter: CUDA set up after the run's GPU is chosen
     results = spawn.Queue()
     processes = []
     share = max(1, len(gpus) // len(sweep_configs))  # each run its own GPUs: num_gpus of them
     for k, sweep_config in enumerate(sweep_configs):
         mine = gpus[k * share:(k + 1) * share] or gpus[k % len(gpus):][:1] if gpus else []
-        own = {**task_env, **({environment.GPUS: ",".join(mine)} if mine else {})}
-        job = cloudpickle.dumps((own, hydra_context, sweep_config, task_function, singleton_state))
+        own = {**env, **({environment.GPUS: ",".join(mine)} if mine else {})}
+        job = cloudpickle.dumps((own, hydra_context, sweep_config, task_function, singleton_state, task))
         process = spawn.Process(target=_run_member, args=(results, k, job))
         process.start()
         processes.append(process)
@@ -175,7 +174,7 @@ def _run_group(env: dict[str, str], hydra_context: HydraContext, sweep_configs: 
 
 
 class RayClusterLauncher(Launcher):
-    HOST = Host(why_attached="Ray ends a driver's tasks when the driver exits")
+    HOST = Host(why_attached="Ray ends a driver's tasks when the driver exits", scheduler="ray")
 
     def __init__(self, ray: Any, runs_per_task: Any = 1, poll_s: float = 2.0, stop_grace_s: float = 120.0) -> None:
         self.ray_options = ray

@@ -69,7 +69,7 @@ def _fit(launcher: Any) -> Any:
 class SlurmLauncher(BaseSubmititLauncher):
     _EXECUTOR = "slurm"
     # each job its own process on a node; SLURM decides what a stopped one does; its jobs outlive the launch
-    HOST = Host(on_stop="exit", detaches=True)
+    HOST = Host(on_stop="exit", detaches=True, scheduler="slurm")  # hydra.job.id: submitit's "12_3"
 
     def __init__(self, **params: Any) -> None:
         own = {key: params.pop(key) for key in OWN if key in params}
@@ -88,13 +88,11 @@ class SlurmLauncher(BaseSubmititLauncher):
         log.info("SLURM: %s", fitted.describe())
 
     def __call__(self, *args: Any, **kwargs: Any) -> JobReturn:
-        # in the job's process, on a node: the launch's environment first, and the task its trainer records
-        from modula_cli.plumbing import environment
+        # in the job's process, on a node: the launch's environment first (submitit's __call__ sets hydra.job.id,
+        # the job its runs record)
         from modula_cli.sweep.cluster import enter_job_environment
-        from modula_cli.sweep.slurm_tasks import job_id_here
 
         enter_job_environment(self.job_env)
-        os.environ[environment.JOB] = job_id_here() or ""
         return super().__call__(*args, **kwargs)
 
     def launch(self, job_overrides: Any, initial_job_idx: int) -> list[JobReturn]:

@@ -10,7 +10,6 @@ from omegaconf import DictConfig, open_dict, read_write
 
 # ours: set for a job, read in it
 LAUNCH = "MODULA_SWEEP_LAUNCH"  # the launch a job belongs to (its progress line and closing counts)
-JOB = "MODULA_JOB_ID"           # the cluster job a trainer runs in ("slurm:12_3", "ray:<task id>"): run.owner
 JOB_CPUS = "MODULA_JOB_CPUS"    # the CPUs a job was given, where its scheduler does not say (Ray's num_cpus)
 CWD = "MODULA_SWEEP_CWD"        # the launching process's working directory: relative paths mean the same there
 DATA = "MODULA_DATA"            # the data root (also a user's own setting)

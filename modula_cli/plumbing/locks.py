@@ -1,6 +1,6 @@
 """One trainer per run: a run folder's ``run.lock`` (an OS file lock, released when its process dies,
 even by SIGKILL) is held while the run trains; ``run.owner`` says by whom: process, host and, in a cluster
-job, the job (``MODULA_JOB_ID``, set by the SLURM and Ray launchers), so that a launcher that saw the job end
+job, the job (as the launcher that started it names it: ``RunLocks(job=)``), so that a launcher that saw the job end
 can tell its run was abandoned even where file locks do not reach across nodes."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from . import atomic, environment
+from . import atomic
 
 log = logging.getLogger(__name__)
 LOCK_FILE, OWNER_FILE = "run.lock", "run.owner"
@@ -65,12 +65,12 @@ def held_here(folder: Path) -> bool:
     return owner is None or owner.get("host") in (None, HOST)
 
 
-def _take_over_from_lost_node(folder: Path, lock: FileLock) -> bool:
+def _take_over_from_lost_node(folder: Path, lock: FileLock, job: str | None) -> bool:
     """The lock is held by an earlier run of this very cluster job on another host: the scheduler runs one
     instance of a job at a time, so having started it again here it has given up that host (a node that
     stopped answering keeps its processes, and their locks, where a shared file system still honours them).
     Its word settles the lock: a fresh lock file, which the lost holder never had, is taken. Whether taken."""
-    job, owner = os.environ.get(environment.JOB), owner_of(folder)
+    owner = owner_of(folder)
     if not job or owner is None or owner.get("job") != job or owner.get("host") in (None, HOST):
         return False
     (folder / LOCK_FILE).unlink(missing_ok=True)
@@ -88,8 +88,8 @@ class RunLocks:
     """All-or-nothing exclusive hold of several run folders (a packed run's members), taken in sorted
     order so that two processes can never each hold half."""
 
-    def __init__(self, run_dirs: list[Path]):
-        self.run_dirs = sorted(set(run_dirs))
+    def __init__(self, run_dirs: list[Path], job: str | None = None):
+        self.run_dirs, self.job = sorted(set(run_dirs)), job  # job: the scheduler's job it trains in
         self._locks = [FileLock(str(d / LOCK_FILE)) for d in self.run_dirs]
         self.held = False
 
@@ -100,14 +100,14 @@ class RunLocks:
             try:
                 lock.acquire(timeout=0)
             except Timeout:
-                if not _take_over_from_lost_node(folder, lock):
+                if not _take_over_from_lost_node(folder, lock, self.job):
                     for other in taken:
                         other.release()
                     return False
             taken.append(lock)
         self.held = True
         owner = json.dumps({"pid": os.getpid(), "host": HOST, "since": time.time(),
-                            "job": os.environ.get(environment.JOB)})
+                            "job": self.job})
         for folder in self.run_dirs:
             atomic.write_text(folder / OWNER_FILE, owner)
         return True

@@ -3,7 +3,6 @@ and when the run fails, with where it came from (its overrides, its sweep, its l
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -12,7 +11,7 @@ import torch
 
 from ..config.members import Members, member_overrides
 from ..optim import MODES
-from ..plumbing import atomic, environment
+from ..plumbing import atomic
 from ..plumbing.locks import HOST
 from ..results.status import COMPLETED, DIVERGED, FAILED, RUNNING
 from ..results.summary import Summary, summary_record, write_summary
@@ -29,13 +28,14 @@ class Provenance:
     overrides: list[str]
     sweep_dir: Path | None
     launch: str | None
+    job: str | None = None  # the scheduler's job it trains in ("slurm:12_3"), as its launcher named it
     resumed_from: int = 0  # the checkpoint's step this process started from (0: from the start)
     branched_from: int = 0  # the step of the WSD stable phase it started from (another run's: ``branches.py``)
 
     def fields(self, members: Members, k: int) -> dict[str, Any]:
         member = members.items[k]
         overrides = member_overrides(self.overrides, member.packed) if members.packed else self.overrides
-        return {"overrides": overrides, "launch": self.launch, "host": HOST, "job": os.environ.get(environment.JOB),
+        return {"overrides": overrides, "launch": self.launch, "host": HOST, "job": self.job,
                 **({"resumed_from": self.resumed_from} if self.resumed_from else {}),
                 **({"branched_from": self.branched_from} if self.branched_from else {})}
 

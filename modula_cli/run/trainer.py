@@ -40,13 +40,14 @@ ONE_LINE_ERRORS = (DataUnavailable, ModelError)
 
 def train(cfg: DictConfig, run_dir: Path, *, member_dir: MemberDir | None = None,
           overrides: list[str] | None = None, sweep_dir: Path | None = None, launch: str | None = None,
-          wait: bool = True) -> Outcome:
+          wait: bool = True, job: str | None = None) -> Outcome:
     """Train one configuration into ``run_dir``; returns its ``Outcome``: its summary (also written to
     summary.json), or with ``optim.lr`` and / or ``train.seed`` a list, each member's (one member per (LR,
     seed), trained as a stacked ensemble, each on its own seed's initialisation and batches, exactly as its
     separate run). A run that another process is training is waited for (``wait``) or returned as ``BUSY``;
     a finished run is skipped (its data is not needed). When the data or the network cannot be had
-    (``ONE_LINE_ERRORS``) a run of a sweep is recorded as failed, a single run leaves nothing behind.
+    (``ONE_LINE_ERRORS``) a run of a sweep is recorded as failed, a single run leaves nothing behind. ``job``: the
+    scheduler's job it trains in ("slurm:12_3"), as its launcher named it, recorded with its lock and summaries.
     """
     opt = checked_optim(cfg)
     members = Members.of(cfg, opt, run_dir, member_dir)
@@ -55,7 +56,7 @@ def train(cfg: DictConfig, run_dir: Path, *, member_dir: MemberDir | None = None
     config = RunConfig.of(cfg, opt)
     rerun = config.rerun
     rank, world = distributed()
-    provenance, locks = Provenance(overrides or [], sweep_dir, launch), RunLocks(members.run_dirs)
+    provenance, locks = Provenance(overrides or [], sweep_dir, launch, job), RunLocks(members.run_dirs, job)
     knob = "sweep.rerun" if sweep_dir is not None else "train.rerun"
     skipped = decided_by_lead(lambda: already_finished(members, run_dir.name, rerun, knob), rank, world)
     if skipped is not None:

@@ -19,6 +19,7 @@ class Host:
     on_stop: str = "report"     # a stopped job: "report" it interrupted; "raise" StopRequested (Hydra's submitit
     #                             plugins requeue on it); "exit" its process (our SLURM launcher: SLURM decides)
     detaches: bool = False      # its jobs outlive the launching process (sweep.detach=true)
+    scheduler: str | None = None  # whose ids its jobs' hydra.job.id are: a run records its job as "slurm:12_3"
     why_attached: str = IN_ITS_CHILDREN  # else: why a launch must stay until its runs end
 
 
@@ -29,6 +30,12 @@ HYDRAS_LAUNCHERS = (
     ("hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher", Host(local=True, shares_cores=True)),
     ("hydra_plugins.hydra_submitit_launcher.submitit_launcher.BaseSubmititLauncher", Host(on_stop="raise")),
 )
+
+
+def job_of(host: Host, job_id: Any) -> str | None:
+    """The job a run of this host trains in, as ``run.owner`` and ``summary.json`` record it (``Jobs.owner``):
+    the scheduler's name and the job's id on it (``hydra.job.id``); None where no scheduler names it."""
+    return f"{host.scheduler}:{job_id}" if host.scheduler and job_id not in (None, "") else None
 
 
 def host_of(launcher: Any) -> Host:

@@ -20,7 +20,7 @@ from ..results.files import stop_marker
 from ..results.status import BUSY, FAILED, INTERRUPTED, PENDING
 from ..results.summary import Outcome
 from ..run.trainer import train
-from .host import host_of
+from .host import host_of, job_of
 from .progress import report_progress
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,8 @@ def sweep_job(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> Outcome:
         configure_threads(cfg.train.threads)
     # a search needs a busy run's result before its next round: it waits for the other process to finish it
     wait = not host.in_process or searches(cfg)
-    result = train_job(cfg, run_dir, overrides, launch, wait=wait, on_stop=host.on_stop)
+    result = train_job(cfg, run_dir, overrides, launch, wait=wait, on_stop=host.on_stop,
+                       job=job_of(host, hydra_cfg.job.get("id")))
     if result.status == BUSY:
         log.info("%s is being trained by %s; it will be checked again at the end of this sweep",
                  run_dir.name, result.holder)
@@ -54,13 +55,14 @@ def sweep_job(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> Outcome:
 
 
 def train_job(cfg: DictConfig, run_dir: Path, overrides: list[str], launch: str | None, wait: bool,
-              on_stop: str = "report") -> Outcome:
-    """Train one grid point's runs for ``launch``; a stop checkpoints and then reports, raises or exits as the
-    launcher needs (``on_stop``), and an error is the job's ``failed`` outcome."""
+              on_stop: str = "report", job: str | None = None) -> Outcome:
+    """Train one grid point's runs for ``launch`` (in the scheduler's ``job``, where one names it); a stop
+    checkpoints and then reports, raises or exits as the launcher needs (``on_stop``), and an error is the job's
+    ``failed`` outcome."""
     sweep_dir = run_dir.parent
     try:
         return train(cfg, run_dir, member_dir=sweep_member_dir(sweep_dir, overrides),
-                     overrides=overrides, sweep_dir=sweep_dir, launch=launch, wait=wait)
+                     overrides=overrides, sweep_dir=sweep_dir, launch=launch, wait=wait, job=job)
     except StopRequested as stop:
         if on_stop == "exit":  # checkpointed; SLURM says what follows (cancelled, requeued, pre-empted)
             log.warning("%s: checkpointed after %s; this job ends", run_dir.name, stop)

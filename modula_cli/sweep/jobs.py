@@ -43,7 +43,7 @@ class Jobs(Protocol):
         """"SLURM job 12_3", "Ray task 3"."""
 
     def owner(self, index: int) -> str:
-        """The job as its trainer records itself in ``run.owner`` (``MODULA_JOB_ID``): "slurm:12_3"."""
+        """The job as its trainer records itself in ``run.owner`` (``host.job_of``): "slurm:12_3"."""
 
     def scheduler_ids(self) -> list[str] | None:
         """Each job's id on a scheduler that outlives the launching process ("12_3"), by position; None where

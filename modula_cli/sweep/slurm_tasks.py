@@ -5,7 +5,6 @@ end of every task. The parsers take the commands' text, so they can be checked o
 from __future__ import annotations
 
 import logging
-import os
 import re
 import time
 from collections.abc import Sequence
@@ -13,7 +12,6 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from ..plumbing import environment
 from .slurm import SlurmError, command, records
 
 log = logging.getLogger(__name__)
@@ -289,11 +287,3 @@ def adopt(job_ids: Sequence[str]) -> list[tuple[list[int], SlurmArray]]:
             accounting = has_accounting() if accounting is None else accounting
             adopted.append((kept, SlurmArray([job_ids[p] for p in kept], accounting)))
     return adopted
-
-
-def job_id_here() -> str | None:
-    """This process's SLURM task, as ``SlurmArray.owner`` names it ("slurm:12_3"); None outside SLURM."""
-    array, task, job = (os.environ.get(name) for name in environment.SLURM_TASK)
-    if array and task:
-        return f"slurm:{array}_{task}"
-    return f"slurm:{job}" if job else None

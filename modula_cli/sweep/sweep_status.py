@@ -105,7 +105,7 @@ def settle(sweep_dir: Path, record: LaunchRecord, summaries: dict[str, Summary |
             if (summaries.get(name) or {}).get("status") != RUNNING:
                 continue
             ended = f"SLURM job {job.job_id}: {word_of(words, job.job_id).text}"
-            if mark_abandoned(sweep_dir / name, ended, job=f"slurm:{job.job_id}") is not None:
+            if mark_abandoned(sweep_dir / name, ended, job=f"{record.scheduler}:{job.job_id}") is not None:
                 summaries.update(record.summaries(sweep_dir, [name]))
 
 
