@@ -12,7 +12,7 @@ import signal
 import pytest
 import torch
 from helpers import compose_config, paired_drop, record_first_update, tiny_gpt
-from test_manifold import scaled_step_ratio
+from manifold_references import scaled_step_ratio
 from test_train import assert_first_update_size, assert_same_losses, exact_atom_norm, read_losses
 
 from modula_cli.nn import Embed, layer_roles
@@ -27,7 +27,7 @@ def on_cuda(root, *overrides: str):
 
 
 def assert_manifold_first_step(seen: dict, free: tuple[str, ...], tol: float) -> None:
-    """Manifold mode's first step, each atom against its closed form (tests/test_manifold.py): a free layer
+    """Manifold mode's first step, each atom against its closed form (tests/test_manifold_update.py): a free layer
     takes the duality map, exactly its share of LR; a scaled width × width matrix or embedding row (radius 1)
     turns and takes a radial sign step, ‖ΔW‖ = η·scaled_step_ratio(1, ±1, η); the MLP's non-square matrices
     measured 1.479–1.506 (first step, CPU)."""
