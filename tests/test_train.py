@@ -534,7 +534,7 @@ def test_a_run_without_a_progress_bar_says_where_it_stands(tmp_path, tiny_text_r
 
 
 def test_durations_read_as_minutes_and_seconds_then_hours_and_minutes():
-    from modula_cli.run.loggers import duration_text
+    from modula_cli.plumbing.wording import duration_text
 
     assert [duration_text(s) for s in (0, 59.9, 61, 3599, 3600, 7500)] == \
         ["0m00s", "0m59s", "1m01s", "59m59s", "1h00m", "2h05m"]

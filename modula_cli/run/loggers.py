@@ -22,6 +22,7 @@ from tqdm import tqdm
 from ..config.members import Members
 from ..config.schema import LoggerConfig, TrainConfig
 from ..plumbing import atomic, environment
+from ..plumbing.wording import duration_text
 from ..results.files import METRICS_FILE
 from ..results.summary import best_lr
 from .state import RunState
@@ -33,13 +34,6 @@ INIT_TIMEOUT_S = 15
 LAYER_STATS_FILE = "layer_stats.jsonl"  # train.layer_stats_every: one line per layer and measured step
 HEARTBEAT_S = 60.0  # without a progress bar, how often a training run says where it stands
 UNREACHABLE_MARKER = ".wandb_unreachable"  # in the sweep folder: later runs (any process) go offline quietly
-
-
-def duration_text(seconds: float) -> str:
-    """``3m07s``, or ``2h05m`` from an hour on."""
-    minutes, secs = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
 class JsonlLogger:

@@ -16,7 +16,7 @@ from ..results.files import RESULTS_FILE
 from ..results.manifest import LaunchRecord, Manifest
 from ..results.status import COMPLETED, COUNTED, DIVERGED, FAILED, FINISHED, INTERRUPTED, PENDING, RUNNING, SKIPPED
 from ..results.summary import Outcome, Summary, best_lr
-from ..run.loggers import duration_text
+from ..plumbing.wording import duration_text
 from .eta import time_left_range
 
 log = logging.getLogger(__name__)

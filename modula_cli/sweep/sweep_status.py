@@ -21,7 +21,7 @@ from ..results.files import MANIFEST_FILE, MULTIRUN_FILE, TRANSFER_PLOT
 from ..results.manifest import LaunchRecord, Manifest, mark_reported
 from ..results.status import FINISHED, PENDING, RUNNING
 from ..results.summary import Summary, mark_abandoned
-from ..run.loggers import duration_text
+from ..plumbing.wording import duration_text
 from .progress import closing, launch_time_left
 
 log = logging.getLogger(__name__)
