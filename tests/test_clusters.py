@@ -23,7 +23,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from modula_cli.sweep.ray_internals import bootstrap_address
+from modula_cli.schedulers.ray_internals import bootstrap_address
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("clusters")]
 

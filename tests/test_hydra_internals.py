@@ -104,7 +104,7 @@ def test_overrides_hydra_rejects_are_rejected_in_one_line(line, ours):
 
 ADAPTERS = {  # the one module per library allowed to touch its private API, and why it must
     "modula_cli/config/hydra_internals.py": "Hydra 1.3 has no public parser, grid hook or config loader",
-    "modula_cli/sweep/ray_internals.py": "Ray resolves address=auto only in ray._private",
+    "modula_cli/schedulers/ray_internals.py": "Ray resolves address=auto only in ray._private",
     "modula_cli/plumbing/torch_internals.py": "torch.compiler has no graph_break",
 }
 # the tests and scripts that must touch a private API themselves, and why

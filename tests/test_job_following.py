@@ -15,7 +15,7 @@ from modula_cli.plumbing.signals import StopSignal
 from modula_cli.results.manifest import read_launch, record_launch
 from modula_cli.results.status import INTERRUPTED, RUNNING
 from modula_cli.results.summary import as_seen, read_summary, summary_record, write_summary
-from modula_cli.sweep import slurm, slurm_tasks
+from modula_cli.schedulers import slurm, slurm_tasks
 from modula_cli.sweep.progress import closing
 from test_launchers import KNOBS
 
@@ -145,7 +145,7 @@ def test_the_follower_ends_every_job_honestly(three_jobs, caplog):
     from modula_cli.sweep.cluster import Follower
 
     caplog.set_level(logging.INFO)
-    from modula_cli.sweep.jobs import JobEnd
+    from modula_cli.schedulers.jobs import JobEnd
 
     sweep, overrides = three_jobs
     _summary_of_launch(sweep / "a", "completed", 101)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from modula_cli.sweep import ray_cluster, slurm, slurm_tasks
+from modula_cli.schedulers import ray_cluster, slurm, slurm_tasks
 
 
 # `scontrol show partition -o` / `scontrol show node -o` of a cluster with a CPU and a GPU partition
@@ -203,7 +203,7 @@ def test_ray_runs_per_task_asks_a_task_for_its_runs_and_refuses_what_no_node_hol
 def test_ray_tasks_of_several_runs_end_each_run_with_its_own_result():
     from hydra.core.utils import JobReturn
 
-    from modula_cli.sweep.jobs import JobEnd
+    from modula_cli.schedulers.jobs import JobEnd
 
     first = JobReturn(overrides=["optim.lr=0.1"])
     end = JobEnd("finished", [first, "its process ended with exit code -9 before its run did"])

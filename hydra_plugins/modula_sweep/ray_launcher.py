@@ -2,7 +2,7 @@
 an honest end by the launching process (``modula_cli/sweep/cluster.py``).
 
 Before anything is submitted the task's request is fitted to the cluster's alive nodes
-(``modula_cli/sweep/ray_cluster.py``). Each task carries the launch's id, working directory and data root
+(``modula_cli/schedulers/ray_cluster.py``). Each task carries the launch's id, working directory and data root
 (a Ray worker runs wherever ``ray start`` ran) and the CPUs it was given (its ``train.threads``). This module
 is imported by Hydra's plugin scan at every start: Ray itself is imported only when a launch uses it.
 """
@@ -72,7 +72,7 @@ def _probe(address: Any, timeout_s: float = 5.0) -> None:
     """ConnectionError unless the cluster's head (its GCS port) accepts a connection within ``timeout_s``."""
     if not address or str(address).startswith("ray://"):  # a local instance, or Ray Client: ray.init says
         return
-    from modula_cli.sweep.ray_internals import bootstrap_address  # "auto": RAY_ADDRESS, ray start's
+    from modula_cli.schedulers.ray_internals import bootstrap_address  # "auto": RAY_ADDRESS, ray start's
 
     host, _, port = bootstrap_address(str(address)).rpartition(":")
     with socket.create_connection((host, int(port)), timeout=timeout_s):
@@ -80,7 +80,7 @@ def _probe(address: Any, timeout_s: float = 5.0) -> None:
 
 
 def _fit(ray_options: Any, runs_per_task: Any = 1) -> Any:
-    from modula_cli.sweep import ray_cluster
+    from modula_cli.schedulers import ray_cluster
     from modula_cli.sweep.launch import LaunchRefused
 
     options = OmegaConf.to_container(ray_options, resolve=True) if OmegaConf.is_config(ray_options) \
@@ -193,7 +193,7 @@ class RayClusterLauncher(Launcher):
         log.info("Ray: %s", _fit(launcher.ray, launcher.get("runs_per_task", 1)).describe())
 
     def launch(self, job_overrides: Any, initial_job_idx: int) -> list[JobReturn]:
-        from modula_cli.sweep import ray_cluster
+        from modula_cli.schedulers import ray_cluster
         from modula_cli.plumbing.environment import JOB_CPUS, launch_of
         from modula_cli.results.manifest import forget_launch
         from modula_cli.sweep.cluster import job_environment, run_unfinished

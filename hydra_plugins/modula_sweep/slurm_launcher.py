@@ -2,7 +2,7 @@
 and requeues a task on SLURM's time-limit or pre-emption signal), and followed to an honest end by the
 launching process (``modula_cli/sweep/cluster.py``).
 
-Before anything is submitted the request is fitted to the partition (``modula_cli/sweep/slurm.py``):
+Before anything is submitted the request is fitted to the partition (``modula_cli/schedulers/slurm.py``):
 ``auto`` CPUs, memory and GPUs follow its nodes; a request no node can satisfy is refused in one line.
 Each job carries the launch's id, working directory and data root. This module is imported by Hydra's plugin
 scan at every start: heavy imports wait until a launch.
@@ -50,7 +50,7 @@ ConfigStore.instance().store(group="hydra/launcher", name="_slurm_schema", node=
 
 def _fit(launcher: Any) -> Any:
     """The request fitted to the cluster; LaunchRefused when it cannot run there."""
-    from modula_cli.sweep import slurm
+    from modula_cli.schedulers import slurm
     from modula_cli.sweep.launch import LaunchRefused
 
     params = OmegaConf.to_container(launcher, resolve=True) if OmegaConf.is_config(launcher) else dict(launcher)
@@ -99,7 +99,7 @@ class SlurmLauncher(BaseSubmititLauncher):
         import submitit
 
         from modula_cli.results.manifest import forget_launch
-        from modula_cli.sweep import slurm_tasks
+        from modula_cli.schedulers import slurm_tasks
         from modula_cli.sweep.cluster import job_environment, run_unfinished
         from modula_cli.plumbing.environment import launch_of
         from modula_cli.sweep.launch import LaunchRefused
@@ -185,7 +185,7 @@ class RunGroup:
 def _followed(jobs: list[Any], sizes: list[int], runs_per_task: int) -> Any:
     """The submitted jobs as the launch follows them, by position in its list of grid points: a job of several
     runs (``runs_per_task``) is its tasks, in order (SLURM_PROCID k trains the group's k-th)."""
-    from modula_cli.sweep import slurm_tasks
+    from modula_cli.schedulers import slurm_tasks
 
     tasks = [job.task(k) if runs_per_task > 1 else job for job, size in zip(jobs, sizes) for k in range(size)]
     owners = [job for job, size in zip(jobs, sizes) for _ in range(size)]

@@ -33,7 +33,7 @@ from ..plumbing.wording import counted
 from ..results.manifest import LaunchRecord, Manifest, add_note, read_launch, record_submission
 from ..results.status import COMPLETED, DIVERGED, FAILED, PENDING, RUNNING, SKIPPED
 from ..results.summary import Outcome, is_finished, mark_abandoned, record_failed_start
-from .jobs import JobEnd, Jobs
+from ..schedulers.jobs import JobEnd, Jobs
 from .progress import report_progress
 
 log = logging.getLogger(__name__)

@@ -46,7 +46,7 @@ def slurm_words(job_ids: list[str]) -> dict[str, JobWord]:
     """Each job's state from ``squeue`` / ``sacct``, and its requeue count from ``scontrol show job``; a job
     SLURM no longer knows of is missing (ended long ago). When SLURM does not answer, its jobs count as live:
     nothing is settled or reported on a silence."""
-    from . import slurm, slurm_tasks
+    from ..schedulers import slurm, slurm_tasks
 
     words: dict[str, JobWord] = {}
     accounting = slurm_tasks.has_accounting()
@@ -70,7 +70,7 @@ def slurm_words(job_ids: list[str]) -> dict[str, JobWord]:
 
 def _shown_jobs(array: str) -> list[dict[str, str]]:
     """``scontrol show job`` of the array's tasks (their requeue counts); none once SLURM has forgotten them."""
-    from . import slurm
+    from ..schedulers import slurm
 
     try:
         return slurm.records(slurm.command(["scontrol", "-o", "show", "job", array]))
