@@ -6,8 +6,13 @@ set -uo pipefail
 DIR=${MODULA_CLUSTER_DIR:-/var/lib/modula-cluster}
 here=$(cd "$(dirname "$0")" && pwd)
 RAY_MARK=${TMPDIR:-/tmp}/modula-ray.started
-if [ -f "$RAY_MARK" ] && command -v ray >/dev/null; then
-  ray stop >/dev/null 2>&1; rm -f "$RAY_MARK"
+if [ -f "$RAY_MARK" ]; then
+  if command -v ray >/dev/null; then
+    ray stop >/dev/null 2>&1; rm -f "$RAY_MARK"
+  else  # left running it would take CPU from whatever runs next (it slowed a test run by half)
+    echo "down.sh: Ray was started by up.sh but 'ray' is not on PATH here: activate the environment that started it" \
+         "(. .venv/bin/activate) and run down.sh again" >&2
+  fi
 fi
 stopping=()
 for file in "$DIR"/slurmctld.pid "$DIR"/slurmd*.pid "$DIR"/slurmdbd.pid "$DIR"/mariadb.pid; do
