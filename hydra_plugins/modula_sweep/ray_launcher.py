@@ -21,6 +21,7 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from modula_cli.schedulers.ray_cluster import RayTasks
 from modula_cli.sweep.host import Host
 
 log = logging.getLogger(__name__)
@@ -174,7 +175,7 @@ def _run_group(env: dict[str, str], hydra_context: HydraContext, sweep_configs: 
 
 
 class RayClusterLauncher(Launcher):
-    HOST = Host(why_attached="Ray ends a driver's tasks when the driver exits", scheduler="ray")
+    HOST = Host(why_attached="Ray ends a driver's tasks when the driver exits", scheduler=RayTasks.scheduler)
 
     def __init__(self, ray: Any, runs_per_task: Any = 1, poll_s: float = 2.0, stop_grace_s: float = 120.0) -> None:
         self.ray_options = ray

@@ -25,6 +25,7 @@ from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf, SlurmQue
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
 from omegaconf import DictConfig, OmegaConf
 
+from modula_cli.schedulers.slurm_tasks import SlurmArray
 from modula_cli.sweep.host import Host
 
 log = logging.getLogger(__name__)
@@ -69,7 +70,7 @@ def _fit(launcher: Any) -> Any:
 class SlurmLauncher(BaseSubmititLauncher):
     _EXECUTOR = "slurm"
     # each job its own process on a node; SLURM decides what a stopped one does; its jobs outlive the launch
-    HOST = Host(on_stop="exit", detaches=True, scheduler="slurm")  # hydra.job.id: submitit's "12_3"
+    HOST = Host(on_stop="exit", detaches=True, scheduler=SlurmArray.scheduler)  # hydra.job.id: submitit's "12_3"
 
     def __init__(self, **params: Any) -> None:
         own = {key: params.pop(key) for key in OWN if key in params}

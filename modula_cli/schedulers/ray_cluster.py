@@ -261,7 +261,7 @@ class RayTasks:
         return f"Ray task {task}" + (f" (run {k + 1})" if k >= 0 else "")
 
     def owner(self, index: int) -> str:
-        return f"ray:{self.refs[self.members[index][0]].task_id().hex()}"
+        return f"{self.scheduler}:{self.refs[self.members[index][0]].task_id().hex()}"
 
     def scheduler_ids(self) -> list[str] | None:
         return None

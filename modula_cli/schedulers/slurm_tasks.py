@@ -260,7 +260,7 @@ class SlurmArray:
         return f"SLURM job {self.job_ids[index]}"
 
     def owner(self, index: int) -> str:
-        return f"slurm:{self.job_ids[index]}"
+        return f"{self.scheduler}:{self.job_ids[index]}"
 
     def scheduler_ids(self) -> list[str] | None:
         return list(self.job_ids)
