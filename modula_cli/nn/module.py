@@ -1,10 +1,8 @@
-"""The module algebra of docs/design.md, "Modules": the Module base and its operators, with every class that
-they build (the combinators Composite and TupleModule, the bonds Identity, Add and Mul, and their bases) in one
-file, as jxbz/modula's abstract.py has them: apart, they would import each other.
-
-A module is a pure description. Its weights live outside it, as a flat list of tensors in tree order
-(one tensor per atom), so ``forward(x, w)`` is a pure function and every optimiser state belongs to the
-caller. Compounds slice the weight list by their children's atom counts.
+"""The module algebra of docs/design.md, "Combining modules": ``Module``, whose operators compose (``@``), sum
+(``+``), scale (``*``, ``/``) and repeat (``**``) modules, with every class that they build (the combinators
+Composite and TupleModule, the bonds Identity, Add and Mul, and their bases) in one file, as jxbz/modula's
+abstract.py has them: apart, they would import each other. What a module is, apart from its operators, is
+``base.ModuleBase``'s.
 """
 
 from __future__ import annotations
@@ -13,124 +11,15 @@ import copy
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-import torch
 from torch import Tensor
 
-from .display import tree_text
+from .base import ModuleBase
 from .shapes import chain_features, common_features
-from .weight_maps import Weights, WeightMaps, stored_weights
 
 
-class Module(WeightMaps):
-    """Base class: mass, sensitivity, a norm on the weights, and the recursive split of a target norm that the
-    maps of ``WeightMaps`` use (docs/design.md, "Normalising and dualising a network")."""
-
-    children: tuple[Module, ...] = ()
-    name: str | None = None
-
-    # --- attributes -----------------------------------------------------------------------------
-
-    @property
-    def mass(self) -> float:
-        raise NotImplementedError
-
-    @property
-    def sensitivity(self) -> float:
-        raise NotImplementedError
-
-    @property
-    def num_atoms(self) -> int:
-        return sum(child.num_atoms for child in self.children)
-
-    # Size of the feature axis going in and out, where known (None: unknown or reshaped), used to reject
-    # compositions whose shapes cannot match at construction rather than at the first forward pass.
-    features_in: int | None = None
-    features_out: int | None = None
-    shape_preserving: bool = False  # weightless and elementwise or per-feature: passes the size on (bonds)
-
-    def atoms(self) -> Iterator[Module]:
-        """The atoms (``atom.Atom``: one weight tensor each) in weight-list order."""
-        for child in self.children:
-            yield from child.atoms()
-
-    def walk(self) -> Iterator[Module]:
-        """This module and every module inside it, atoms and bonds included, depth first."""
-        yield self
-        for child in self.children:
-            yield from child.walk()
-
-    def atom_list(self) -> tuple[Module, ...]:
-        """``atoms()`` as a tuple, cached: the tree never changes, and the optimiser asks after every step
-        (a deep network's recursive walk costs more than its flat list)."""
-        cached = self.__dict__.get("_atoms_cache")
-        if cached is None:
-            cached = self._atoms_cache = tuple(self.atoms())
-        return cached
-
-    # --- the function ---------------------------------------------------------------------------
-
-    def forward(self, x: Any, w: Sequence[Tensor]) -> Any:
-        """The network function. Packed (K stacked networks): every weight has a leading member axis of K
-        and so does ``x`` (``x.expand(K, *x.shape)`` for a shared batch); output k is network k's."""
-        raise NotImplementedError
-
-    def __call__(self, x: Any, w: Sequence[Tensor]) -> Any:
-        return self.forward(x, w)
-
-    def initialize(self, seed: int = 0, device: torch.device | str | None = None,
-                   dtype: torch.dtype = torch.float32) -> Weights:
-        """Fresh weights, identical for the same seed on any device (drawn on the CPU, then moved). Each atom
-        draws its effective weight; the list holds what it stores."""
-        generator = torch.Generator().manual_seed(seed)
-        atoms = list(self.atoms())
-        drawn = stored_weights(atoms, [atom.init_weight(generator) for atom in atoms])
-        return [w.to(device=device, dtype=dtype) for w in drawn]
-
-    # --- norms and the maps the optimiser uses ----------------------------------------------------
-
-    def norm(self, w: Sequence[Tensor]) -> float:
-        """Exact modular norm (SVD-based): for checks and diagnostics, not for the training loop."""
-        raise NotImplementedError
-
-    def target_shares(self) -> list[float]:
-        """Each atom's share of a target norm τ = 1 under the recursive split (docs/design.md, "Normalising and
-        dualising a network").
-
-        Cached: the optimiser asks every step, and the recursion costs more than a small net's update.
-        The split depends only on the masses (the structure never changes), so they are the cache key."""
-        masses = tuple(atom.mass for atom in self.atoms())
-        cached = self.__dict__.get("_shares_cache")
-        if cached is None or cached[0] != masses:
-            cached = self._shares_cache = (masses, tuple(self._shares(1.0)))
-        return list(cached[1])
-
-    def _shares(self, target: float) -> list[float]:
-        raise NotImplementedError
-
-    def tare(self, mass: float = 1.0) -> Module:
-        """Rescale every mass in the subtree by one factor so that the total becomes ``mass``."""
-        if mass < 0:
-            raise ValueError(f"tare: mass must be >= 0, got {mass}")
-        current = self.mass
-        if current == 0:
-            raise ValueError(f"tare: cannot rescale the mass of a massless module {self.describe()} "
-                             f"to {mass}; it has no atoms with mass")
-        for atom in self.atoms():
-            atom._mass *= mass / current
-        return self
-
-    # How a training mode changed this network (μP: each layer's multipliers), as that mode records it: kept
-    # with the network that it describes, never read here; None for a network as built.
-    _parametrisation: object | None = None
-
-    @property
-    def parametrisation(self) -> object | None:
-        return self._parametrisation
-
-    def set_parametrisation(self, parametrisation: object) -> Module:
-        """Keep what a mode worked out for this network (μP's per-layer rules): its own, read back by the mode."""
-        self._parametrisation = parametrisation
-        return self
+class Module(ModuleBase):
+    """A module that combines with others by the operators of docs/design.md, "Combining modules"; every
+    atom, bond and compound is one."""
 
     # --- operators (docs/design.md, "Combining modules"): Composite or Tuple plus the Add and Mul bonds -------
 
@@ -180,14 +69,6 @@ class Module(WeightMaps):
             for atom in {id(atom): atom for atom in duplicate.atoms()}.values():  # an atom used twice: once
                 atom.repeat = (index, *atom.repeat)
         return Composite(*copies)
-
-    # --- display ----------------------------------------------------------------------------------
-
-    def describe(self) -> str:
-        return self.name or type(self).__name__
-
-    def __repr__(self) -> str:
-        return tree_text(self)
 
 
 class Bond(Module):
