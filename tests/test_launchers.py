@@ -365,3 +365,37 @@ def test_a_runs_job_is_the_one_its_launcher_names(tmp_path, tiny_text_root):
     outcome = train_job(cfg, run_dir, ["optim.lr=0.1"], "L", wait=True, job="slurm:12_3")
     assert outcome.status == "completed"
     assert json.loads((run_dir / "summary.json").read_text())["job"] == "slurm:12_3"
+
+
+def test_a_launcher_registered_from_outside_runs_a_sweep_end_to_end(tmp_path, tiny_text_root):
+    """A new launcher is its class (with its HOST), its scheduler's Jobs and a config file: the toy of
+    tests/toy_plugin/, a Hydra plugin on the launch's path named in a --config-dir. A sweep through it trains every
+    run, each recording the job it trained in as the launcher's scheduler names it ("toy:t0"), and a relaunch
+    sends nothing to it."""
+    import prewarmed
+
+    plugin = Path(__file__).parent / "toy_plugin"  # on the launch's path: Hydra finds the plugin there
+    config_dir = tmp_path / "conf"
+    (config_dir / "hydra" / "launcher").mkdir(parents=True)
+    (config_dir / "hydra" / "launcher" / "toy.yaml").write_text(
+        "_target_: hydra_plugins.modula_toy.toy_launcher.ToyLauncher\npoll_s: 0.1\n")
+    sweep_dir = tmp_path / "sweep"
+    command = [sys.executable, "-m", "modula_cli.train", "-m", "--config-dir", str(config_dir), "hydra/launcher=toy",
+               *tiny_gpt_overrides(tiny_text_root), "optim.lr=0.05,0.1", f"hydra.sweep.dir={sweep_dir}"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(plugin), os.environ.get("PYTHONPATH", "")]),
+           "OMP_NUM_THREADS": "1"}
+    first = prewarmed.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "sweep finished: 2 completed, 0 skipped, 0 diverged, 0 failed" in first.stdout, first.stdout[-3000:]
+    summaries = [json.loads(path.read_text()) for path in sorted(sweep_dir.glob("*/summary.json"))]
+    assert sorted(summary["job"] for summary in summaries) == ["toy:t0", "toy:t1"]
+    assert {summary["status"] for summary in summaries} == {"completed"}
+    again = prewarmed.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "sweep finished: 0 completed, 2 skipped, 0 diverged, 0 failed" in again.stdout, again.stdout[-3000:]
+
+
+def tiny_gpt_overrides(root) -> list[str]:
+    from helpers import tiny_gpt
+
+    return tiny_gpt(root, "train.steps=3")

@@ -9,11 +9,9 @@ is imported by Hydra's plugin scan at every start: Ray itself is imported only w
 
 import logging
 import socket
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, run_job, setup_globals
@@ -21,31 +19,11 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+import modula_cli.schedulers.config  # noqa: F401 - stores this launcher's schema (_ray_schema) in Hydra's ConfigStore
 from modula_cli.schedulers.ray_cluster import RayTasks
 from modula_cli.sweep.host import Host
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class RayOptions:
-    init: dict[str, Any] = field(default_factory=lambda: {"address": "auto", "log_to_driver": False})
-    remote: dict[str, Any] = field(default_factory=lambda: {"num_cpus": "auto", "num_gpus": "auto",
-                                                             "max_retries": 3})
-
-
-@dataclass
-class RayLauncherConf:
-    _target_: str = "hydra_plugins.modula_sweep.ray_launcher.RayClusterLauncher"
-    ray: RayOptions = field(default_factory=RayOptions)
-    runs_per_task: Any = 1        # grid points per Ray task, each in its own process with its CPUs and GPU
-                                  # (ray.remote's num_cpus / num_gpus are per run); auto: one per GPU of a node
-    poll_s: float = 2.0           # how often the launching process looks at the tasks and the run folders
-    stop_grace_s: float = 120.0   # after a stop, how long to wait for running tasks to checkpoint and end
-
-
-ConfigStore.instance().store(group="hydra/launcher", name="_ray_schema", node=RayLauncherConf,
-                             provider="modula_sweep")
 
 
 def _connect(init: dict[str, Any]) -> None:

@@ -14,39 +14,20 @@ import io
 import logging
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hydra.core.config_store import ConfigStore
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn
-from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf, SlurmQueueConf
+from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
 from omegaconf import DictConfig, OmegaConf
 
+from modula_cli.schedulers.config import SLURM_OWN as OWN
 from modula_cli.schedulers.slurm_tasks import SlurmArray
 from modula_cli.sweep.host import Host
 
 log = logging.getLogger(__name__)
-OWN = ("poll_s", "stop_grace_s")  # this launcher's settings, not submitit's
-
-
-@dataclass
-class SlurmLauncherConf(SlurmQueueConf):
-    """submitit's SLURM settings, with requests that follow the cluster (``auto``) and the launcher's own."""
-
-    _target_: str = "hydra_plugins.modula_sweep.slurm_launcher.SlurmLauncher"
-    cpus_per_task: Any = "auto"   # auto: 8, at most what one node of the partition has
-    gpus_per_node: Any = "auto"   # auto: one per task where the partition's nodes have GPUs, else none
-    mem_gb: Any = "auto"          # auto: the node's memory in proportion to the CPUs asked for, at most 32 GB
-    runs_per_task: Any = 1        # grid points per job, each its own SLURM task (auto: one per GPU of a node)
-    poll_s: float = 10.0          # how often the launching process looks at the queue and the run folders
-    stop_grace_s: float = 120.0   # after a stop, how long to wait for running tasks to checkpoint and end
-
-
-ConfigStore.instance().store(group="hydra/launcher", name="_slurm_schema", node=SlurmLauncherConf,
-                             provider="modula_sweep")
 
 
 def _fit(launcher: Any) -> Any:
