@@ -10,15 +10,19 @@ from collections.abc import Callable
 from importlib import import_module
 from typing import Any
 
-from .command_line import USAGE_STATUS, UsageError, ValueRejected, check_argv, flags_first, rewrite_powers
+from .command_line import (USAGE_STATUS, UsageError, ValueRejected, check_argv, flags_first, rewrite_old_spellings,
+                           rewrite_powers)
 from .config import CONFIG_DIR
 from .plumbing import environment
 
 
 def run(prog: str, hydra_main: Callable[[], Any], config_name: str = "config") -> None:
-    """Run a ``@hydra.main`` function on ``sys.argv`` (flags first, powers rewritten), usage errors as
-    ``prog: …``."""
-    sys.argv[1:] = rewrite_powers(flags_first(sys.argv[1:]))
+    """Run a ``@hydra.main`` function on ``sys.argv`` (flags first, powers and old spellings rewritten), usage
+    errors as ``prog: …``."""
+    def say(line: str) -> None:
+        print(f"{prog}: {line}", file=sys.stderr)
+
+    sys.argv[1:] = rewrite_old_spellings(rewrite_powers(flags_first(sys.argv[1:])), say)
     try:
         if os.environ.get(environment.HYDRA_FULL_ERROR) != "1":  # else Hydra's own errors, with their stack traces
             check_argv(sys.argv[1:], config_name)

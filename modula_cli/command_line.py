@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
@@ -87,6 +87,28 @@ def rewrite_powers(argv: Sequence[str]) -> list[str]:
             pieces = QUOTED.split(value)
             value = "".join(p if i % 2 else POWER.sub(_power, p) for i, p in enumerate(pieces))
             arg = f"{key}={value}"
+        rewritten.append(arg)
+    return rewritten
+
+
+# --- old spellings ---------------------------------------------------------------------------------------
+
+def rewrite_old_spellings(argv: Sequence[str], say: Callable[[str], None]) -> list[str]:
+    """Each override of a mode's setting in its old flat spelling in its block's (``optim.mup_base_width=64`` ->
+    ``optim.mup.base_width=64``, ``optim.ortho=svd`` -> ``optim.ortho.method=svd``), with one line per spelling
+    to ``say``. The config files are Hydra's to read: an old spelling there is named by Hydra's error."""
+    from .optim.mode_settings import new_spelling
+
+    rewritten, said = [], set()
+    for arg in argv:
+        marks = arg[:len(arg) - len(arg.lstrip("+~"))]
+        key, eq, value = arg[len(marks):].partition("=")
+        new = None if arg.startswith("-") or value.lstrip().startswith("{") else new_spelling(key)
+        if new is not None:
+            if key not in said:
+                say(f"{key} is now {new}; the old spelling is read until the next release")
+                said.add(key)
+            arg = f"{marks}{new}{eq}{value}"
         rewritten.append(arg)
     return rewritten
 

@@ -12,7 +12,7 @@
    6 · parameters · tokens; for a square d × d matrix that is Newton–Schulz steps × d ÷ tokens per step).
 3. ortho: each GPT's orthogonalisation (one batched call per matrix shape, as dualized training makes
    it) against its FLOP lower bound: 3 matmuls per polynomial step at the measured matmul rate; the
-   iteration in bfloat16 on CUDA (optim.ortho_dtype=auto), with its float32 time beside it.
+   iteration in bfloat16 on CUDA (optim.ortho.dtype=auto), with its float32 time beside it.
 4. pack: K LRs trained as one stacked ensemble vs K separate runs, in runs per hour.
 5. throughput: GPT tokens/s, float32 and bfloat16, eager and compiled, and the model FLOPs utilisation
    (6 · parameters · tokens/s ÷ peak) where a peak is known (CUDA: --peak-tflops and the measured rate).
@@ -54,7 +54,7 @@ COMPILED_MODES = ("unnormed", "normed", "dualized")  # manifold's dual ascent st
 TABLES = ("modes", "compile", "ortho", "pack", "throughput")
 ORTHO_STEPS = DEFAULT_STEPS["polar_express"]
 # what each variant's YAML sets in optim (configs/variant/*.yaml)
-VARIANT_OPTIM = {name: dict(OmegaConf.load(CONFIG_DIR / "variant" / f"{name}.yaml").get("optim", {}))
+VARIANT_OPTIM = {name: OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "variant" / f"{name}.yaml")).get("optim", {})
                  for name in VARIANTS}
 OUT: Path | None = None  # --out: every emitted line is appended here as well
 
@@ -126,8 +126,8 @@ class StepBench:
         if pack:
             weights = [w.unsqueeze(0).repeat(pack, *([1] * w.ndim)) for w in weights]
         self.weights = [w.requires_grad_() for w in weights]
-        self.cfg = OptimConfig(name=optimizer, mode=mode, lr=lrs or 1e-3, schedule="constant",
-                               **VARIANT_OPTIM[variant])
+        self.cfg = OptimConfig.of({"name": optimizer, "mode": mode, "lr": lrs or 1e-3, "schedule": "constant",
+                                   **VARIANT_OPTIM[variant]})
         # what the mode sets on its network (Muon: which weights are its hidden matrices); the bench's modes need
         # no second width (μP, which does, is not among them)
         self.net = OPTIM_MODES[mode].network(self.net, None, self.cfg)
@@ -340,7 +340,7 @@ def ortho_table(widths: list[int], args) -> None:
     dtype = iter_dtype or torch.float32
     rate, name = matmul_rate(args.device, dtype, args.matmul_size), str(dtype).removeprefix("torch.")
     emit(f"\northogonalisation on {device_name(args)}: Polar Express, {ORTHO_STEPS} steps, {name} iteration "
-         f"(optim.ortho_dtype=auto) vs its lower bound: 3 matmuls per step at the measured {name} matmul rate, "
+         f"(optim.ortho.dtype=auto) vs its lower bound: 3 matmuls per step at the measured {name} matmul rate, "
          f"{rate / 1e12:.2f} TFLOP/s ({args.matmul_size}-square); float32 iteration beside it")
     emit(f"{'width':>6}{'shape':>14}{'count':>7}{'GFLOP':>9}{'bound ms':>10}{'ms':>9}{'÷ bound':>9}"
          f"{'fp32 ms':>10}{'fp32 ÷ it':>11}")

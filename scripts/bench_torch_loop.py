@@ -49,7 +49,7 @@ def config(args):
     register_config()
     with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
         cfg = compose("config", overrides=[
-            f"optim.mode={args.mode}", "optim.mup_base_width=32", f"optim.lr={args.lr}", "optim.schedule=constant",
+            f"optim.mode={args.mode}", "optim.mup.base_width=32", f"optim.lr={args.lr}", "optim.schedule=constant",
             "variant=modular",
             f"train.batch_size={args.batch_size}", f"data.context={args.context}", f"train.steps={args.steps}",
             "train.log_every=1", "train.eval_every=0", "train.eval_batches=1", "train.progress=false",

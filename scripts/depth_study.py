@@ -36,10 +36,10 @@ SERIES = {  # name → (arch overrides, optim settings, skip and branch weight o
     "modular GPT, dualized": ({"name": "gpt", "blocks_mass": 5.0}, {"mode": "dualized"},
                               lambda depth: (1 - 1 / (2 * depth), 1 / (2 * depth))),
     "standard GPT, μP + CompleteP": ({"name": "standard_gpt", "residual_scale": 1.0},
-                                     {"mode": "mup", "mup_depth": "completep", "mup_base_depth": 2},
+                                     {"mode": "mup", "mup": {"depth": "completep", "base_depth": 2}},
                                      lambda depth: (1.0, 2 / depth)),
     "standard GPT, μP + Depth-μP": ({"name": "standard_gpt", "residual_scale": 1.0},
-                                    {"mode": "mup", "mup_depth": "depth_mup", "mup_base_depth": 2},
+                                    {"mode": "mup", "mup": {"depth": "depth_mup", "base_depth": 2}},
                                     lambda depth: (1.0, (2 / depth) ** 0.5)),
 }
 
@@ -47,7 +47,8 @@ SERIES = {  # name → (arch overrides, optim settings, skip and branch weight o
 def block_update_sizes(series: str, depth: int, seed: int, width: int = WIDTH) -> list[dict]:
     arch_extra, optim, weights_of = SERIES[series]
     arch = OmegaConf.create({"width": width, "depth": depth, "heads": 4, **arch_extra})
-    cfg = OptimConfig(lr=1.0, schedule="constant", mup_base_width=width, **optim)
+    mup = {"base_width": width, **optim.get("mup", {})}
+    cfg = OptimConfig.of({"lr": 1.0, "schedule": "constant", **optim, "mup": mup})
     net = build_network(arch, DATA, Variant(), cfg)
     skip, branch = weights_of(depth)
     scalars = {round(m.scalar, 12) for m in net.walk() if isinstance(m, Mul)}

@@ -23,7 +23,7 @@ sweep() {  # name, overrides…
 if [ "${STUDY_ONLY:-0}" != 1 ]; then
   for recipe in none depth_mup completep; do
     # five seeds: with three, the optimum's interval at depths 2 to 8 stayed wider than the search's resolution
-    sweep "standard_gpt_mup_$recipe" arch=standard_gpt optim.mode=mup "optim.mup_depth=$recipe" train.seed=0,1,2,3,4
+    sweep "standard_gpt_mup_$recipe" arch=standard_gpt optim.mode=mup "optim.mup.depth=$recipe" train.seed=0,1,2,3,4
   done
   for mode in normed dualized; do
     sweep "gpt_$mode" arch=gpt "optim.mode=$mode"

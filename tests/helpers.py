@@ -176,3 +176,12 @@ def interrupted_at_step_12(cfg, run_dir, monkeypatch) -> None:
         patch.setattr(loop_module, "optimizer_step", step_then_sigterm)
         with pytest.raises(StopRequested):
             run_module.train(cfg, run_dir)
+
+
+def optim_config(**settings):
+    """``OptimConfig`` with its settings written flat, as the tables name them (``mup_base_width=32`` is
+    ``optim.mup.base_width``: ``mode_settings.nested_settings``); blocks may be given whole too."""
+    from modula_cli.optim.config import OptimConfig
+    from modula_cli.optim.mode_settings import nested_settings
+
+    return OptimConfig.of(nested_settings(settings))

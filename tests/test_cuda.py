@@ -56,12 +56,12 @@ def test_tiny_gpt_learns_on_cuda_in_bfloat16_compiled(mode, tmp_path, tiny_text_
     summary = train(cfg, tmp_path / "run").summary
     losses = [loss for _, loss, _ in read_losses(tmp_path / "run") if loss is not None]
     assert summary["status"] == "completed" and all(math.isfinite(x) for x in losses)
-    assert summary.get("ortho_dtype") == ("bfloat16" if mode == "dualized" else None)  # optim.ortho_dtype=auto
+    assert summary.get("ortho_dtype") == ("bfloat16" if mode == "dualized" else None)  # optim.ortho.dtype=auto
     assert seen["delta"][0].is_cuda
     # the first update's size in the mode's own norm; a bfloat16 orthogonalisation reaches |σ − 1| ≈ 4.5e-3
     # (docs/performance.md)
     if mode == "manifold":
-        assert_manifold_first_step(seen, tuple(cfg.optim.manifold_free), tol=1e-2)
+        assert_manifold_first_step(seen, tuple(cfg.optim.manifold.free), tol=1e-2)
     else:
         assert_first_update_size(seen, mode, cfg.optim.name, dualized_tol=1e-2)
     drop = paired_drop(cfg, seen["initial"], seen["net"], tmp_path / "run")

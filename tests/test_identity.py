@@ -3,6 +3,10 @@ recorded experiment settings and before train.threads existed (commit 8e23858). 
 would make every user's finished runs train again. Those runs were all of the modular variant, which a
 relaunch now names (`variant=modular`: the default became `paper`)."""
 
+import hashlib
+import json
+from pathlib import Path
+
 import pytest
 
 from helpers import compose_config
@@ -12,7 +16,7 @@ PINNED = {
     (): "4a0609297a8e60b1",
     ("optim.mode=dualized",): "fd06626de186bd64",
     # manifold mode's first design (every layer at a fixed radius): its runs keep their fingerprints
-    ("optim.mode=manifold", "optim.manifold_scaled=[]", "optim.manifold_free=[]"): "8ce18275eebb4226",
+    ("optim.mode=manifold", "optim.manifold.scaled=[]", "optim.manifold.free=[]"): "8ce18275eebb4226",
     ("arch=resmlp", "data=cifar10"): "9e762f254ccd2378",
     ("optim=sgd", "optim.mode=unnormed", "optim.lr=1"): "a1dcdf1344f79c73",
     ("sweep=quick",): "c4c8e1d51191be7a",
@@ -102,11 +106,71 @@ def test_every_loop_setting_has_an_identity_decision():
     from modula_cli.config.schema import TrainConfig
     from modula_cli.optim.config import OptimConfig
 
+    from modula_cli.optim.mode_settings import BLOCKS, FLAT_NAMES
+
+    # a block's settings by the flat names the registries use (optim.mup.base_width is optim.mup_base_width)
     schema = {f"{group}.{field.name}" for group, config in (("train", TrainConfig), ("optim", OptimConfig))
-              for field in dataclasses.fields(config)}
+              for field in dataclasses.fields(config) if not (group == "optim" and field.name in BLOCKS)}
+    schema |= {f"optim.{FLAT_NAMES[f'{block}.{field.name}']}" for block, settings in BLOCKS.items()
+               for field in dataclasses.fields(settings)}
     numeric = FINGERPRINTED | set(LATER_DEFAULTS) | set(ONLY_WHEN)
     undecided = sorted(schema - numeric - NOT_NUMERIC)
     assert undecided == [], f"no identity decision for {undecided} (config/identity.py)"
     assert sorted(numeric & NOT_NUMERIC) == [] and sorted(FINGERPRINTED & set(LATER_DEFAULTS)) == []
     stale = sorted(key for key in numeric | NOT_NUMERIC if key.startswith(("train.", "optim.")) and key not in schema)
     assert stale == [], f"decided but not in the schema: {stale}"
+
+
+# Every experiment of configs/experiment/ (whose runs are the committed docs/results/ tables) in the modes, and each
+# block's settings away from its defaults, fingerprinted with their flat spellings by the version before the blocks
+# (optim.mup_base_width, at 70915b0): the fingerprints and the tables' experiment settings (a digest) of each.
+BEFORE_BLOCKS = Path(__file__).parent / "data" / "fingerprints_before_blocks.json"
+
+
+def test_the_settings_blocks_change_no_fingerprint():
+    """optim.mup.base_width and its old spelling optim.mup_base_width give the fingerprint and the experiment
+    settings that the version before the blocks gave, for every case pinned then (72 configs, 31 fingerprints)."""
+    from modula_cli.command_line import rewrite_old_spellings
+
+    cases = json.loads(BEFORE_BLOCKS.read_text())
+    said: list[str] = []
+    changed = []
+    for case in cases:
+        overrides = rewrite_old_spellings(case["overrides"], said.append)
+        cfg = compose_config(*overrides)
+        settings = hashlib.sha256(json.dumps(experiment_settings(cfg), sort_keys=True).encode()).hexdigest()[:16]
+        if (fingerprint(cfg), settings) != (case["fingerprint"], case["settings"]):
+            changed.append(case["overrides"])
+    assert changed == [], f"{len(changed)} of {len(cases)} changed, e.g. {changed[:3]}"
+    assert len({case["fingerprint"] for case in cases}) == 31
+    assert "optim.mup_base_width is now optim.mup.base_width; the old spelling is read until the next release" in said
+    assert "optim.ortho is now optim.ortho.method; the old spelling is read until the next release" in said
+
+
+def test_an_old_spelling_on_the_command_line_is_read_with_one_line(tmp_path):
+    """optim.mup_base_width=64 (before the blocks) trains as optim.mup.base_width=64, saying the new spelling once
+    however often it is given; optim.ortho={method:svd} is the block already, and flags are left alone."""
+    from modula_cli.command_line import rewrite_old_spellings
+
+    said: list[str] = []
+    argv = ["-m", "optim.mup_base_width=64", "+optim.muon_scale=spectral", "optim.ortho=svd",
+            "optim.mup_base_width=32,64", "optim.ortho.steps=3", "optim.ortho={method:svd}", "arch.width=64"]
+    assert rewrite_old_spellings(argv, said.append) == [
+        "-m", "optim.mup.base_width=64", "+optim.muon.scale=spectral", "optim.ortho.method=svd",
+        "optim.mup.base_width=32,64", "optim.ortho.steps=3", "optim.ortho={method:svd}", "arch.width=64"]
+    assert said == ["optim.mup_base_width is now optim.mup.base_width; the old spelling is read until the next "
+                    "release", "optim.muon_scale is now optim.muon.scale; the old spelling is read until the next "
+                    "release", "optim.ortho is now optim.ortho.method; the old spelling is read until the next release"]
+
+
+def test_an_old_spelling_in_a_config_file_is_one_line_naming_the_new_one():
+    """A config file that still sets optim.mup_base_width (the optim group takes any key) is refused before any
+    run in one line per setting, naming the block spelling: read as nothing, it would train μP at the default."""
+    from modula_cli.config.validate import config_problems
+
+    cfg = compose_config("optim.mode=mup", "+optim.mup_base_width=64", "+optim.ortho_steps=3")
+    assert config_problems(cfg) == [
+        "optim.mup_base_width is now optim.mup.base_width: rename it in the config file that sets it (the command "
+        "line still reads the old spelling)",
+        "optim.ortho_steps is now optim.ortho.steps: rename it in the config file that sets it (the command line "
+        "still reads the old spelling)"]

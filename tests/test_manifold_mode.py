@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from helpers import compose_config, iterations, tiny_gpt, tiny_image
+from helpers import compose_config, iterations, optim_config, tiny_gpt, tiny_image
 from modula_cli.config.validate import config_problems
 from modula_cli.models import builtin_roles
 from modula_cli.nn import GPT, Embed, Linear, Module, ResMLP, ResNet, with_role
@@ -31,35 +31,35 @@ from manifold_references import (F64, _ascent, _fixed_step, _gen, _on_manifold_e
 def test_manifold_problems_in_full():
     mode = Manifold()
     roles = ("embed", "hidden", "output")
-    cfg = OptimConfig(mode="manifold", wd=0.1, manifold_scaled=["output", "hidden", "embed"],
+    cfg = optim_config(mode="manifold", wd=0.1, manifold_scaled=["output", "hidden", "embed"],
                       manifold_free=["output", "embed"])
     assert mode.problems(cfg, roles) == [
         "optim.wd=0.1 with optim.mode=manifold; each weight's size is held on its manifold (a fixed radius, or a "
         "radius it learns), never decayed, so weight decay must be 0",
-        "optim.manifold_scaled and optim.manifold_free both name embed, output; a layer is either scaled on the "
+        "optim.manifold.scaled and optim.manifold.free both name embed, output; a layer is either scaled on the "
         "manifold or free of it"]
-    assert mode.problems(OptimConfig(mode="manifold", manifold_scaled=["hidden"], manifold_free=["output"]),
+    assert mode.problems(optim_config(mode="manifold", manifold_scaled=["hidden"], manifold_free=["output"]),
                          roles) == []
-    typo = OptimConfig(mode="manifold", manifold_scaled=["hiden"], manifold_free=["outptu"])
+    typo = optim_config(mode="manifold", manifold_scaled=["hiden"], manifold_free=["outptu"])
     problems = mode.problems(typo, roles)
     assert len(problems) == 2
-    assert problems[0].startswith("optim.manifold_scaled: no layer has the role 'hiden'; did you mean hidden? roles: ")
-    assert problems[1].startswith("optim.manifold_free: no layer has the role 'outptu'; did you mean output? roles: ")
+    assert problems[0].startswith("optim.manifold.scaled: no layer has the role 'hiden'; did you mean hidden? roles: ")
+    assert problems[1].startswith("optim.manifold.free: no layer has the role 'outptu'; did you mean output? roles: ")
     assert mode.problems(typo, None) == []  # roles unknown yet: checked once the network is built
 
 
 def test_manifold_settings_and_weight_decay_are_checked(tiny_text_root):
     problems = config_problems(compose_config(*tiny_gpt(tiny_text_root, "optim.mode=manifold", "optim.wd=0.1",
-                                                        "optim.manifold_iterations=-1", "optim.manifold_step=0")))
+                                                        "optim.manifold.iterations=-1", "optim.manifold.step=0")))
     assert any(p.startswith("optim.wd=0.1 with optim.mode=manifold") for p in problems)
-    assert any(p.startswith("optim.manifold_iterations=-1") for p in problems)
-    assert any(p.startswith("optim.manifold_step=0") for p in problems)
+    assert any(p.startswith("optim.manifold.iterations=-1") for p in problems)
+    assert any(p.startswith("optim.manifold.step=0") for p in problems)
     # Its settings belong to manifold runs only: another mode's fingerprint ignores them.
     from modula_cli.config.identity import fingerprint
 
-    normed = [compose_config(*tiny_gpt(tiny_text_root, f"optim.manifold_iterations={k}")) for k in (2, 8)]
+    normed = [compose_config(*tiny_gpt(tiny_text_root, f"optim.manifold.iterations={k}")) for k in (2, 8)]
     assert fingerprint(normed[0]) == fingerprint(normed[1])
-    manifold = [compose_config(*tiny_gpt(tiny_text_root, "optim.mode=manifold", f"optim.manifold_iterations={k}"))
+    manifold = [compose_config(*tiny_gpt(tiny_text_root, "optim.mode=manifold", f"optim.manifold.iterations={k}"))
                 for k in (2, 8)]
     assert fingerprint(manifold[0]) != fingerprint(manifold[1])
 
@@ -68,17 +68,17 @@ def test_manifold_roles_are_checked_before_launch(tiny_text_root):
     def problems(*extra):
         return config_problems(compose_config(*tiny_gpt(tiny_text_root, "optim.mode=manifold", *extra)))
 
-    typo = problems("optim.manifold_free=[outptu]")
-    assert any(p.startswith("optim.manifold_free: no layer has the role 'outptu'; did you mean output? roles: "
+    typo = problems("optim.manifold.free=[outptu]")
+    assert any(p.startswith("optim.manifold.free: no layer has the role 'outptu'; did you mean output? roles: "
                             "embed.token") for p in typo)
-    both = problems("optim.manifold_free=[output]", "optim.manifold_scaled=[output]")
+    both = problems("optim.manifold.free=[output]", "optim.manifold.scaled=[output]")
     assert any("both name output" in p for p in both)
-    assert any("must be a list of layer roles" in p for p in problems("optim.manifold_scaled=output"))
+    assert any("must be a list of layer roles" in p for p in problems("optim.manifold.scaled=output"))
     # one list serves every architecture: the GPT's roles are accepted for a ResMLP (they select nothing there)
     assert "attn.q" in builtin_roles()["gpt"] and "attn.q" not in builtin_roles()["resmlp"]
     assert builtin_roles()["resmlp"] == builtin_roles()["resnet"] == ("input", "hidden", "output")
     # another mode ignores them
-    assert not config_problems(compose_config(*tiny_gpt(tiny_text_root, "optim.manifold_free=[outptu]")))
+    assert not config_problems(compose_config(*tiny_gpt(tiny_text_root, "optim.manifold.free=[outptu]")))
 
 
 def _tiny_net() -> Module:
@@ -97,7 +97,7 @@ def test_manifold_update_reads_its_settings_and_sets_the_kinds_once():
     sign = math.copysign(1.0, float((grads[1] * U).sum()))
 
     def config(**settings) -> OptimConfig:
-        return OptimConfig(mode="manifold", manifold_scaled=["hidden"], manifold_free=["output"],
+        return optim_config(mode="manifold", manifold_scaled=["hidden"], manifold_free=["output"],
                            ortho="polar_express", ortho_steps=1, **settings)
 
     cfg = config(manifold_iterations=3, manifold_step=0.7, manifold_tolerance=0.0, manifold_warm_start=True)
@@ -109,7 +109,7 @@ def test_manifold_update_reads_its_settings_and_sets_the_kinds_once():
     A, correction = _ascent(U, grads[1], 3, 0.7)
     assert torch.allclose(weights[1] - deltas[1], ps * (1 - eta * sign) * _polar(U - eta * A), atol=1e-3)
     assert torch.allclose(state.multipliers[1].double(), correction[None], atol=1e-3)
-    # the free readout takes dualized mode's step under the same optim.ortho settings (one Polar Express step
+    # the free readout takes dualized mode's step under the same optim.ortho.method settings (one Polar Express step
     # here, visibly short of the exact polar factor)
     dualized = Dualized().update(net, weights, grads, torch.tensor(lr), None, cfg)[2]
     assert torch.allclose(deltas[2], dualized, atol=1e-6)
@@ -138,7 +138,7 @@ def test_manifold_update_of_a_single_atom_network():
     mode = Manifold()
     weights = mode.initial_weights(net, [torch.randn(6, 3, generator=_gen(120), dtype=F64)])
     grad = torch.randn(6, 3, generator=_gen(121), dtype=F64)
-    cfg = OptimConfig(mode="manifold", manifold_scaled=[], manifold_free=[])
+    cfg = optim_config(mode="manifold", manifold_scaled=[], manifold_free=[])
     delta = mode.update(net, weights, [grad], torch.tensor(0.25), mode.init_state(weights, cfg), cfg)[0]
     U = weights[0] / net.polar_scale
     assert torch.allclose(weights[0] - delta, net.polar_scale * _fixed_step(U, grad, 0.25), atol=2e-5)
@@ -174,7 +174,7 @@ def test_logged_fields_are_the_recorded_means_and_the_scales_of_unfixed_roles():
 def test_a_zero_gradient_leaves_every_weight_in_place():
     net = Linear(6, 10) @ Embed(10, 7)
     weights = net.onto_manifold(net.initialize(0))
-    opt = OptimConfig(name="sgd", mode="manifold", lr=0.3)
+    opt = optim_config(name="sgd", mode="manifold", lr=0.3)
     state = init_state(weights, opt)
     before = [w.clone() for w in weights]
     optimizer_step(net, weights, [torch.zeros_like(w) for w in weights], state, opt, 0, 10)
@@ -186,7 +186,7 @@ def test_manifold_checkpoint_resume_keeps_the_multipliers(tmp_path):
     """The warm-start multipliers are optimiser state: saved and restored with a checkpoint."""
     net = Linear(4, 12) @ Linear(12, 6)
     weights = net.onto_manifold(net.initialize(0))
-    opt = OptimConfig(name="adam", mode="manifold", lr=0.2)
+    opt = optim_config(name="adam", mode="manifold", lr=0.2)
     state = init_state(weights, opt)
     grads = [torch.randn_like(w) for w in weights]
     optimizer_step(net, weights, grads, state, opt, 0, 5)
@@ -228,7 +228,7 @@ def test_weights_stay_on_their_manifolds_for_many_steps(make_net, batch):
                for atom, w, kind in zip(net.atoms(), weights, kinds) if kind == "scaled")
     violation, iterations = state.mode_state.means()
     # ‖WᵀA + AᵀW‖_op ≤ 2; by default no ascent (the projected start), so no iterations
-    assert 0 <= violation[0] <= 2 and iterations[0] == 0 == opt.manifold_iterations
+    assert 0 <= violation[0] <= 2 and iterations[0] == 0 == opt.manifold.iterations
 
 
 # --- training runs -------------------------------------------------------------------------------------------------
@@ -245,7 +245,7 @@ def test_gaussian_initial_weights_are_put_on_the_manifold(tmp_path, tiny_text_ro
     net = StandardGPT(vocab_size=len(set((tiny_text_root / "shakespeare" / "input.txt").read_text())), context=16,
                       num_heads=2, width=16, depth=1)
     opt = OptimConfig.of(cfg.optim)
-    kinds = atom_kinds(layer_roles(net), opt.manifold_scaled, opt.manifold_free)
+    kinds = atom_kinds(layer_roles(net), opt.manifold.scaled, opt.manifold.free)
     assert _on_manifold_error(net, saved, kinds) < 1e-5
 
 
@@ -296,7 +296,7 @@ def test_the_scales_and_logit_rms_are_logged(tmp_path, tiny_text_root, monkeypat
 
     monkeypatch.setattr(run_module, "optimizer_step", spy)
     cfg = compose_config(*tiny_gpt(tiny_text_root, "optim.mode=manifold", "train.steps=6", "train.log_every=2",
-                                   "optim.manifold_scaled=[attn.q,attn.k]", "optim.manifold_free=[output]"))
+                                   "optim.manifold.scaled=[attn.q,attn.k]", "optim.manifold.free=[output]"))
     train(cfg, tmp_path)
     monkeypatch.setattr(run_module, "optimizer_step", original)
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
@@ -349,11 +349,11 @@ def test_a_user_networks_own_roles_are_checked_once_it_is_built(tmp_path, cifar_
         return compose_config(*tiny_image("resmlp", cifar_root, "arch.name=gated_models:net", "optim.mode=manifold",
                                           "train.steps=3", *roles))
 
-    assert train(config("optim.manifold_free=[output,gate]"), tmp_path / "ok").status == "completed"
+    assert train(config("optim.manifold.free=[output,gate]"), tmp_path / "ok").status == "completed"
     logged = json.loads((tmp_path / "ok" / "metrics.jsonl").read_text().splitlines()[0])
     assert {"scale/gate", "scale/output", "scale/input"} <= set(logged)  # input: scaled by default
-    with pytest.raises(ValueError, match="optim.manifold_free: no layer has the role 'gait'"):
-        train(config("optim.manifold_free=[output,gait]"), tmp_path / "typo")
+    with pytest.raises(ValueError, match="optim.manifold.free: no layer has the role 'gait'"):
+        train(config("optim.manifold.free=[output,gait]"), tmp_path / "typo")
 
 
 def _is_one_of(value: float, candidates) -> bool:
@@ -378,14 +378,14 @@ def test_coordinate_check_of_manifold_adam_is_width_stable(design, tiny_text_roo
 
     from modula_cli.coord.check import run_coord_check
 
-    fixed = ["optim.manifold_scaled=[]", "optim.manifold_free=[]"] if design == "fixed" else []
+    fixed = ["optim.manifold.scaled=[]", "optim.manifold.free=[]"] if design == "fixed" else []
     cfg = tiny_gpt_coord(tiny_text_root, "coord.widths=[16,32,64]", "coord.modes=[manifold]", *fixed)
     table, _, verdict = run_coord_check(cfg, tmp_path)
     assert verdict["manifold"].startswith("width-stable"), verdict["manifold"]
     moved = table[table["step"] == 4]
     assert (moved["dir_change"] > 0).all() and (moved["dir_change"] <= 2).all()
-    free = tuple(cfg.optim.manifold_free) if design == "default" else ()
-    scaled = tuple(cfg.optim.manifold_scaled) if design == "default" else ()
+    free = tuple(cfg.optim.manifold.free) if design == "default" else ()
+    scaled = tuple(cfg.optim.manifold.scaled) if design == "default" else ()
     if design == "default":  # the roles this test's closed forms are matched to
         assert set(free) == {"output", "attn.q", "attn.k"} and {"embed.token", "attn.v", "attn.out"} <= set(scaled)
     steps = table[table["step"] > 0].sort_values(["point", "step"])

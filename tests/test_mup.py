@@ -16,11 +16,11 @@ from modula_cli.config.validate import config_problems
 from modula_cli.models import ModelError, build_model
 from modula_cli.models.variant import VARIANTS
 from modula_cli.nn import Conv2D, Embed, Flatten, FunctionalAttention, Linear, ReLU, layer_roles, with_role
-from modula_cli.optim import MODES, OptimConfig, build_network, init_state, optimizer_step
+from modula_cli.optim import MODES, build_network, init_state, optimizer_step
 from modula_cli.optim.modes.mup import modules, refuse_stray_readouts, rules_of
 from modula_cli.optim.modes.mup_rules import LayerRule, MupError, fans, init_rms, layer_rule
 
-from helpers import compose_config
+from helpers import compose_config, optim_config
 
 LANGUAGE = OmegaConf.create({"name": "shakespeare", "kind": "language", "vocab_size": 65, "context": 8})
 IMAGE = OmegaConf.create({"name": "cifar10", "kind": "image", "input_shape": [3, 8, 8], "num_classes": 10})
@@ -86,7 +86,7 @@ def reference(name: str, width: int, base_width: int, optimizer: str):
 
 def ours(name: str, width: int, base_width: int, optimizer: str):
     _, data = ARCHS[name]
-    cfg = OptimConfig(name=optimizer, mode="mup", lr=LR, mup_base_width=base_width, schedule="constant")
+    cfg = optim_config(name=optimizer, mode="mup", lr=LR, mup_base_width=base_width, schedule="constant")
     net = build_network(arch_at(name, width), data, VARIANTS["modular"], cfg)
     return net, cfg, MODES["mup"].initial_weights(net, net.initialize(seed=1))
 
@@ -131,8 +131,8 @@ def test_every_layer_matches_microsoft_mup(name, optimizer):
 def test_rules_by_hand():
     """Standard GPT at width 128 (4 heads: d_head 32) over base 32 (d_head 8): m = 4 for every growing size."""
     arch = OmegaConf.create({"name": "standard_gpt", "width": 128, "depth": 2, "heads": 4})
-    adam = build_network(arch, LANGUAGE, VARIANTS["paper"], OptimConfig(mode="mup", mup_base_width=32))
-    sgd = build_network(arch, LANGUAGE, VARIANTS["paper"], OptimConfig(name="sgd", mode="mup", mup_base_width=32))
+    adam = build_network(arch, LANGUAGE, VARIANTS["paper"], optim_config(mode="mup", mup_base_width=32))
+    sgd = build_network(arch, LANGUAGE, VARIANTS["paper"], optim_config(name="sgd", mode="mup", mup_base_width=32))
     expected = {  # role: (kind, Adam LR, SGD LR, init factor, output multiplier)
         "embed.token": ("input", 1, 4, 1, 1), "embed.position": ("input", 1, 4, 1, 1),
         "attn.q": ("hidden", 1 / 4, 1, 1 / 2, 1), "mlp.in": ("hidden", 1 / 4, 1, 1 / 2, 1),
@@ -147,7 +147,7 @@ def test_rules_by_hand():
     scales = [m.scale for m in modules(adam) if isinstance(m, FunctionalAttention)]
     assert scales == pytest.approx([math.sqrt(8) / 32] * 2)
     gpt = OmegaConf.create({"name": "gpt", "width": 128, "depth": 1, "heads": 4, "blocks_mass": 5.0})
-    modular = build_network(gpt, LANGUAGE, VARIANTS["paper"], OptimConfig(mode="mup"))
+    modular = build_network(gpt, LANGUAGE, VARIANTS["paper"], optim_config(mode="mup"))
     assert [m.scale for m in modules(modular) if isinstance(m, FunctionalAttention)] == [None]
     # the modular readout (65 × 128, orthogonal √(65/128)): RMS √65/128 here, 1/√32 at the base (65 > 32)
     readout = rules_of(modular)[-1]
@@ -161,7 +161,7 @@ def test_at_the_base_width_mup_is_unnormed():
     x = torch.randint(0, 65, (4, 8))
     results = []
     for mode in ("mup", "unnormed"):
-        cfg = OptimConfig(mode=mode, lr=0.01, mup_base_width=32)
+        cfg = optim_config(mode=mode, lr=0.01, mup_base_width=32)
         net = build_network(arch, LANGUAGE, VARIANTS["modular"], cfg)
         weights = [w.requires_grad_() for w in MODES[mode].initial_weights(net, net.initialize(seed=0))]
         state = init_state(weights, cfg)
@@ -174,13 +174,13 @@ def test_at_the_base_width_mup_is_unnormed():
         assert torch.equal(mup_weight, unnormed_weight)
     # one width up, the same network is no longer the same run: its hidden steps are halved
     wider = build_network(OmegaConf.merge(arch, {"width": 64}), LANGUAGE, VARIANTS["modular"],
-                          OptimConfig(mode="mup", mup_base_width=32))
+                          optim_config(mode="mup", mup_base_width=32))
     assert {rule.lr for rule in rules_of(wider)} == {1.0, 0.5}
 
 
 def test_zero_options_and_weight_decay():
     arch = OmegaConf.create({"name": "gpt", "width": 64, "depth": 1, "heads": 2, "blocks_mass": 5.0})
-    cfg = OptimConfig(mode="mup", mup_readout_zero=True, mup_query_zero=True, wd=0.5, lr=0.1)
+    cfg = optim_config(mode="mup", mup_readout_zero=True, mup_query_zero=True, wd=0.5, lr=0.1)
     net = build_network(arch, LANGUAGE, VARIANTS["modular"], cfg)
     weights = MODES["mup"].initial_weights(net, net.initialize(seed=0))
     zeroed = {role for role, w in zip(layer_roles(net), weights) if not w.any()}
@@ -204,13 +204,13 @@ def test_refusals_name_the_value_and_the_layers(tmp_path):
         return config_problems(compose_config(*overrides))
 
     assert problems("optim.mode=mup", "arch.width=16") == [
-        "optim.mup_base_width=32 is above arch.width=16: μP scales up from its base; set optim.mup_base_width to "
+        "optim.mup.base_width=32 is above arch.width=16: μP scales up from its base; set optim.mup.base_width to "
         "the sweep's smallest width or below"]
-    assert problems("optim.mode=mup", "optim.mup_base_width=0") == ["optim.mup_base_width=0; must be an integer >= 1"]
-    assert problems("optim.mode=mup", "optim.mup_base_width=1", "arch.width=16") == []  # the smallest base there is
-    assert problems("optim.mode=mup", "optim.mup_base_width=16", "arch.width=16") == []  # the base width itself
-    assert problems("optim.mode=mup", "arch=resmlp", "data=cifar10", "optim.mup_query_zero=true")[0].startswith(
-        "optim.mup_query_zero=true: no layer has the role 'attn.q'")
+    assert problems("optim.mode=mup", "optim.mup.base_width=0") == ["optim.mup.base_width=0; must be an integer >= 1"]
+    assert problems("optim.mode=mup", "optim.mup.base_width=1", "arch.width=16") == []  # the smallest base there is
+    assert problems("optim.mode=mup", "optim.mup.base_width=16", "arch.width=16") == []  # the base width itself
+    assert problems("optim.mode=mup", "arch=resmlp", "data=cifar10", "optim.mup.query_zero=true")[0].startswith(
+        "optim.mup.query_zero=true: no layer has the role 'attn.q'")
     assert problems("optim.mode=mup") == [] and problems("optim.mode=normed", "arch.width=16") == []
     # a user's network whose width-to-class layer has no role: named, with what to do
     module = tmp_path / "plain_net.py"
@@ -226,30 +226,30 @@ def test_refusals_name_the_value_and_the_layers(tmp_path):
         with pytest.raises(ModelError, match=r"optim.mode=mup: linear2 Linear\(10, 64\) maps a width-sized input to a "
                                              r"fixed-size output, which μP allows only for the readout; give "
                                              r"the readout with_role"):
-            build_network(arch, IMAGE, VARIANTS["modular"], OptimConfig(mode="mup"))
+            build_network(arch, IMAGE, VARIANTS["modular"], optim_config(mode="mup"))
         # at the base width every size is the base's: the layer is still found, beside twice the base
         with pytest.raises(ModelError, match=r"linear2 Linear\(10, 32\) maps a width-sized input"):
-            build_network(OmegaConf.merge(arch, {"width": 32}), IMAGE, VARIANTS["modular"], OptimConfig(mode="mup"))
+            build_network(OmegaConf.merge(arch, {"width": 32}), IMAGE, VARIANTS["modular"], optim_config(mode="mup"))
         no_width = OmegaConf.create({"name": "plain_net:fixed"})
         with pytest.raises(ModelError, match="optim.mode=mup needs arch.width; arch.name=plain_net:fixed has none"):
-            build_network(no_width, IMAGE, VARIANTS["modular"], OptimConfig(mode="mup"))
+            build_network(no_width, IMAGE, VARIANTS["modular"], optim_config(mode="mup"))
     finally:
         sys.path.remove(str(tmp_path))
 
 
 def test_a_base_network_that_cannot_be_built_says_which_width():
     arch = OmegaConf.create({"name": "gpt", "width": 48, "depth": 1, "heads": 3, "blocks_mass": 5.0})
-    with pytest.raises(ModelError, match=r"^optim.mode=mup builds the network again at width 32 \(optim.mup_base_width"
+    with pytest.raises(ModelError, match=r"^optim.mode=mup builds the network again at width 32 \(optim.mup.base_width"
                                          r"=32\) to see which sizes grow, and it cannot be built there: GPT: width 32 "
                                          r"is not divisible by num_heads 3"):
-        build_network(arch, LANGUAGE, VARIANTS["modular"], OptimConfig(mode="mup"))
+        build_network(arch, LANGUAGE, VARIANTS["modular"], optim_config(mode="mup"))
 
 
 def test_mup_settings_change_no_other_modes_run():
     normed = compose_config("optim.mode=normed")
-    assert fingerprint(normed) == fingerprint(compose_config("optim.mode=normed", "optim.mup_base_width=64"))
+    assert fingerprint(normed) == fingerprint(compose_config("optim.mode=normed", "optim.mup.base_width=64"))
     assert fingerprint(compose_config("optim.mode=mup")) != fingerprint(
-        compose_config("optim.mode=mup", "optim.mup_base_width=64"))
+        compose_config("optim.mode=mup", "optim.mup.base_width=64"))
 
 
 def test_coordinate_check_mup_is_width_stable(tiny_text_root, tmp_path):
@@ -305,7 +305,7 @@ def test_a_prepared_network_is_asked_for_twice_the_base_width_and_its_rules_hold
         asked.append(width)
         return build_model(arch_at("standard_gpt", width), LANGUAGE)
 
-    cfg = OptimConfig(mode="mup", mup_base_width=16)
+    cfg = optim_config(mode="mup", mup_base_width=16)
     net = MODES["mup"].network(build_model(arch_at("standard_gpt", 64), LANGUAGE), resize, cfg)
     assert asked == [16, 32]
     assert MODES["mup"].summary_fields(cfg, torch.device("cpu")) == {"mup_base_width": 16}
@@ -330,10 +330,10 @@ def test_a_prepared_network_is_asked_for_twice_the_base_width_and_its_rules_hold
 
 
 def test_mode_problems_by_hand():
-    mup, cfg = MODES["mup"], OptimConfig(mode="mup")
+    mup, cfg = MODES["mup"], optim_config(mode="mup")
     assert mup.problems(cfg, None) == [] and mup.problems(cfg, ("output", "hidden")) == []  # nothing to zero
     no_width = OmegaConf.create({"name": "mine:net"})
     assert mup.problems(cfg, None, no_width) == [
         "optim.mode=mup needs arch.width (μP scales each layer from the base width); arch.name=mine:net has none"]
-    assert mup.problems(OptimConfig(mode="mup", mup_query_zero=True), ("input", "output")) == [
-        "optim.mup_query_zero=true: no layer has the role 'attn.q' (roles: input, output)"]
+    assert mup.problems(optim_config(mode="mup", mup_query_zero=True), ("input", "output")) == [
+        "optim.mup.query_zero=true: no layer has the role 'attn.q' (roles: input, output)"]

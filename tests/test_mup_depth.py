@@ -1,4 +1,4 @@
-"""μP's depth recipes (optim.mup_depth: depth_mup, completep) against EleutherAI/nanoGPT-mup's CompleteP recipe
+"""μP's depth recipes (optim.mup.depth: depth_mup, completep) against EleutherAI/nanoGPT-mup's CompleteP recipe
 (model.py at commit 3904404: residual branches × m_L^-α, its configure_optimizers groups, AdamW).
 
 The reference numbers below are what ``scripts/record_nanogpt_mup.py`` prints, running that model.py from a
@@ -26,6 +26,7 @@ from modula_cli.nn import LayerNorm, Mul, layer_names
 from modula_cli.optim import OptimConfig, build_network, init_state, optimizer_step
 from modula_cli.optim.modes.mup import rules_of
 from modula_cli.optim.modes.mup_rules import init_rms
+from helpers import optim_config
 
 COMPLETEP = {  # α = 1: branch 0.5, loss 2.390949630855878
     "wte.weight": (0.03125, 0.03125, 0.0005, 0.1460242815,
@@ -190,7 +191,7 @@ def source_of(layer: str) -> tuple[str, slice]:
 def ours(recipe: str, depth: int = DEPTH, **optim):
     arch = OmegaConf.create({"name": "standard_gpt", "width": WIDTH, "depth": depth, "heads": HEADS,
                              "residual_scale": 1.0})
-    cfg = OptimConfig(mode="mup", mup_base_width=8, mup_depth=recipe, mup_base_depth=2, eps=EPS, lr=LR,
+    cfg = optim_config(mode="mup", mup_base_width=8, mup_depth=recipe, mup_base_depth=2, eps=EPS, lr=LR,
                       schedule="constant", **optim)
     net = build_network(arch, DATA, Variant(), cfg)
     for module in net.walk():
@@ -258,7 +259,7 @@ IMAGE = OmegaConf.create({"name": "cifar10", "kind": "image", "input_shape": [3,
 
 
 def mup_rules(arch: dict, data, **optim):
-    net = build_network(OmegaConf.create(arch), data, Variant(), OptimConfig(mode="mup", **optim))
+    net = build_network(OmegaConf.create(arch), data, Variant(), optim_config(mode="mup", **optim))
     return net, rules_of(net)
 
 
@@ -311,25 +312,25 @@ def test_bad_input_is_one_line_each_before_anything_is_built():
     def problems(*overrides: str) -> list[str]:
         return config_problems(compose_config(*overrides))
 
-    assert problems("arch=standard_gpt", "optim.mode=mup", "optim.mup_depth=completeP") == [
-        "optim.mup_depth='completeP'; allowed: none, depth_mup, completep"]
-    assert problems("arch=standard_gpt", "optim.mode=normed", "optim.mup_depth=completep") == [
-        "optim.mup_depth=completep needs optim.mode=mup (got normed): the depth recipes extend μP; the modular modes "
+    assert problems("arch=standard_gpt", "optim.mode=mup", "optim.mup.depth=completeP") == [
+        "optim.mup.depth='completeP'; allowed: none, depth_mup, completep"]
+    assert problems("arch=standard_gpt", "optim.mode=normed", "optim.mup.depth=completep") == [
+        "optim.mup.depth=completep needs optim.mode=mup (got normed): the depth recipes extend μP; the modular modes "
         "weight depth through the network's masses"]
-    assert problems("arch=standard_gpt", "arch.depth=3", "optim.mode=mup", "optim.mup_depth=depth_mup",
-                    "optim.mup_base_depth=4") == [
-        "optim.mup_base_depth=4 is above arch.depth=3: the depth recipes scale up from their base; set "
-        "optim.mup_base_depth to the sweep's smallest depth or below"]
-    assert problems("arch=gpt", "optim.mode=mup", "optim.mup_depth=completep") == [
-        "optim.mup_depth=completep: arch.name=gpt declares no arch.residual_scale, the multiplier on its residual "
+    assert problems("arch=standard_gpt", "arch.depth=3", "optim.mode=mup", "optim.mup.depth=depth_mup",
+                    "optim.mup.base_depth=4") == [
+        "optim.mup.base_depth=4 is above arch.depth=3: the depth recipes scale up from their base; set "
+        "optim.mup.base_depth to the sweep's smallest depth or below"]
+    assert problems("arch=gpt", "optim.mode=mup", "optim.mup.depth=completep") == [
+        "optim.mup.depth=completep: arch.name=gpt declares no arch.residual_scale, the multiplier on its residual "
         "branches (x + s·f(x)), so the recipe does not apply: the modular networks already weight each block by "
         "1/depth; use arch=standard_gpt"]
-    assert problems("arch=standard_gpt", "optim.mode=mup", "optim.mup_depth=completep",
+    assert problems("arch=standard_gpt", "optim.mode=mup", "optim.mup.depth=completep",
                     "arch.residual_scale=null") == [
-        "optim.mup_depth=completep: arch.name=standard_gpt declares no arch.residual_scale, the multiplier on its "
+        "optim.mup.depth=completep: arch.name=standard_gpt declares no arch.residual_scale, the multiplier on its "
         "residual branches (x + s·f(x)), so the recipe does not apply: set it (1.0: nanoGPT's branches) and have "
         "the model's branches read it (docs/mup.md)"]
-    assert problems("arch=standard_gpt", "optim.mode=mup", "optim.mup_depth=completep",
+    assert problems("arch=standard_gpt", "optim.mode=mup", "optim.mup.depth=completep",
                     "arch.residual_scale=wide") == ["arch.residual_scale='wide'; must be a finite number > 0 or null"]
     assert problems("arch=standard_gpt", "optim.mode=mup") == []  # μP for width alone: as before
 
@@ -338,12 +339,12 @@ def test_a_torch_model_without_residual_blocks_is_refused_in_one_line():
     from modula_cli.models import ModelError
 
     arch = {"name": "torch_models:conv_net", "width": 8, "depth": 3, "residual_scale": 1.0}
-    with pytest.raises(ModelError, match=r"^optim.mup_depth=completep: no parameter of .* repeats with arch.depth "
+    with pytest.raises(ModelError, match=r"^optim.mup.depth=completep: no parameter of .* repeats with arch.depth "
                                          r"\(same layers at depth 1 and 2\), so it has no residual blocks for the "
-                                         r"recipe to scale; use optim.mup_depth=none$"):
+                                         r"recipe to scale; use optim.mup.depth=none$"):
         mup_rules(arch, IMAGE, mup_base_width=4, mup_depth="completep")
     arch = {"name": "torch_models:residual_mlp", "width": 8, "depth": 3}
-    with pytest.raises(ModelError, match=r"^optim.mup_depth=completep: arch.name=torch_models:residual_mlp declares "
+    with pytest.raises(ModelError, match=r"^optim.mup.depth=completep: arch.name=torch_models:residual_mlp declares "
                                          r"no arch.residual_scale, .* set it \(1.0: nanoGPT's branches\) and have the "
                                          r"model's branches read it \(docs/mup.md\)$"):
         mup_rules(arch, IMAGE, mup_base_width=4, mup_depth="completep")
@@ -363,7 +364,7 @@ def test_the_coordinate_check_along_depth_compares_the_recipes(tiny_text_root, t
         cfg = compose("coord_check", overrides=[
             "arch=standard_gpt", "arch.width=16", "arch.heads=2", f"data.root={tiny_text_root}", "data.context=16",
             "train.device=cpu", "coord.axis=depth", "coord.depths=[1,2,4]", "coord.modes=[mup,unnormed]",
-            "coord.mup_depths=[none,depth_mup,completep]", "coord.steps=1", "optim.mup_base_width=8",
+            "coord.mup_depths=[none,depth_mup,completep]", "coord.steps=1", "optim.mup.base_width=8",
             "optim.lr=0.01"])
     assert coord_problems(cfg) == []
     table, slope_table, verdict = run_coord_check(cfg, tmp_path)
@@ -407,10 +408,10 @@ def test_runs_from_before_the_recipes_keep_their_fingerprints():
     older = OmegaConf.create(OmegaConf.to_container(compose_config("arch=standard_gpt", "optim.mode=mup")))
     older.arch.pop("residual_scale")
     assert fingerprint(older) == plain
-    assert fingerprint(compose_config("arch=standard_gpt", "optim.mode=mup", "optim.mup_depth=none",
-                                      "optim.mup_base_depth=4")) == plain
-    recipes = {fingerprint(compose_config("arch=standard_gpt", "optim.mode=mup", f"optim.mup_depth={recipe}",
-                                          f"optim.mup_base_depth={base}"))
+    assert fingerprint(compose_config("arch=standard_gpt", "optim.mode=mup", "optim.mup.depth=none",
+                                      "optim.mup.base_depth=4")) == plain
+    recipes = {fingerprint(compose_config("arch=standard_gpt", "optim.mode=mup", f"optim.mup.depth={recipe}",
+                                          f"optim.mup.base_depth={base}"))
                for recipe in ("depth_mup", "completep") for base in (1, 2)}
     assert len(recipes) == 4 and plain not in recipes
 
@@ -424,8 +425,8 @@ def test_a_run_under_a_recipe_records_it_and_a_packed_run_trains_as_separate_one
 
     def config(*extra: str):
         return compose_config(*tiny_gpt(tiny_text_root, "arch=standard_gpt", "arch.depth=4", "optim.mode=mup",
-                                        "optim.mup_base_width=8", "optim.mup_depth=completep",
-                                        "optim.mup_base_depth=2", "optim.eps=1e-3", "optim.wd=0.1",
+                                        "optim.mup.base_width=8", "optim.mup.depth=completep",
+                                        "optim.mup.base_depth=2", "optim.eps=1e-3", "optim.wd=0.1",
                                         "train.steps=6", *extra))
 
     packed = train(config("optim.lr=[0.004,0.02]"), tmp_path / "packed")
@@ -452,7 +453,7 @@ def test_a_torch_models_blocks_are_one_line_each_along_depth(cifar_root, tmp_pat
             "arch.name=torch_models:residual_mlp", "arch.width=16", "+arch.residual_scale=1.0", "data=cifar10",
             f"data.root={cifar_root}", "data.augment=none", "train.device=cpu", "coord.axis=depth",
             "coord.depths=[1,2,4]", "coord.modes=[mup]", "coord.mup_depths=[none,completep]", "coord.steps=1",
-            "optim.mup_base_width=8"])
+            "optim.mup.base_width=8"])
     _, slope_table, verdict = run_coord_check(cfg, tmp_path)
     layers = list(slope_table["layer"].unique())
     assert layers == ["embed.weight", "embed.bias", "blocks.*.0.weight", "blocks.*.0.bias", "blocks.*.2.weight",

@@ -7,7 +7,8 @@ import torch
 
 from modula_cli.nn import Linear, orthogonalize
 from modula_cli.nn.orthogonalize import iteration_dtype
-from modula_cli.optim import OptimConfig, init_state, optimizer_step
+from modula_cli.optim import init_state, optimizer_step
+from helpers import optim_config
 
 
 def with_spectrum(rows, cols, spectrum, seed=0, batch=()):
@@ -73,7 +74,7 @@ def test_bad_arguments():
 
 
 def test_iteration_dtype_setting():
-    """optim.ortho_dtype: auto is bfloat16 on CUDA only; the explicit settings hold on any device."""
+    """optim.ortho.dtype: auto is bfloat16 on CUDA only; the explicit settings hold on any device."""
     assert iteration_dtype("auto", "cpu") is None
     assert iteration_dtype("auto", torch.device("cuda", 0)) is torch.bfloat16
     assert iteration_dtype("float32", "cuda") is None
@@ -100,7 +101,7 @@ def test_bfloat16_iteration_lands_at_its_rounding_floor():
 
 def dualized_update(ortho_dtype, grad):
     weights = [torch.zeros(16, 32)]
-    cfg = OptimConfig(name="sgd", mode="dualized", lr=1.0, schedule="constant", ortho_dtype=ortho_dtype)
+    cfg = optim_config(name="sgd", mode="dualized", lr=1.0, schedule="constant", ortho_dtype=ortho_dtype)
     optimizer_step(Linear(16, 32), weights, [grad], init_state(weights, cfg), cfg, 0, total_steps=1)
     return -weights[0]
 
@@ -130,27 +131,32 @@ def test_dualized_training_on_cuda_iterates_in_bfloat16(monkeypatch):
     real = duality.orthogonalize
     monkeypatch.setattr(duality, "orthogonalize", lambda *a, **k: seen.append(k["iter_dtype"]) or real(*a, **k))
     weights = [torch.zeros(16, 32, device="cuda")]
-    cfg = OptimConfig(name="adam", mode="dualized", lr=1.0, schedule="constant")
+    cfg = optim_config(name="adam", mode="dualized", lr=1.0, schedule="constant")
     optimizer_step(Linear(16, 32), weights, [torch.randn(16, 32, device="cuda")], init_state(weights, cfg), cfg, 0, 1)
     assert seen == [torch.bfloat16]
 
 
 def test_settings_added_later_keep_old_fingerprints():
-    """A run folder written before optim.ortho_dtype (or warmup_fraction) existed keeps its fingerprint, so a
+    """A run folder written before optim.ortho.dtype (or warmup_fraction) existed keeps its fingerprint, so a
     relaunched sweep skips it; a non-default value is a different run."""
     from omegaconf import OmegaConf
 
     from modula_cli.config.identity import LATER_DEFAULTS, fingerprint
+    from modula_cli.optim.mode_settings import OLD_SPELLINGS
     from helpers import compose_config
 
     current = compose_config("optim.mode=dualized")
     older = OmegaConf.create(OmegaConf.to_container(current))
-    for key in LATER_DEFAULTS:
+    for key in LATER_DEFAULTS:  # by their flat names (optim.ortho_dtype is optim.ortho.dtype)
         group, name = key.split(".")
-        older[group].pop(name, None)  # a setting this config's groups never had (arch.residual_scale) stays out
+        path = OLD_SPELLINGS.get(key, key).split(".")[1:]
+        node = older[group]
+        for part in path[:-1]:
+            node = node[part]
+        node.pop(path[-1], None)  # a setting this config's groups never had (arch.residual_scale) stays out
     assert {"optim.ortho_dtype", "optim.warmup_fraction"} <= set(LATER_DEFAULTS)
     assert fingerprint(older) == fingerprint(current)
-    assert fingerprint(compose_config("optim.mode=dualized", "optim.ortho_dtype=bfloat16")) != fingerprint(current)
+    assert fingerprint(compose_config("optim.mode=dualized", "optim.ortho.dtype=bfloat16")) != fingerprint(current)
 
 
 # --- the exact (SVD) polar factor, argument checks and each method's coefficients ----------------------------------

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from helpers import compose_config, interrupted_at_step_12, tiny_gpt
+from helpers import compose_config, interrupted_at_step_12, optim_config, tiny_gpt
 from modula_cli.config.identity import fingerprint
 from modula_cli.config.validate import config_problems
 from modula_cli.optim import OptimConfig, init_state, optimizer_step
@@ -44,7 +44,7 @@ def test_every_schedule_decays_to_its_floor():
     assert schedule_factor("linear", 99, 100, min_ratio=0.1) == pytest.approx(0.1 + 0.9 * 0.01)
     assert schedule_factor("cosine", 50, 100, min_ratio=0.2) == pytest.approx(0.2 + 0.8 * 0.5)
     assert schedule_factor("constant", 99, 100, min_ratio=0.5) == 1.0
-    opt = OptimConfig(schedule="wsd", warmup_fraction=0.1, min_lr_ratio=0.1, decay_fraction=0.5, decay_shape="linear")
+    opt = optim_config(schedule="wsd", warmup_fraction=0.1, min_lr_ratio=0.1, decay_fraction=0.5, decay_shape="linear")
     assert [round(lr_factor(opt, t, 10), 6) for t in range(10)] == [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.82, 0.64, 0.46,
                                                                      0.28]
 
@@ -95,7 +95,7 @@ def test_clipped_sgd_step_equals_torch_sgd_after_clip_grad_norm():
     net = _plain_network()
     weights = [w.clone() for w in net.initialize(seed=0)]
     grads = [torch.randn_like(w) * 5 for w in weights]
-    cfg = OptimConfig(name="sgd", mode="unnormed", lr=0.1, beta1=0.0, schedule="constant", grad_clip=0.7)
+    cfg = optim_config(name="sgd", mode="unnormed", lr=0.1, beta1=0.0, schedule="constant", grad_clip=0.7)
     state = init_state(weights, cfg)
     ours = [w.clone() for w in weights]
     optimizer_step(net, ours, [g.clone() for g in grads], state, cfg, 0, 10)
@@ -114,7 +114,7 @@ def test_weight_decay_on_matrices_leaves_gains_and_biases(decay_on):
     AdamW's decoupled decay in the unnormed mode); under ``all`` the biases and LayerNorm's too."""
     net = _plain_network()
     weights = [w.clone() + 0.5 for w in net.initialize(seed=0)]  # nonzero gains and biases
-    cfg = OptimConfig(name="sgd", mode="unnormed", lr=0.1, beta1=0.0, schedule="constant", wd=0.5,
+    cfg = optim_config(name="sgd", mode="unnormed", lr=0.1, beta1=0.0, schedule="constant", wd=0.5,
                       decay_on=decay_on)
     after = [w.clone() for w in weights]
     optimizer_step(net, after, [torch.zeros_like(w) for w in weights], init_state(weights, cfg), cfg, 0, 10)
@@ -138,7 +138,7 @@ def test_accumulated_micro_batches_train_as_one_big_batch(optimizer, mode, packe
     gradient's scale (Adam and the normed modes do not), and the clipping limit sits among the norms."""
     lr = "optim.lr=[0.01,0.02]" if packed else "optim.lr=0.01"
     base = tiny_gpt(tiny_text_root, f"optim={optimizer}", f"optim.mode={mode}", lr, "train.steps=6",
-                    "optim.grad_clip=3.0", "optim.mup_base_width=16")
+                    "optim.grad_clip=3.0", "optim.mup.base_width=16")
     one = train(compose_config(*base), tmp_path / "one")
     four = train(compose_config(*base, "train.grad_accum=4"), tmp_path / "four")
     for a, b in zip(one.members, four.members, strict=True):

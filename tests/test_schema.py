@@ -18,6 +18,7 @@ from modula_cli.config.validate import config_problems
 from modula_cli.models.variant import VARIANTS, Variant
 from modula_cli.nn import Linear
 from modula_cli.optim import MODES, Mode, OptimConfig, init_state, optimizer_step
+from modula_cli.optim.mode_settings import BLOCKS
 from modula_cli.plumbing.settings import checked, setting
 from modula_cli.results.status import BUSY, PACKED
 from modula_cli.results.summary import Outcome
@@ -29,12 +30,12 @@ def test_the_yaml_defaults_are_the_schemas():
     plain = lambda node: OmegaConf.to_container(node, resolve=True)  # noqa: E731
     assert plain(cfg.train) == dataclasses.asdict(TrainConfig())
     assert plain(cfg.sweep) == dataclasses.asdict(SweepConfig())
-    assert plain(cfg.optim) == {**dataclasses.asdict(OptimConfig()), "power_iterations": 1}  # variant=paper's
+    paper = {"normed": {"power_iterations": 1}}  # variant=paper's
+    assert plain(cfg.optim) == {**dataclasses.asdict(OptimConfig()), **paper}
     assert plain(compose_config("variant=modular").variant) == dataclasses.asdict(Variant())
-    assert plain(compose_config("optim=sgd").optim) == {**dataclasses.asdict(OptimConfig()), "name": "sgd",
-                                                         "power_iterations": 1}
-    # every field has its one-line doc
-    for schema in (TrainConfig, SweepConfig, CoordConfig, OptimConfig, LoggerConfig):
+    assert plain(compose_config("optim=sgd").optim) == {**dataclasses.asdict(OptimConfig()), "name": "sgd", **paper}
+    # every field has its one-line doc, each block's settings too
+    for schema in (TrainConfig, SweepConfig, CoordConfig, OptimConfig, LoggerConfig, *BLOCKS.values()):
         assert all(f.metadata.get("doc") for f in dataclasses.fields(schema)), schema
 
 
@@ -110,7 +111,7 @@ def test_values_keep_the_type_they_were_given():
     ("train.steps=abc", "train.steps='abc'; must be an integer >= 1"),
     ("train.device=gpu", "train.device='gpu'; allowed: auto, cpu, cuda"),
     ("sweep.metric=acc", "sweep.metric='acc'; allowed: train_loss, test_loss, test_acc"),
-    ("optim.manifold_free=output", "optim.manifold_free=output; must be a list of layer roles, e.g. [output, attn.q]"),
+    ("optim.manifold.free=output", "optim.manifold.free=output; must be a list of layer roles, e.g. [output, attn.q]"),
     ("arch.width=0", "arch.width=0; must be an integer >= 1 or null"),
     ("data.context=abc", "data.context='abc'; must be an integer >= 1 or null"),
     ("logger.name=wandbb", "logger.name='wandbb'; allowed: jsonl, wandb"),

@@ -39,7 +39,7 @@ def test_torch_gpt_coordinate_check_packed_sweep_search_and_report(tmp_path, tin
     folder = _copy("torch_gpt", tmp_path)
     data = ["data=shakespeare", f"data.root={tiny_text_root}", "data.context=16"]
     check = _run("modula-coord-check", folder, "--config-dir", "configs", "arch=torch_gpt", *data,
-                 "coord.widths=[16,32,64]", "coord.modes=[mup,unnormed]", "arch.head_dim=8", "optim.mup_base_width=16",
+                 "coord.widths=[16,32,64]", "coord.modes=[mup,unnormed]", "arch.head_dim=8", "optim.mup.base_width=16",
                  "hydra.run.dir=coord", "train.device=cpu")
     assert check.returncode == 0, check.stderr
     table = pd.read_csv(folder / "coord" / "coord.csv")
@@ -55,7 +55,7 @@ def test_torch_gpt_coordinate_check_packed_sweep_search_and_report(tmp_path, tin
     assert len(results) == 8 and set(results["status"]) == {"completed"}
     assert set(results["mode"]) == {"muon"}
     search = _run("modula-sweep", folder, "--config-dir", "configs", "arch=torch_gpt", *data, *TINY, "sweep=lr",
-                  "arch.width=16", "arch.head_dim=8", "optim.mode=mup", "optim.mup_base_width=16", "sweep.search=true",
+                  "arch.width=16", "arch.head_dim=8", "optim.mode=mup", "optim.mup.base_width=16", "sweep.search=true",
                   "train.steps=10", "variant=modular", "hydra.sweep.dir=search")
     assert search.returncode == 0, search.stderr
     report = _run("modula-sweep-report", folder, str(_sweep_dir(folder, "width")))
@@ -68,13 +68,13 @@ def test_torchvision_resnet_sweeps_under_mup_with_its_batch_norm(tmp_path, cifar
     folder = _copy("torchvision_resnet", tmp_path)
     data = ["data=cifar10", f"data.root={cifar_root}", "data.augment=none"]
     packed = _run("modula-sweep", folder, "--config-dir", "configs", "arch=torchvision_resnet", *data, *TINY,
-                  "sweep=width", "arch.width=8,16", "optim.mode=mup", "optim.mup_base_width=8", "optim.lr=0.01,0.02",
+                  "sweep=width", "arch.width=8,16", "optim.mode=mup", "optim.mup.base_width=8", "optim.lr=0.01,0.02",
                   "sweep.pack=true", "train.steps=4")
     assert packed.returncode != 0
     assert "cannot be packed (torch.func.vmap" in packed.stdout + packed.stderr
     shutil.rmtree(folder / "outputs")
     sweep = _run("modula-sweep", folder, "--config-dir", "configs", "arch=torchvision_resnet", *data, *TINY,
-                 "sweep=width", "arch.width=8,16", "optim.mode=mup", "optim.mup_base_width=8", "optim.lr=0.01",
+                 "sweep=width", "arch.width=8,16", "optim.mode=mup", "optim.mup.base_width=8", "optim.lr=0.01",
                  "train.steps=4")
     assert sweep.returncode == 0, sweep.stderr
     results = pd.read_csv(_sweep_dir(folder, "width") / "results.csv")
@@ -86,7 +86,7 @@ def test_hugging_face_gpt2_sweeps_under_mup_and_muon(tmp_path, tiny_text_root):
     folder = _copy("hf_gpt2", tmp_path)
     data = ["data=shakespeare", f"data.root={tiny_text_root}", "data.context=16"]
     sweep = _run("modula-sweep", folder, "--config-dir", "configs", "arch=hf_gpt2", *data, *TINY, "sweep=width",
-                 "arch.width=32,64", "optim.mode=mup,muon", "optim.mup_base_width=32", "optim.lr=0.01",
+                 "arch.width=32,64", "optim.mode=mup,muon", "optim.mup.base_width=32", "optim.lr=0.01",
                  "train.steps=4", "sweep.pack=true")
     assert sweep.returncode == 0, sweep.stderr
     results = pd.read_csv(_sweep_dir(folder, "width") / "results.csv")
@@ -133,7 +133,7 @@ def test_nanogpt_with_its_own_corpus_and_recipe_checks_searches_and_predicts(tmp
                              text=True, timeout=600)
     assert prepared.returncode == 0, prepared.stderr
     own = ["arch=nanogpt", "data=stdlib", "data.context=16", "optim=recipe", "arch.head_dim=8",
-           "optim.mup_base_width=16"]
+           "optim.mup.base_width=16"]
     sweep = _run("modula-sweep", folder, "--config-dir", "configs", *own, *TINY, "sweep=width", "arch.width=16,32",
                  "optim.mode=mup", "train.seed=0,1", "sweep.pack=true", "sweep.search=true",
                  "train.steps=8", "sweep.target=width:128")

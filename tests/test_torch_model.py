@@ -16,13 +16,13 @@ from modula_cli.models import ModelError, build_model
 from modula_cli.models.variant import VARIANTS
 from modula_cli.nn.loss import grads_of, losses_and_hits
 from modula_cli.nn.torch_network import TorchNetwork, parameter_fans
-from modula_cli.optim import MODES, OptimConfig, build_network, init_state, optimizer_step
+from modula_cli.optim import MODES, build_network, init_state, optimizer_step
 from modula_cli.optim.modes.mup import rules_of
 from modula_cli.optim.modes.muon import muon_scale
 from modula_cli.run.context import check_packable
 from modula_cli.run.state import RunState
 
-from helpers import compose_config
+from helpers import compose_config, optim_config
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 sys.path.insert(0, str(EXAMPLES / "torch_gpt"))  # torch_gpt:torch_gpt, as a user's folder holds it
@@ -79,7 +79,7 @@ def mup_reference(model: str, width: int, base_width: int, optimizer: str, seed:
 
 def ours(model: str, width: int, base_width: int, optimizer: str, mode: str = "mup", seed: int = 5, **settings):
     _, _, data, _ = MODELS[model]
-    cfg = OptimConfig(name=optimizer, mode=mode, lr=LR, mup_base_width=base_width, schedule="constant", **settings)
+    cfg = optim_config(name=optimizer, mode=mode, lr=LR, mup_base_width=base_width, schedule="constant", **settings)
     net = build_network(arch_of(model, width), data, VARIANTS["modular"], cfg)
     return net, cfg, MODES[mode].initial_weights(net, net.initialize(seed=seed))
 
@@ -155,7 +155,7 @@ def test_mup_on_nanogpts_tied_embedding_and_readout_matches_microsoft_mups_share
     16 (m = 2): the shared table keeps its own draw and an embedding's LR, the readout's input is divided by m, and
     every parameter's LR, initial weights, the logits, the gradients and one step equal mup's MuSharedReadout's."""
     reference, reference_optimizer = nanogpt_reference(32, 16, optimizer)
-    cfg = OptimConfig(name=optimizer, mode="mup", lr=LR, mup_base_width=16, schedule="constant")
+    cfg = optim_config(name=optimizer, mode="mup", lr=LR, mup_base_width=16, schedule="constant")
     net = build_network(OmegaConf.create({**NANOGPT, "width": 32}), LANGUAGE, VARIANTS["modular"], cfg)
     weights = MODES["mup"].initial_weights(net, net.initialize(seed=5))
     assert net.tied == {"transformer.wte.weight": ["transformer.wte.weight", "lm_head.weight"]}
@@ -191,11 +191,11 @@ def test_mup_on_nanogpts_tied_embedding_and_readout_matches_microsoft_mups_share
 def test_a_tied_readout_cannot_start_at_zero_under_mup():
     arch = OmegaConf.create({"name": "torch_models:tied_gpt", "width": 32})
     with pytest.raises(ModelError) as error:
-        build_network(arch, LANGUAGE, VARIANTS["modular"], OptimConfig(mode="mup", mup_base_width=16,
+        build_network(arch, LANGUAGE, VARIANTS["modular"], optim_config(mode="mup", mup_base_width=16,
                                                                        mup_readout_zero=True))
     assert str(error.value) == (
-        "optim.mup_readout_zero=true: the readout shares wte.weight with the embedding, which a zero start would zero "
-        "too (mup's MuSharedReadout leaves the shared table as drawn); leave mup_readout_zero false, or untie them")
+        "optim.mup.readout_zero=true: the readout shares wte.weight with the embedding, which a zero start would zero "
+        "too (mup's MuSharedReadout leaves the shared table as drawn); leave optim.mup.readout_zero false, or untie them")
 
 
 def test_mup_kinds_of_the_plain_gpt_by_hand():
@@ -254,7 +254,7 @@ def test_muon_scale_rules_by_hand():
 
 
 def test_muon_leaves_embeddings_readout_and_gains_to_adam_at_its_ratio():
-    """The first step of Adam (the paper's bias correction: u = sign g) at LR × optim.muon_adam_ratio on every
+    """The first step of Adam (the paper's bias correction: u = sign g) at LR × optim.muon.adam_ratio on every
     parameter that is not a hidden matrix; the readout is one of them."""
     net, cfg, weights = ours("gpt", 32, 8, "adam", mode="muon", muon_adam_ratio=2.0**-6)
     start = [w.clone() for w in weights]
@@ -270,7 +270,7 @@ def test_muon_leaves_embeddings_readout_and_gains_to_adam_at_its_ratio():
 def test_muon_runs_on_the_modular_gpt_layer_by_layer():
     """The built-in GPT under muon: every matrix but the readout orthogonalised, the embeddings by Adam."""
     arch = OmegaConf.create({"name": "gpt", "width": 32, "depth": 1, "heads": 2, "blocks_mass": 5.0})
-    cfg = OptimConfig(mode="muon", lr=LR, schedule="constant")
+    cfg = optim_config(mode="muon", lr=LR, schedule="constant")
     net = build_network(arch, LANGUAGE, VARIANTS["modular"], cfg)
     layers = net.parametrisation.layers
     from modula_cli.nn import Embed, layer_roles
@@ -291,7 +291,7 @@ def test_muon_runs_on_the_modular_gpt_layer_by_layer():
 @pytest.mark.parametrize("mode", ["normed", "dualized", "manifold"])
 def test_a_modular_mode_on_a_plain_model_is_one_line(mode):
     with pytest.raises(ModelError) as error:
-        build_network(arch_of("conv", 16), IMAGE, VARIANTS["modular"], OptimConfig(mode=mode))
+        build_network(arch_of("conv", 16), IMAGE, VARIANTS["modular"], optim_config(mode=mode))
     assert str(error.value) == (
         f"optim.mode={mode} needs the modular norm's tree of masses and sensitivities, and arch.name=torch_models:"
         f"conv_net returns a plain torch.nn.Module; its modes: unnormed, mup, muon (or build it from modula_cli.nn's "
@@ -329,7 +329,7 @@ def test_batch_norm_cannot_be_packed_and_its_statistics_are_checkpointed():
         check_packable(net, x, 3, arch.name)
     assert float(net.model.norm.running_mean.abs().sum()) == 0  # the trial pass left the statistics as they were
     weights = net.initialize(seed=0)
-    state = RunState(weights, init_state(weights, OptimConfig(mode="unnormed")), torch.zeros(1, 1), 1,
+    state = RunState(weights, init_state(weights, optim_config(mode="unnormed")), torch.zeros(1, 1), 1,
                      buffers=net.buffers())
     with torch.enable_grad():
         net(x[0], weights)  # a training pass updates the running statistics
@@ -418,7 +418,7 @@ BAD = [
 def test_bad_models_are_one_line_each(name, extra, data, mode, message):
     arch = OmegaConf.create({"name": name, "width": 32, **extra})
     with pytest.raises(ModelError) as error:
-        build_network(arch, data, VARIANTS["modular"], OptimConfig(mode=mode, mup_base_width=16))
+        build_network(arch, data, VARIANTS["modular"], optim_config(mode=mode, mup_base_width=16))
     assert str(error.value) == message
 
 
@@ -427,14 +427,14 @@ def test_a_two_headed_model_trains_under_mup_once_its_readout_is_named():
     with pytest.raises(ModelError, match=r"^optim.mode=mup: b.weight maps a width-sized input to a fixed-size output, "
                                          r"which μP allows only for the readout \(a\); make its output grow with "
                                          r"width$"):
-        build_network(arch, IMAGE, VARIANTS["modular"], OptimConfig(mode="mup", mup_base_width=16))
+        build_network(arch, IMAGE, VARIANTS["modular"], optim_config(mode="mup", mup_base_width=16))
 
 
 def test_an_unknown_muon_scale_is_refused_by_the_schema():
     from modula_cli.config.validate import config_problems
 
-    problems = config_problems(compose_config("optim.mode=muon", "optim.muon_scale=keller"))
-    assert any(p.startswith("optim.muon_scale='keller'") and "original, match_rms_adamw, spectral" in p
+    problems = config_problems(compose_config("optim.mode=muon", "optim.muon.scale=keller"))
+    assert any(p.startswith("optim.muon.scale='keller'") and "original, match_rms_adamw, spectral" in p
                for p in problems), problems
 
 
@@ -492,7 +492,7 @@ def test_a_resumed_batch_norm_model_equals_an_uninterrupted_run(cifar_root, tmp_
 def test_a_tied_readout_is_the_embedding_for_muon_and_the_tie_holds_in_every_call():
     """GPT-2's tie: one parameter (listed once), both uses fed by it in the forward pass; Muon leaves it to Adam."""
     net = build_network(OmegaConf.create({"name": "torch_models:tied_gpt", "width": 16}), LANGUAGE,
-                        VARIANTS["modular"], OptimConfig(mode="muon"))
+                        VARIANTS["modular"], optim_config(mode="muon"))
     assert net.tied == {"wte.weight": ["wte.weight", "lm_head.weight"]}
     assert [a.role for a in net.atom_list()] == ["wte.weight", "mix.weight", "mix.bias"]
     assert net.parametrisation.hidden == [1]
@@ -509,10 +509,10 @@ def test_a_forward_that_returns_every_logit_only_with_targets_is_given_them():
 
     x = torch.randint(0, 65, (3, 8))
     last = build_network(OmegaConf.create({"name": "torch_models:last_position", "width": 16, "targets_keyword": "y"}),
-                         LANGUAGE, VARIANTS["modular"], OptimConfig(mode="unnormed"))
+                         LANGUAGE, VARIANTS["modular"], optim_config(mode="unnormed"))
     assert last.targets == "y" and last(x, last.initialize(seed=0)).shape == (3, 8, 65)
     nano = build_network(OmegaConf.create({**NANOGPT, "width": 16}), LANGUAGE, VARIANTS["modular"],
-                         OptimConfig(mode="unnormed"))
+                         optim_config(mode="unnormed"))
     assert nano.targets == "targets" and nano(x, nano.initialize(seed=0)).shape == (3, 8, 65)
     packed = [torch.stack(pair) for pair in zip(nano.initialize(seed=0), nano.initialize(seed=1))]
     assert nano(x.expand(2, *x.shape), packed).shape == (2, 3, 8, 65)  # under vmap, each member its own targets

@@ -29,7 +29,7 @@ def tool_losses(cfg, run_dir) -> list[float]:
 
 def plain_config(root, mode):
     return compose_config("arch.name=torch_gpt:torch_gpt", "+arch.head_dim=8", "arch.width=16", "arch.depth=1",
-                          "optim=adamw_wsd_clip", f"optim.mode={mode}", "optim.lr=0.01", "optim.mup_base_width=8",
+                          "optim=adamw_wsd_clip", f"optim.mode={mode}", "optim.lr=0.01", "optim.mup.base_width=8",
                           f"data.root={root}", "data.context=16", *TINY_TRAIN, f"train.steps={STEPS}")
 
 

@@ -14,9 +14,9 @@ import pytest
 import torch
 from hydra.errors import ConfigCompositionException
 
-from helpers import compose_config, iterations, paired_drop, record_first_update, tiny_gpt, tiny_image
+from helpers import compose_config, iterations, optim_config, paired_drop, record_first_update, tiny_gpt, tiny_image
 from modula_cli.nn import Conv2D, Embed, Linear, ResMLP
-from modula_cli.optim import OptimConfig, ema_weight, init_state, optimizer_step
+from modula_cli.optim import ema_weight, init_state, optimizer_step
 from modula_cli.run.trainer import train
 from modula_cli.plumbing.signals import StopRequested
 from modula_cli.config.validate import ConfigError
@@ -130,7 +130,7 @@ def test_every_optimizer_mode_and_architecture_learns(arch, optimizer, mode, tmp
 def one_linear_step(mode, optimizer, grads, lr=0.5):
     net = Linear(4, 3)
     weights = [torch.zeros(4, 3)]
-    cfg = OptimConfig(name=optimizer, mode=mode, lr=lr, schedule="constant", ortho="svd")
+    cfg = optim_config(name=optimizer, mode=mode, lr=lr, schedule="constant", ortho="svd")
     state = init_state(weights, cfg)
     for t, g in enumerate(grads):
         before = weights[0].clone()
@@ -173,7 +173,7 @@ def test_compiled_update_matches_eager_and_compiles_once(mode):
     net = ResMLP(width=8, depth=2, block_depth=2, input_dim=12, output_dim=3)
     generator = torch.Generator().manual_seed(0)
     grads = [[torch.randn(3, *w.shape, generator=generator) for w in net.initialize(0)] for _ in range(8)]
-    cfg = OptimConfig(name="adam", mode=mode, lr=[0.05, 0.1, 0.2], wd=0.01)
+    cfg = optim_config(name="adam", mode=mode, lr=[0.05, 0.1, 0.2], wd=0.01)
     base_lr, active = torch.tensor([0.05, 0.1, 0.2]), torch.tensor([True, False, True])
 
     def run(compile):
@@ -268,7 +268,7 @@ def test_preemption_checkpoints_and_resume_is_exact(mode, tmp_path, tiny_text_ro
     assert read_losses(tmp_path / "resumed") == read_losses(tmp_path / "reference")
     assert resumed["train_loss"] == reference["train_loss"] and resumed["test_loss"] == reference["test_loss"]
     assert not (tmp_path / "resumed" / "checkpoint.pt").exists()
-    # the summary says which dtype the orthogonalisation ran in (optim.ortho_dtype=auto: float32 on a CPU)
+    # the summary says which dtype the orthogonalisation ran in (optim.ortho.dtype=auto: float32 on a CPU)
     assert resumed.get("ortho_dtype") == ("float32" if mode == "dualized" else None)
 
 
@@ -280,8 +280,8 @@ def test_preemption_checkpoints_and_resume_is_exact(mode, tmp_path, tiny_text_ro
     ("optim.mode=sharp", "allowed: unnormed, normed, dualized"),
     ("optim.schedule=step", "allowed: linear, cosine, constant, wsd"),
     ("train.dtype=float16", "allowed: float32, bfloat16"),
-    ("optim.ortho=qr", "allowed: polar_express, muon, cubic, svd"),
-    ("optim.ortho_dtype=fp16", "optim.ortho_dtype=.fp16.; allowed: auto, float32, bfloat16"),
+    ("optim.ortho.method=qr", "allowed: polar_express, muon, cubic, svd"),
+    ("optim.ortho.dtype=fp16", "optim.ortho.dtype=.fp16.; allowed: auto, float32, bfloat16"),
     ("optim.lr=[0.1,0.2,1e-1]", "must not repeat a learning rate"),
     ("arch.blocks_mass=inf", r"arch.blocks_mass=inf; must be a finite number > 0"),
     ("arch.blocks_mass=0", r"arch.blocks_mass=0; must be a finite number > 0"),

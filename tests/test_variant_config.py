@@ -30,15 +30,15 @@ def test_the_default_is_paper_and_modular_is_the_earlier_behaviour():
                                                        "embed_rows": "decay", "conv_normalize": "kernel",
                                                        "extra_step": False}
     assert OmegaConf.to_container(paper.variant) == PAPER_FIELDS
-    assert (modular.optim.power_iterations, paper.optim.power_iterations) == (2, 1)
+    assert (modular.optim.normed.power_iterations, paper.optim.normed.power_iterations) == (2, 1)
     # a user's own setting still wins over the variant's
-    assert compose_config("optim.power_iterations=3").optim.power_iterations == 3
+    assert compose_config("optim.normed.power_iterations=3").optim.normed.power_iterations == 3
 
 
 @pytest.mark.parametrize("experiment", PAPER_EXPERIMENTS)
 def test_every_paper_experiment_selects_the_paper_variant(experiment):
     cfg = compose_config(f"experiment=paper/{experiment}")
-    assert OmegaConf.to_container(cfg.variant) == PAPER_FIELDS and cfg.optim.power_iterations == 1
+    assert OmegaConf.to_container(cfg.variant) == PAPER_FIELDS and cfg.optim.normed.power_iterations == 1
     if cfg.arch.name == "gpt":
         assert cfg.arch.heads == 8  # the paper's sweeps (paper/sweep/sweep.sh) and main.py's default
 

@@ -19,8 +19,9 @@ from omegaconf import OmegaConf
 
 from modula_cli.models import build_model
 from modula_cli.nn import Conv2D, Embed, Linear, PowerIterationState
-from modula_cli.optim import OptimConfig, init_state, optimizer_step
+from modula_cli.optim import init_state, optimizer_step
 from modula_cli.models.variant import VARIANTS, Variant, explain_scope, variant_name
+from helpers import optim_config
 
 REFERENCE = json.loads((Path(__file__).parent / "data" / "reference_paper.json").read_text())
 ARCHS = {"gpt": {"name": "gpt", "width": 8, "depth": 2, "heads": 2, "blocks_mass": 5.0},
@@ -95,7 +96,7 @@ def test_two_training_steps_match_the_reference(case):
     net = network(arch)
     weights = [w.requires_grad_() for w in stored_weights(net)]
     steps = expected.get("steps", 2)
-    cfg = OptimConfig(name=optimizer, mode=mode, lr=expected["lr"], schedule="linear" if whole_loop else "constant",
+    cfg = optim_config(name=optimizer, mode=mode, lr=expected["lr"], schedule="linear" if whole_loop else "constant",
                       wd=expected.get("wd", 0.0), power_iterations=1)
     state = init_state(weights, cfg)
     if state.mode == "normed":
@@ -188,7 +189,7 @@ def test_first_unnormed_adam_step_moves_each_layer_by_its_factor(variant):
     net = network("gpt", variant)
     weights = [w.requires_grad_() for w in stored_weights(net)]
     before = [atom.effective(w.detach().clone()) for atom, w in zip(net.atoms(), weights)]
-    cfg = OptimConfig(name="adam", mode="unnormed", lr=0.01, schedule="constant")
+    cfg = optim_config(name="adam", mode="unnormed", lr=0.01, schedule="constant")
     x, y = batch("gpt")
     grads = list(torch.autograd.grad(loss_of(net, weights, x, y), weights))
     state = init_state(weights, cfg)
@@ -206,7 +207,7 @@ def test_paper_embedding_rows_stay_on_their_sphere_without_weight_decay():
     x, y = batch("gpt")
     for net, on_sphere in ((paper, True), (modular, False)):
         weights = [w.requires_grad_() for w in stored_weights(net)]
-        cfg = OptimConfig(name="adam", mode="normed", lr=0.5, schedule="constant", wd=0.0)
+        cfg = optim_config(name="adam", mode="normed", lr=0.5, schedule="constant", wd=0.0)
         state = init_state(weights, cfg)
         for t in range(3):
             grads = list(torch.autograd.grad(loss_of(net, weights, x, y), weights))

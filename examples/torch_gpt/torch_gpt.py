@@ -49,7 +49,7 @@ class MLP(nn.Module):
 
 class Block(nn.Module):
     """``x + s·attn(LN(x))``, then ``x + s·mlp(LN(x))``: s is ``arch.residual_scale`` (1 as nanoGPT has it), which
-    μP's depth recipes set from the depth (optim.mup_depth, docs/mup.md)."""
+    μP's depth recipes set from the depth (optim.mup.depth, docs/mup.md)."""
 
     def __init__(self, width: int, heads: int, context: int, residual_scale: float):
         super().__init__()

@@ -18,6 +18,7 @@ from ..plumbing.user_code import source_digest
 from ..data import data_identity
 from ..models.variant import differences, name_of, variant_of
 from ..optim import MODES
+from ..optim.mode_settings import FLAT_NAMES, flat_settings
 
 # Settings that change how a run is watched, stored or placed, not its numbers.
 NOT_NUMERIC = frozenset({
@@ -28,6 +29,8 @@ NOT_NUMERIC = frozenset({
     # one batch's step in micro-batches: the same numbers up to float error (as train.compile's)
     "train.grad_accum",
 })
+# Each registry below names the optim settings as runs were first fingerprinted (``optim.mup_base_width``, not the
+# block spelling ``optim.mup.base_width``: ``mode_settings.FLAT_NAMES``), so that no finished run changes identity.
 # Settings added after runs were first fingerprinted: at these values they are left out, so a run finished by
 # an earlier version keeps its fingerprint (and is not trained again).
 LATER_DEFAULTS = {"optim.warmup_fraction": None, "optim.ortho_dtype": "auto",
@@ -84,11 +87,14 @@ def numeric_settings(cfg: DictConfig) -> dict[str, dict[str, Any]]:
     relevant = {}
     for group in RUN_GROUPS:
         values = OmegaConf.to_container(cfg[group], resolve=True)
+        if group == "optim":  # each block's settings by the flat name runs were first fingerprinted by
+            values = flat_settings(values)
         relevant[group] = {k: v for k, v in values.items() if f"{group}.{k}" not in NOT_NUMERIC
                            and not (f"{group}.{k}" in LATER_DEFAULTS and v == LATER_DEFAULTS[f"{group}.{k}"])}
-    # a mode's own settings (manifold_*) change no other mode's numbers
-    others = [p for name, mode in MODES.items() if name != relevant["optim"].get("mode") for p in mode.own_settings]
-    relevant["optim"] = {k: v for k, v in relevant["optim"].items() if not k.startswith(tuple(others))}
+    # a mode's own block (optim.manifold.*) changes no other mode's numbers
+    others = {mode.own_block for name, mode in MODES.items() if name != relevant["optim"].get("mode")}
+    theirs = {flat for dotted, flat in FLAT_NAMES.items() if dotted.partition(".")[0] in others}
+    relevant["optim"] = {k: v for k, v in relevant["optim"].items() if k not in theirs}
     for key, applies in ONLY_WHEN.items():
         if not applies(relevant["optim"]):
             relevant["optim"].pop(key.partition(".")[2], None)

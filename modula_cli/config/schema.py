@@ -109,7 +109,7 @@ class CoordConfig:
     depths: list[int] = setting([1, 2, 4, 8, 16], "axis=depth: the depths (the same rule)")
     modes: list[str] = setting(["unnormed", "normed", "dualized"], "the modes compared")
     mup_depths: list[str] | None = setting(None, "mode mup: the depth recipes compared, each a column of its own "
-                                                 "(e.g. [none,depth_mup,completep]); null: optim.mup_depth's",
+                                                 "(e.g. [none,depth_mup,completep]); null: optim.mup.depth's",
                                            items="μP depth recipes: none, depth_mup, completep")
     steps: int = setting(4, "updates on the fixed batch (measured after each, and before the first)", minimum=1)
     batch_size: int = setting(8, "sequences or images of the fixed batch", minimum=1)

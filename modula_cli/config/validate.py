@@ -14,6 +14,7 @@ from ..models import (ARCHITECTURES, DATA_KINDS, ModelError, builtin_roles, data
 from ..models.config import ArchConfig
 from ..models.variant import variant_problems
 from ..optim import OptimConfig, validate_optim
+from ..optim.mode_settings import new_spelling
 from ..optim.schedule import decay_start
 from ..plumbing.device import resolve_device
 from ..plumbing.settings import checked, listed, typed
@@ -146,8 +147,12 @@ def config_problems(cfg: Any, devices_here: bool = True) -> list[str]:
         problems += _sweep_problems(typed(SweepConfig, values["sweep"]), data.name)
     problems += _wsd_problems(values.get("optim", {}), train)
     problems += variant_problems(cfg.get("variant"))  # a config from before variants has none: modular
+    if old := [key for key, value in values.get("optim", {}).items()  # in a config file
+               if new_spelling(f"optim.{key}") and not isinstance(value, dict)]:
+        return problems + [f"optim.{key} is now {new_spelling(f'optim.{key}')}: rename it in the config file that "
+                           f"sets it (the command line still reads the old spelling)" for key in old]
     try:
-        opt = OptimConfig(**values["optim"])
+        opt = OptimConfig.of(values["optim"])
     except TypeError as error:
         return problems + [f"optim: {error}"]
     # a user's network's roles are not known yet: checked again once built; the arch as typed, so that a

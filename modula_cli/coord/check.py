@@ -39,7 +39,7 @@ from ..nn import Module, layer_names
 from ..nn.torch_network import shared_roles
 from ..nn.loss import grads_of, losses_and_hits
 from ..optim import MODES, OptimConfig, build_network, init_state, optimizer_step, single_lr
-from ..optim.config import DEPTH_RECIPES
+from ..optim.mode_settings import DEPTH_RECIPES
 from ..plumbing import atomic
 from ..plumbing.atomic import remove_if_empty
 from ..plumbing.device import resolve_device
@@ -118,8 +118,8 @@ class Column:
 
 
 def columns(cfg: Any, settings: CoordConfig) -> list[Column]:
-    """``coord.modes``, μP once per recipe of ``coord.mup_depths`` (or with ``optim.mup_depth``'s)."""
-    recipes = settings.mup_depths or [OmegaConf.select(cfg, "optim.mup_depth", default="none")]
+    """``coord.modes``, μP once per recipe of ``coord.mup_depths`` (or with ``optim.mup.depth``'s)."""
+    recipes = settings.mup_depths or [OmegaConf.select(cfg, "optim.mup.depth", default="none")]
     return [Column(mode, recipe) for mode in settings.modes for recipe in (recipes if mode == "mup" else ["none"])]
 
 
@@ -127,7 +127,7 @@ def point_config(cfg: Any, axis: str, scale: int, column: Column) -> DictConfig:
     point = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
     point.arch[axis] = scale
     point.optim.mode = column.mode
-    point.optim.mup_depth = column.mup_depth  # "none" beside μP: the recipes are μP's alone
+    point.optim.mup.depth = column.mup_depth  # "none" beside μP: the recipes are μP's alone
     return point
 
 

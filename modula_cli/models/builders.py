@@ -229,7 +229,7 @@ def builtin_roles() -> dict[str, tuple[str, ...]]:
 
 
 def role_problems(key: str, roles: list[str], present: tuple[str, ...] | None) -> list[str]:
-    """``optim.manifold_free=[outptu]``: every listed role must be a layer role of this network (``present``)
+    """``optim.manifold.free=[outptu]``: every listed role must be a layer role of this network (``present``)
     or of a built-in architecture (so one list serves them all; a role the network lacks selects nothing).
     ``present`` None: a user's network not built yet, whose roles are checked once it is. (That ``roles`` is
     a list of names is the schema's check, ``OptimConfig.manifold_*``.)"""

@@ -23,7 +23,7 @@ class ArchConfig:
     kernel_size: int | None = setting(None, "convolution kernel size (ResNet)", minimum=1)
     residual_scale: float | None = setting(None, "the multiplier s on every residual branch, x + s·f(x) (standard_gpt; "
                                                  "your own model reads it from its YAML); μP's depth recipes scale it "
-                                                 "(optim.mup_depth, docs/mup.md)", above=0)
+                                                 "(optim.mup.depth, docs/mup.md)", above=0)
     readout: str | None = setting(None, "your torch model: the module path of its readout (e.g. lm_head), for μP and "
                                         "Muon; leave out: found from the shapes")
     targets_keyword: str | None = setting("auto", "your torch model: the parameter of its forward that takes the "

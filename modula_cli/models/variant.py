@@ -6,7 +6,7 @@ project's earlier reading of the paper and what every earlier run trained. The s
 sensitivities, but five details differ, and for a plain (unnormed) optimiser one of them changes what a
 learning rate means. Each difference is one field here, so a single one can be switched to measure
 its effect (``variant=paper variant.scales=weights``). The paper variant's YAML also sets
-``optim.power_iterations: 1`` (the reference's one warm-started step per update).
+``optim.normed.power_iterations: 1`` (the reference's one warm-started step per update).
 """
 
 from __future__ import annotations

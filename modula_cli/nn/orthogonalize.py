@@ -43,7 +43,7 @@ def coefficients(method: str, steps: int) -> list[tuple[float, float, float]]:
 
 
 def iteration_dtype(setting: str, device: torch.device | str) -> torch.dtype | None:
-    """The ``iter_dtype`` for ``orthogonalize`` that an ``optim.ortho_dtype`` setting means on ``device``."""
+    """The ``iter_dtype`` for ``orthogonalize`` that an ``optim.ortho.dtype`` setting means on ``device``."""
     if setting not in ITER_DTYPES:
         raise ValueError(f"unknown orthogonalisation dtype {setting!r}; allowed: {', '.join(ITER_DTYPES)}")
     if setting == "auto":

@@ -20,8 +20,8 @@ def validate_optim(cfg: OptimConfig, roles: tuple[str, ...] | None = None, arch:
     if cfg.warmup_fraction is not None and cfg.warmup_steps:
         problems.append(f"optim.warmup_fraction={cfg.warmup_fraction} and optim.warmup_steps="
                         f"{cfg.warmup_steps}; set one of them (the other to null / 0)")
-    if cfg.mup_depth != "none" and cfg.mode != "mup":
-        problems.append(f"optim.mup_depth={cfg.mup_depth} needs optim.mode=mup (got {cfg.mode}): the depth recipes "
+    if cfg.mup.depth != "none" and cfg.mode != "mup":
+        problems.append(f"optim.mup.depth={cfg.mup.depth} needs optim.mode=mup (got {cfg.mode}): the depth recipes "
                         f"extend μP; the modular modes weight depth through the network's masses")
     if cfg.mode in MODES:
         problems += MODES[cfg.mode].problems(cfg, roles, arch)

@@ -101,13 +101,18 @@ def checked(group: str, node: Any, schema: type) -> tuple[list[str], dict[str, A
     """One line per setting of ``node`` (the ``group`` config) whose value does not fit ``schema``, and the
     node's values with each such setting at its default, so that the group's own rules can run on the rest
     without tripping over a value of the wrong type (reported once, here). Settings the node lacks (an open
-    group's) are left out; keys the schema does not name are kept."""
+    group's) are left out; keys the schema does not name are kept. A block of settings (a field whose type is a
+    dataclass) is checked setting by setting, named ``group.block.setting``."""
     values = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
     hints = typing.get_type_hints(schema)
     problems = []
     for f in dataclasses.fields(schema):
-        if f.name in values and (problem := _value_problem(f"{group}.{f.name}", values[f.name], hints[f.name],
-                                                           f.metadata)):
+        if f.name not in values:
+            continue
+        if dataclasses.is_dataclass(hints[f.name]) and isinstance(values[f.name], dict):  # a block: its settings
+            found, values[f.name] = checked(f"{group}.{f.name}", values[f.name], hints[f.name])
+            problems += found
+        elif problem := _value_problem(f"{group}.{f.name}", values[f.name], hints[f.name], f.metadata):
             problems.append(problem)
             values[f.name] = getattr(schema(), f.name)
     return problems, values
@@ -118,5 +123,7 @@ def typed(schema: type, node: Any) -> Any:
     """The ``schema`` dataclass of a checked config node: its values, the schema's defaults for keys an open
     group's node lacks, and no keys the schema does not name (a builder's own options stay in the node)."""
     values = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
+    hints = typing.get_type_hints(schema)
     names = {f.name for f in dataclasses.fields(schema)}
-    return schema(**{k: v for k, v in values.items() if k in names})
+    return schema(**{k: typed(hints[k], v) if dataclasses.is_dataclass(hints[k]) and isinstance(v, dict) else v
+                     for k, v in values.items() if k in names})

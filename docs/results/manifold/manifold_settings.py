@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from modula_cli.data import build_dataset
 from modula_cli.nn import GPT
 from modula_cli.optim import OptimConfig, init_state, optimizer_step
+from modula_cli.optim.mode_settings import ManifoldSettings
 
 # (iterations, step, warm start)
 SETTINGS = [(0, 0.1, False), (2, 1.0, True), (4, 1.0, True), (8, 0.1, True), (8, 1.0, False), (8, 1.0, True),
@@ -30,8 +31,8 @@ def train(width: int, steps: int, seed: int, setting: tuple, lr: float, data) ->
     iterations, step, warm = setting
     net = GPT(data.vocab_size, data.context, 4, width, 2)
     weights = [w.requires_grad_() for w in net.onto_manifold(net.initialize(seed))]
-    opt = OptimConfig(name="adam", mode="manifold", lr=lr, manifold_iterations=iterations, manifold_step=step,
-                      manifold_warm_start=warm)
+    opt = OptimConfig(name="adam", mode="manifold", lr=lr,
+                      manifold=ManifoldSettings(iterations=iterations, step=step, warm_start=warm))
     state = init_state(weights, opt)
     violations, used, losses = [], [], []
     tick = time.perf_counter()

@@ -39,7 +39,7 @@ TOGGLES = [
     ("modular", ["variant=modular"]),
     ("attention 1/3 on q, k, v", ["variant=modular", "variant.attention_third=qkv"]),
     ("embedding rows reset every step", ["variant=modular", "variant.embed_rows=unit"]),
-    ("1 power-iteration step", ["variant=modular", "optim.power_iterations=1"]),
+    ("1 power-iteration step", ["variant=modular", "optim.normed.power_iterations=1"]),
     ("steps + 1 iterations", ["variant=modular", "variant.extra_step=true"]),
     ("constant factors in forward", ["variant=modular", "variant.scales=forward"]),
     ("paper (all of them)", ["variant=paper"]),

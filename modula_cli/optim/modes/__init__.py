@@ -31,7 +31,7 @@ class Rebuild:
     """The run's architecture at other sizes (``modes.base.Resizer``), each built as a run of that size would
     build it: μP compares its network with the same one at the base width (and depth) to see which sizes grow."""
 
-    BASES = {"width": "mup_base_width", "depth": "mup_base_depth"}  # the setting that asked for each size
+    BASES = {"width": "base_width", "depth": "base_depth"}  # the μP setting (optim.mup.*) that asked for each size
 
     def __init__(self, arch: Any, data: Any, variant: Any, cfg: OptimConfig):
         self.arch, self.data, self.variant, self.cfg = arch, data, variant, cfg
@@ -43,7 +43,7 @@ class Rebuild:
             raise ModelError(f"optim.mode={self.cfg.mode} needs arch.{missing[0]}; arch.name={self.arch.name} has "
                              f"none")
         shown = ", ".join(f"{key} {value}" for key, value in sizes.items())
-        asked = ", ".join(f"optim.{self.BASES[key]}={getattr(self.cfg, self.BASES[key])}" for key in sizes)
+        asked = ", ".join(f"optim.mup.{self.BASES[key]}={getattr(self.cfg.mup, self.BASES[key])}" for key in sizes)
         try:
             arch = MODES[self.cfg.mode].architecture(OmegaConf.merge(self.arch, sizes), self.cfg)
             return build_model(arch, self.data, self.variant)

@@ -33,8 +33,9 @@ class Mode:
     # either) → its LR, each chosen from evidence (docs/results/default_lrs)
     default_lr_exceptions: ClassVar[dict[tuple[str, str, str | None], float]] = {}
     lr_exponents: ClassVar[dict[str, range]] = {}
-    # optim settings that only this mode reads (by prefix): other modes' fingerprints leave them out
-    own_settings: ClassVar[tuple[str, ...]] = ()
+    # its block of settings (optim.<block>, mode_settings.py) when only it reads them: other modes' fingerprints
+    # leave them out. (optim.normed and optim.ortho are in every fingerprint, as they were before the blocks.)
+    own_block: ClassVar[str | None] = None
     # its state's key in the optimiser state and its checkpoints (None: stateless)
     state_key: ClassVar[str | None] = None
     # the mode holds every weight on its own constraint set: the paper variant's embedding renormalisation

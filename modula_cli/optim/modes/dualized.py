@@ -1,5 +1,5 @@
 """Dualized: the base direction through the network's duality map at modular norm η (``Module.dualize``:
-orthogonalised matrices, ``optim.ortho``)."""
+orthogonalised matrices, ``optim.ortho.method``)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from .base import Mode
 
 def dualize_settings(cfg: OptimConfig, device: torch.device) -> dict[str, Any]:
     """``Module.dualize``'s keyword arguments from the optim settings (shared with manifold's free layers)."""
-    return {"method": cfg.ortho, "steps": cfg.ortho_steps, "iter_dtype": iteration_dtype(cfg.ortho_dtype, device)}
+    ortho = cfg.ortho
+    return {"method": ortho.method, "steps": ortho.steps, "iter_dtype": iteration_dtype(ortho.dtype, device)}
 
 
 class Dualized(Mode):
@@ -28,6 +29,6 @@ class Dualized(Mode):
         return net.dualize(u, lr, **dualize_settings(cfg, weights[0].device))
 
     def summary_fields(self, cfg: OptimConfig, device: torch.device) -> dict[str, Any]:
-        # optim.ortho_dtype=auto depends on the device, like its kernels
-        dtype = iteration_dtype(cfg.ortho_dtype, device) or torch.float32
+        # optim.ortho.dtype=auto depends on the device, like its kernels
+        dtype = iteration_dtype(cfg.ortho.dtype, device) or torch.float32
         return {"ortho_dtype": str(dtype).removeprefix("torch.")}

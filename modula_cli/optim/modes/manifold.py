@@ -22,7 +22,7 @@ from .dualized import dualize_settings
 class Manifold(Mode):
     name = "manifold"
     needs_modular_norm = True
-    own_settings = ("manifold_",)
+    own_block = "manifold"
     state_key = "manifold"  # the dual ascent's multipliers, and each atom's kind once known
     holds_norms = True
 
@@ -34,10 +34,10 @@ class Manifold(Mode):
 
     def update(self, net: Module, weights: list[Tensor], u: list[Tensor], lr: Tensor, state: ManifoldState,
                cfg: OptimConfig) -> list[Tensor]:
-        settings = DualAscent(cfg.manifold_iterations, cfg.manifold_step, cfg.manifold_tolerance,
-                              cfg.manifold_warm_start)
+        settings = DualAscent(cfg.manifold.iterations, cfg.manifold.step, cfg.manifold.tolerance,
+                              cfg.manifold.warm_start)
         if state.kinds is None:
-            state.kinds = atom_kinds(layer_roles(net), cfg.manifold_scaled, cfg.manifold_free)
+            state.kinds = atom_kinds(layer_roles(net), cfg.manifold.scaled, cfg.manifold.free)
         return net.manifold_update(weights, u, lr, settings, state, state.kinds,
                                    dualize_settings(cfg, weights[0].device))
 
@@ -46,10 +46,10 @@ class Manifold(Mode):
         if cfg.wd:
             problems.append(f"optim.wd={cfg.wd} with optim.mode=manifold; each weight's size is held on its manifold "
                             f"(a fixed radius, or a radius it learns), never decayed, so weight decay must be 0")
-        problems += role_problems("optim.manifold_scaled", cfg.manifold_scaled, roles)
-        problems += role_problems("optim.manifold_free", cfg.manifold_free, roles)
-        if both := sorted(set(cfg.manifold_scaled) & set(cfg.manifold_free)):  # lists: their type is checked first
-            problems.append(f"optim.manifold_scaled and optim.manifold_free both name {', '.join(both)}; "
+        problems += role_problems("optim.manifold.scaled", cfg.manifold.scaled, roles)
+        problems += role_problems("optim.manifold.free", cfg.manifold.free, roles)
+        if both := sorted(set(cfg.manifold.scaled) & set(cfg.manifold.free)):  # lists: their type is checked first
+            problems.append(f"optim.manifold.scaled and optim.manifold.free both name {', '.join(both)}; "
                             f"a layer is either scaled on the manifold or free of it")
         return problems
 

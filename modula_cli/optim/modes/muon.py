@@ -1,11 +1,11 @@
 """Muon as practised (Keller Jordan 2024; ``torch.optim.Muon``): every hidden weight matrix takes the Nesterov
 momentum of its gradient, orthogonalised by Newton–Schulz and scaled per shape; embeddings, the readout, gains
-and biases take the base optimiser (Adam) at ``optim.muon_adam_ratio`` times the LR (1: one LR for both, the
+and biases take the base optimiser (Adam) at ``optim.muon.adam_ratio`` times the LR (1: one LR for both, the
 value a study at width 64 chose, docs/own_model.md). Each layer on its own: no masses, no
 tree, so it runs on a plain torch model as on the built-in networks (docs/own_model.md).
 
 A hidden matrix of fan-out A and fan-in B (a convolution's kernel flattened into B, as Keller Jordan's code
-does) moves by ``lr · scale(A, B) · NS₅(m)`` with ``optim.muon_scale``:
+does) moves by ``lr · scale(A, B) · NS₅(m)`` with ``optim.muon.scale``:
 
 =================  =========================  ==========================================
 rule               scale(A, B)                where it comes from
@@ -17,7 +17,7 @@ spectral           √(A/B)                     the modular norm's dual of one l
 
 Momentum and weight decay are ``torch.optim.Muon``'s: ``m ← μm + (1−μ)g``, the step orthogonalises
 ``(1−μ)g + μm`` (Nesterov), and the weight first shrinks by ``lr · wd``. Newton–Schulz is Keller Jordan's
-quintic (3.4445, −4.7750, 2.0315) for ``optim.muon_ns_steps`` steps, normalised by the Frobenius norm.
+quintic (3.4445, −4.7750, 2.0315) for ``optim.muon.ns_steps`` steps, normalised by the Frobenius norm.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ from ...nn import Embed, MatrixAtom, Module
 from ...nn.orthogonalize import iteration_dtype, orthogonalize
 from ...nn.packed import per_member
 from ...nn.torch_network import TorchNetwork, TorchParameter
-from ..config import MUON_SCALES, OptimConfig
+from ..config import OptimConfig
+from ..mode_settings import MUON_SCALES
 from ..directions import DIRECTIONS
 from .base import Mode
 
@@ -41,14 +42,14 @@ READOUT_ROLE = "output"
 
 
 def muon_scale(rule: str, fan_out: int, fan_in: int) -> float:
-    """The per-shape factor of ``optim.muon_scale`` (``torch.optim.Muon``'s ``adjust_lr_fn``)."""
+    """The per-shape factor of ``optim.muon.scale`` (``torch.optim.Muon``'s ``adjust_lr_fn``)."""
     if rule == "original":
         return math.sqrt(max(1.0, fan_out / fan_in))
     if rule == "match_rms_adamw":
         return 0.2 * math.sqrt(max(fan_out, fan_in))
     if rule == "spectral":
         return math.sqrt(fan_out / fan_in)
-    raise ValueError(f"optim.muon_scale={rule!r}; allowed: {', '.join(MUON_SCALES)}")
+    raise ValueError(f"optim.muon.scale={rule!r}; allowed: {', '.join(MUON_SCALES)}")
 
 
 @dataclass(frozen=True)
@@ -119,10 +120,10 @@ def readout_of(net: TorchNetwork, growing: set[int] | None = None) -> list[int]:
 
 
 class Muon(Mode):
-    """Muon on the hidden matrices, the base optimiser on the rest (``optim.muon_*``)."""
+    """Muon on the hidden matrices, the base optimiser on the rest (``optim.muon.*``)."""
 
     name = "muon"
-    own_settings = ("muon_",)
+    own_block = "muon"
     default_lrs = {"sgd": 2.0**-6, "adam": 2.0**-6}
     lr_exponents: ClassVar[dict[str, range]] = {"sgd": range(-12, 1), "adam": range(-12, 1)}
 
@@ -135,9 +136,9 @@ class Muon(Mode):
             raise ValueError(f"optim.mode=muon: {net.describe()} has no hidden matrix for Muon to orthogonalise "
                              f"(every parameter is an embedding, the readout, a gain or a bias); use "
                              f"optim.mode=unnormed")
-        layers = tuple(MuonLayer(True, *shape, muon_scale(cfg.muon_scale, *shape)) if shape else MuonLayer(False)
+        layers = tuple(MuonLayer(True, *shape, muon_scale(cfg.muon.scale, *shape)) if shape else MuonLayer(False)
                        for shape in shapes)
-        return net.set_parametrisation(MuonParametrisation(layers, float(cfg.muon_adam_ratio)))
+        return net.set_parametrisation(MuonParametrisation(layers, float(cfg.muon.adam_ratio)))
 
     def direction(self, net: Module, state: Any, grads: list[Tensor], cfg: OptimConfig) -> list[Tensor]:
         prepared = parametrisation_of(net)
@@ -149,17 +150,17 @@ class Muon(Mode):
         hidden = prepared.hidden
         momentum = [state.momentum[i] for i in hidden]
         hidden_grads = [grads[i] for i in hidden]
-        torch._foreach_lerp_(momentum, hidden_grads, 1 - cfg.muon_momentum)
+        torch._foreach_lerp_(momentum, hidden_grads, 1 - cfg.muon.momentum)
         for index, grad, buffer in zip(hidden, hidden_grads, momentum):
-            u[index] = grad.lerp(buffer, cfg.muon_momentum)  # Nesterov: (1−μ)g + μm
+            u[index] = grad.lerp(buffer, cfg.muon.momentum)  # Nesterov: (1−μ)g + μm
         return u
 
     def update(self, net: Module, weights: list[Tensor], u: list[Tensor], lr: Tensor, state: Any,
                cfg: OptimConfig) -> list[Tensor]:
         prepared = parametrisation_of(net)
         atoms = net.atom_list()
-        polars = orthogonalized({i: as_matrix(atoms[i], u[i]) for i in prepared.hidden}, cfg.muon_ns_steps,
-                                iteration_dtype(cfg.ortho_dtype, weights[0].device))
+        polars = orthogonalized({i: as_matrix(atoms[i], u[i]) for i in prepared.hidden}, cfg.muon.ns_steps,
+                                iteration_dtype(cfg.ortho.dtype, weights[0].device))
         delta, ratio = [], prepared.adam_ratio
         for index, (atom, weight, piece, layer) in enumerate(zip(atoms, weights, u, prepared.layers, strict=True)):
             if not layer.hidden:
@@ -179,7 +180,7 @@ class Muon(Mode):
                 for atom, w, layer in zip(net.atom_list(), weights, prepared.layers, strict=True)]
 
     def summary_fields(self, cfg: OptimConfig, device: torch.device) -> dict[str, Any]:
-        return {"muon_scale": cfg.muon_scale}
+        return {"muon_scale": cfg.muon.scale}
 
 
 def orthogonalized(matrices: dict[int, Tensor], steps: int, iter_dtype: torch.dtype | None) -> dict[int, Tensor]:

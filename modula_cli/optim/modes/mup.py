@@ -1,6 +1,6 @@
 """μP, the maximal update parametrisation (Yang & Hu 2021; Tensor Programs V, Yang et al. 2022): the base
 optimiser's step with a learning rate, an initial scale and an output multiplier per layer, each set by how the
-layer's shape has grown from a base network (``optim.mup_base_width``). docs/mup.md explains it beside the
+layer's shape has grown from a base network (``optim.mup.base_width``). docs/mup.md explains it beside the
 modular norm.
 
 The rules follow Tensor Programs V's Table 3 in the form that the ``mup`` package (microsoft/mup) implements,
@@ -22,7 +22,7 @@ standard GPT's fixed 0.02) is brought to it. The readout's scale is that of its 
 weight × multiplier): the stored weight starts at the base's scale, as ``mup``'s ``MuReadout`` after
 ``set_base_shapes`` (its 1/√fan-in start × √m_in). Attention logits scale as 1/d_head: a network whose
 attention uses an explicit c/√d_head (the standard GPT's) gets c·√d₀/d_head, equal to it at the base width;
-the default 1/d_head (the modular GPT's) is left as it is. Options: ``mup_readout_zero`` (the readout starts
+the default 1/d_head (the modular GPT's) is left as it is. Options: ``optim.mup.readout_zero`` (the readout starts
 at 0), ``mup_query_zero`` (the query starts at 0).
 
 μP sets every atom's constant factor itself (1, and the readout's multiplier): ``variant.scales`` does not
@@ -79,13 +79,13 @@ def torch_rules(net: TorchNetwork, base: TorchNetwork, twice: TorchNetwork, cfg:
     atoms, base_atoms, twice_atoms = net.atom_list(), base.atom_list(), twice.atom_list()
     names = [a.role for a in atoms]
     if names != [a.role for a in base_atoms] or names != [a.role for a in twice_atoms]:
-        raise MupError(f"optim.mode=mup: {net.describe()} has other parameters at width {cfg.mup_base_width} than "
+        raise MupError(f"optim.mode=mup: {net.describe()} has other parameters at width {cfg.mup.base_width} than "
                        f"at this width; μP needs the same parameters at every width (only their sizes may change)")
     if all(a.shape == b.shape for a, b in zip(twice_atoms, base_atoms)):
         raise MupError(f"optim.mode=mup: no parameter of {net.describe()} changes size with arch.width; μP scales "
                        f"the layers that grow with it (map your width key to arch.width, e.g. n_embd: ${{.width}})")
-    if cfg.mup_query_zero:
-        raise MupError("optim.mup_query_zero=true: a torch model's attention query sits inside its own code; set it "
+    if cfg.mup.query_zero:
+        raise MupError("optim.mup.query_zero=true: a torch model's attention query sits inside its own code; set it "
                        "to zero in the model, or leave mup_query_zero false")
     growing = {i for i, (a, b) in enumerate(zip(twice_atoms, base_atoms))
                if a.is_matrix and not a.embedding and a.fan_in != b.fan_in and a.fan_out == b.fan_out}
@@ -107,7 +107,7 @@ def torch_rules(net: TorchNetwork, base: TorchNetwork, twice: TorchNetwork, cfg:
             rules.append(LayerRule(kind, m_in, m_out, lr, 1.0, 1.0))
         elif index in readout:  # weight and bias: the readout's input width multiplier
             m = atoms[min(readout)].fan_in / base_atoms[min(readout)].fan_in
-            rules.append(LayerRule(kind, m_in, m_out, lr, 0.0 if cfg.mup_readout_zero else m**0.5,
+            rules.append(LayerRule(kind, m_in, m_out, lr, 0.0 if cfg.mup.readout_zero else m**0.5,
                                    1 / m if atom.is_matrix else 1.0))
         elif atom.local_name == "bias" and isinstance(atom.module, LINEAR_OR_CONV) and atom.module_path in weight_of:
             # mup's rescale_linear_bias: PyTorch draws a bias ∝ 1/√fan-in, μP wants it of order 1
@@ -128,10 +128,10 @@ def _tied_readout_scales(net: TorchNetwork, base: TorchNetwork, readout: set[int
     if not tied:
         return {}
     table = atoms[tied[0]]
-    if cfg.mup_readout_zero:
-        raise MupError(f"optim.mup_readout_zero=true: the readout shares {table.role} with the embedding, which a "
+    if cfg.mup.readout_zero:
+        raise MupError(f"optim.mup.readout_zero=true: the readout shares {table.role} with the embedding, which a "
                        f"zero start would zero too (mup's MuSharedReadout leaves the shared table as drawn); leave "
-                       f"mup_readout_zero false, or untie them")
+                       f"optim.mup.readout_zero false, or untie them")
     holders = [path.rpartition(".")[0] for path in net.tied[table.role]]
     readouts = [net.readout_name] if net.readout_name in holders else [h for h in holders if h != table.module_path]
     m = table.fan_out / base_atoms[tied[0]].fan_out  # the table's width (an embedding's fan-out)
@@ -187,7 +187,7 @@ class Mup(Unnormed):
     """μP: the unnormed step with each layer's LR multiplier; the same LR grid and defaults as unnormed."""
 
     name = "mup"
-    own_settings = ("mup_",)
+    own_block = "mup"
     # μP's SGD moves the ResMLP's input and readout m× faster than unnormed SGD (the variant does not matter:
     # μP sets the constant factors itself), and unnormed SGD's 2^-3 diverges within 2 steps. 2^-8 is two grid
     # steps below the lowest LR at which any of 3 seeds diverged in 200 steps (2^-6), on 32 × 32 photo patches
@@ -195,16 +195,16 @@ class Mup(Unnormed):
     default_lr_exceptions = {("sgd", "resmlp", None): 2.0**-8}
 
     def architecture(self, arch: Any, cfg: OptimConfig) -> Any:
-        if cfg.mup_depth == "none":
+        if cfg.mup.depth == "none":
             return arch
         if problems := arch_problems(cfg, arch):
             raise MupError("; ".join(problems))
         return scaled_arch(arch, cfg)
 
     def network(self, net: Module, resize: Resizer, cfg: OptimConfig) -> Module:
-        base = resize(width=cfg.mup_base_width)
+        base = resize(width=cfg.mup.base_width)
         if isinstance(net, TorchNetwork):
-            prepared = torch_rules(net, base, resize(width=2 * cfg.mup_base_width), cfg)
+            prepared = torch_rules(net, base, resize(width=2 * cfg.mup.base_width), cfg)
             rules = tuple(prepared.rules)
             for atom, rule in zip(net.atom_list(), rules):
                 atom.forward_scale = rule.output
@@ -213,11 +213,11 @@ class Mup(Unnormed):
             zero_roles: frozenset[str] = frozenset()
         else:
             # which layers grow is seen only beside another width: at the base width itself, compare 2× base
-            refuse_stray_readouts(resize(width=2 * cfg.mup_base_width), base, named=net)
+            refuse_stray_readouts(resize(width=2 * cfg.mup.base_width), base, named=net)
             rules = tuple(parametrise(net, base, cfg.name))
-            zero_roles = frozenset(role for role, zero in ((READOUT_ROLE, cfg.mup_readout_zero),
-                                                           (QUERY_ROLE, cfg.mup_query_zero)) if zero)
-        if cfg.mup_depth != "none":
+            zero_roles = frozenset(role for role, zero in ((READOUT_ROLE, cfg.mup.readout_zero),
+                                                           (QUERY_ROLE, cfg.mup.query_zero)) if zero)
+        if cfg.mup.depth != "none":
             rules = with_depth(rules, net, resize, cfg, int(resize.arch.depth), init_rms)
         return net.set_parametrisation(MupParametrisation(rules, zero_roles))
 
@@ -245,24 +245,24 @@ class Mup(Unnormed):
 
     def problems(self, cfg: OptimConfig, roles: tuple[str, ...] | None, arch: Any = None) -> list[str]:
         problems = []
-        base = cfg.mup_base_width  # an integer >= 1: the schema's check comes first
+        base = cfg.mup.base_width  # an integer >= 1: the schema's check comes first
         if arch is not None and "width" not in arch:
             problems.append(f"optim.mode=mup needs arch.width (μP scales each layer from the base width); "
                             f"arch.name={arch.name} has none")
         elif arch is not None and isinstance(arch.width, int) and arch.width < base:
-            problems.append(f"optim.mup_base_width={base} is above arch.width={arch.width}: μP scales up from its "
-                            f"base; set optim.mup_base_width to the sweep's smallest width or below")
-        if cfg.mup_depth != "none" and arch is not None:
+            problems.append(f"optim.mup.base_width={base} is above arch.width={arch.width}: μP scales up from its "
+                            f"base; set optim.mup.base_width to the sweep's smallest width or below")
+        if cfg.mup.depth != "none" and arch is not None:
             problems += arch_problems(cfg, arch)
         if roles is not None:
-            for key, role in (("mup_readout_zero", READOUT_ROLE), ("mup_query_zero", QUERY_ROLE)):
-                if getattr(cfg, key) and role not in roles:
-                    problems.append(f"optim.{key}=true: no layer has the role {role!r} (roles: {', '.join(roles)})")
+            for key, role in (("readout_zero", READOUT_ROLE), ("query_zero", QUERY_ROLE)):
+                if getattr(cfg.mup, key) and role not in roles:
+                    problems.append(f"optim.mup.{key}=true: no layer has the role {role!r} (roles: {', '.join(roles)})")
         return problems
 
     def summary_fields(self, cfg: OptimConfig, device: torch.device) -> dict[str, Any]:
-        depth = {"mup_depth": cfg.mup_depth, "mup_base_depth": cfg.mup_base_depth} if cfg.mup_depth != "none" else {}
-        return {"mup_base_width": cfg.mup_base_width, **depth}
+        depth = {"mup_depth": cfg.mup.depth, "mup_base_depth": cfg.mup.base_depth} if cfg.mup.depth != "none" else {}
+        return {"mup_base_width": cfg.mup.base_width, **depth}
 
 
 def _prepared(net: Module) -> MupParametrisation:

@@ -1,8 +1,8 @@
-"""μP's depth recipes (``optim.mup_depth``): Depth-μP (Tensor Programs VI, Yang et al. 2023; Bordelon et al.
+"""μP's depth recipes (``optim.mup.depth``): Depth-μP (Tensor Programs VI, Yang et al. 2023; Bordelon et al.
 2023) and CompleteP (Dey et al., NeurIPS 2025), in the form EleutherAI/nanoGPT-mup's ``model.py`` applies them
 on top of μP for width. docs/mup.md says what they do beside the modular norm.
 
-With m_L = L / L₀ (``arch.depth`` over ``optim.mup_base_depth``), α = ½ (depth_mup) or 1 (completep) and
+With m_L = L / L₀ (``arch.depth`` over ``optim.mup.base_depth``), α = ½ (depth_mup) or 1 (completep) and
 m_w the layer's width multiplier (μP's m_in, or m_out for a layer whose fan-in is fixed):
 
 =================================  ===========================================
@@ -34,7 +34,8 @@ from omegaconf import OmegaConf
 
 from ...nn import Atom, Module, layer_roles
 from ...nn.torch_network import TorchNetwork, shared_roles
-from ..config import DEPTH_RECIPES, OptimConfig
+from ..config import OptimConfig
+from ..mode_settings import DEPTH_RECIPES
 
 # the built-in networks whose blocks carry the modular norm's own depth weights, (1 − 1/L)·x + f(x)/L
 MODULAR_NETWORKS = ("gpt", "resmlp", "resnet")
@@ -65,7 +66,7 @@ class DepthRecipe:
 
 
 def depth_recipe(cfg: OptimConfig, depth: int) -> DepthRecipe:
-    return DepthRecipe(cfg.mup_depth, DEPTH_RECIPES[cfg.mup_depth], depth / cfg.mup_base_depth)
+    return DepthRecipe(cfg.mup.depth, DEPTH_RECIPES[cfg.mup.depth], depth / cfg.mup.base_depth)
 
 
 def declared_residual_scale(arch: Any) -> Any:
@@ -84,17 +85,17 @@ def scaled_arch(arch: Any, cfg: OptimConfig) -> Any:
 def arch_problems(cfg: OptimConfig, arch: Any) -> list[str]:
     """What keeps a recipe from applying to this arch config, one line each (before anything is built). ``arch``
     as the user typed it: a value of the wrong type is the arch schema's to name, not taken for a missing one."""
-    recipe, name = cfg.mup_depth, getattr(arch, "name", "?")
+    recipe, name = cfg.mup.depth, getattr(arch, "name", "?")
     if arch.get("depth") is None:
-        return [f"optim.mup_depth={recipe} needs arch.depth (the recipe scales with the number of residual "
+        return [f"optim.mup.depth={recipe} needs arch.depth (the recipe scales with the number of residual "
                 f"blocks); arch.name={name} has none"]
     problems = []
-    if isinstance(arch.depth, int) and cfg.mup_base_depth > arch.depth:  # a mistyped depth: the schema's line
-        problems.append(f"optim.mup_base_depth={cfg.mup_base_depth} is above arch.depth={arch.depth}: the depth "
-                        f"recipes scale up from their base; set optim.mup_base_depth to the sweep's smallest depth "
+    if isinstance(arch.depth, int) and cfg.mup.base_depth > arch.depth:  # a mistyped depth: the schema's line
+        problems.append(f"optim.mup.base_depth={cfg.mup.base_depth} is above arch.depth={arch.depth}: the depth "
+                        f"recipes scale up from their base; set optim.mup.base_depth to the sweep's smallest depth "
                         f"or below")
     if declared_residual_scale(arch) is None:
-        problems.append(f"optim.mup_depth={recipe}: arch.name={name} declares no arch.residual_scale, the multiplier "
+        problems.append(f"optim.mup.depth={recipe}: arch.name={name} declares no arch.residual_scale, the multiplier "
                         f"on its residual branches (x + s·f(x)), so the recipe does not apply: "
                         + ("the modular networks already weight each block by 1/depth; use arch=standard_gpt"
                            if name in MODULAR_NETWORKS else "set it (1.0: nanoGPT's branches) and have the model's "
@@ -114,13 +115,13 @@ def with_depth(rules: Sequence[Any], net: Module, resized: Callable[..., Module]
     """μP's per-layer rules (``mup.LayerRule``) with the recipe's LR, weight-decay, ε and initial-scale factors.
     ``resized(depth=n)`` builds the same network at depth n; ``init_rms``: an atom's initial RMS."""
     recipe = depth_recipe(cfg, depth)
-    base = cfg.mup_base_depth
+    base = cfg.mup.base_depth
     shallow, deep = resized(depth=base), resized(depth=2 * base)
     in_blocks = block_layers(net, shallow, deep)
     if not any(in_blocks):
-        raise ValueError(f"optim.mup_depth={cfg.mup_depth}: no parameter of {net.describe()} repeats with arch.depth "
+        raise ValueError(f"optim.mup.depth={cfg.mup.depth}: no parameter of {net.describe()} repeats with arch.depth "
                          f"(same layers at depth {base} and {2 * base}), so it has no residual blocks for the recipe "
-                         f"to scale; use optim.mup_depth=none")
+                         f"to scale; use optim.mup.depth=none")
     start = _initial_scale_factors(net, shallow, in_blocks, init_rms)
     out = []
     for rule, block, init in zip(rules, in_blocks, start, strict=True):

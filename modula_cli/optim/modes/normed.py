@@ -16,7 +16,7 @@ class Normed(Mode):
     state_key = "power"  # the warm-started power iteration's vectors
 
     def init_state(self, weights: list[Tensor], cfg: OptimConfig) -> PowerIterationState:
-        return PowerIterationState(cfg.power_iterations)
+        return PowerIterationState(cfg.normed.power_iterations)
 
     def runs_eagerly(self, state: PowerIterationState) -> bool:
         # the first step draws the start vectors (a CPU generator, which torch.compile cannot trace)

@@ -1,0 +1,123 @@
+"""Each mode's settings, a typed block of the ``optim`` config that only its mode reads (``optim.mup.base_width``,
+``optim.muon.scale``, ``optim.manifold.iterations``, ``optim.normed.power_iterations``), and the orthogonalisation's
+(``optim.ortho.method``: the dualized map's, which the manifold mode's free layers and Muon's hidden matrices use
+too). Apart from the modes (``modes/``) because the command line checks them before torch loads.
+
+Before the blocks these were flat settings (``optim.mup_base_width``). ``FLAT_NAMES`` keeps those names: a run's
+fingerprint and its tables' settings still use them, so no finished run changes its identity, and the command
+line still takes them for a while (``OLD_SPELLINGS``), saying the new spelling once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from ..plumbing.settings import setting
+
+# nn/orthogonalize.py's methods and iteration dtypes, named here too: the command line checks them without torch
+ORTHO_METHODS = ("polar_express", "muon", "cubic", "svd")
+ORTHO_DTYPES = ("auto", "float32", "bfloat16")
+MUON_SCALES = ("original", "match_rms_adamw", "spectral")  # modes/muon.py's muon_scale
+# μP's depth recipes (modes/mup_depth.py): the exponent α of each residual branch's multiplier (L / L₀)^-α
+DEPTH_RECIPES = {"none": 0.0, "depth_mup": 0.5, "completep": 1.0}
+# Manifold mode's defaults (measured in docs/manifold.md): the temperatures (readout, attention
+# scores) free, every other layer on its manifold with a learned radius.
+MANIFOLD_FREE = ["output", "attn.q", "attn.k"]
+ROLES = "layer roles, e.g. [output, attn.q]"  # what the manifold lists hold (``nn.layer_roles``)
+MANIFOLD_SCALED = ["embed.token", "embed.position", "attn.v", "attn.out", "mlp.in", "mlp.out", "input", "hidden"]
+
+
+@dataclass
+class NormedSettings:
+    power_iterations: int = setting(2, "normed: warm-started power-iteration steps per update", minimum=1)
+
+
+@dataclass
+class OrthoSettings:
+    method: str = setting("polar_express", "dualized (and manifold's free layers): polar_express | muon | cubic "
+                                           "| svd", choices=ORTHO_METHODS)
+    steps: int | None = setting(None, "iterations of the polar factor; null: the method's default", minimum=1)
+    dtype: str = setting("auto", "the iteration's dtype (Muon's too): auto (bfloat16 on CUDA, else float32) | "
+                                 "float32 | bfloat16", choices=ORTHO_DTYPES)
+
+
+@dataclass
+class ManifoldSettings:
+    iterations: int = setting(0, "manifold: most dual-ascent steps per update (0: the projected start; "
+                                 "docs/manifold.md)", minimum=0)
+    step: float = setting(1.0, "manifold: first multiplier step, decaying linearly to 0", above=0)
+    tolerance: float = setting(1e-3, "manifold: a matrix stops once RMS(WᵀA + AᵀW) is below this", above=0)
+    warm_start: bool = setting(True, "manifold: start from the previous step's multiplier")
+    scaled: list[str] = setting(MANIFOLD_SCALED, "manifold: the roles whose radius is learned", items=ROLES)
+    free: list[str] = setting(MANIFOLD_FREE, "manifold: the roles trained off the manifold (dualized)", items=ROLES)
+
+
+@dataclass
+class MupSettings:
+    base_width: int = setting(32, "mup: the width whose network μP trains exactly as unnormed (every multiplier 1); "
+                                  "each layer's LR, initial scale and readout multiplier scale from it (docs/mup.md)",
+                              minimum=1)
+    readout_zero: bool = setting(False, "mup: the readout starts at zero")
+    query_zero: bool = setting(False, "mup: the attention's query starts at zero")
+    depth: str = setting("none", "mup: the depth recipe: none (μP for width alone) | depth_mup (residual branches × "
+                                 "(L/L₀)^-½, Tensor Programs VI) | completep (× (L/L₀)^-1, Dey et al. 2025), each "
+                                 "with its per-layer LR, ε and weight-decay corrections (docs/mup.md)",
+                         choices=tuple(DEPTH_RECIPES))
+    base_depth: int = setting(1, "mup with optim.mup.depth: the depth at which every depth multiplier is 1 (μP for "
+                                 "width, with Adam's ε / m_w); set it to the depth you tune at", minimum=1)
+
+
+@dataclass
+class MuonSettings:
+    scale: str = setting("original", "muon: each hidden matrix's factor: original √max(1, out/in) (Keller Jordan's) "
+                                     "| match_rms_adamw 0.2·√max(out, in) (Moonshot's) | spectral √(out/in) (the "
+                                     "modular norm's)", choices=MUON_SCALES)
+    momentum: float = setting(0.95, "muon: the hidden matrices' Nesterov momentum", minimum=0, below=1)
+    ns_steps: int = setting(5, "muon: Newton–Schulz steps (Keller Jordan's quintic)", minimum=1)
+    adam_ratio: float = setting(1.0, "muon: the base optimiser's LR (embeddings, readout, gains, biases) / the swept "
+                                     "LR (1, chosen at width 64 from 2^-8 … 1: docs/own_model.md)", above=0)
+
+
+# optim.<block>: its settings (a new mode with settings adds its block here and a field of OptimConfig)
+BLOCKS: dict[str, type] = {"normed": NormedSettings, "ortho": OrthoSettings, "manifold": ManifoldSettings,
+                           "mup": MupSettings, "muon": MuonSettings}
+# Each block setting's flat name under optim, as runs were first fingerprinted by it (and as the tables' settings
+# and the old spellings name it): a fingerprint hashes these names, so they never change.
+FLAT_NAMES: dict[str, str] = {
+    "normed.power_iterations": "power_iterations",
+    "ortho.method": "ortho", "ortho.steps": "ortho_steps", "ortho.dtype": "ortho_dtype",
+    **{f"{block}.{f.name}": f"{block}_{f.name}" for block in ("manifold", "mup", "muon")
+       for f in dataclasses.fields(BLOCKS[block])},
+}
+OLD_SPELLINGS: dict[str, str] = {f"optim.{flat}": f"optim.{dotted}" for dotted, flat in FLAT_NAMES.items()}
+
+
+def flat_settings(optim: dict[str, Any]) -> dict[str, Any]:
+    """The ``optim`` settings (a plain dict) with each block's settings under its flat name, as a fingerprint and
+    a table's settings name them: ``{"mup": {"base_width": 32}}`` → ``{"mup_base_width": 32}``."""
+    flat = {key: value for key, value in optim.items() if key not in BLOCKS or not isinstance(value, dict)}
+    for block in BLOCKS:
+        for key, value in (optim.get(block) or {}).items():
+            flat[FLAT_NAMES.get(f"{block}.{key}", f"{block}_{key}")] = value
+    return flat
+
+
+def nested_settings(flat: dict[str, Any]) -> dict[str, Any]:
+    """``flat_settings`` undone: ``{"mup_base_width": 32}`` → ``{"mup": {"base_width": 32}}`` (a summary's or a
+    table's settings as the ``optim`` config holds them); other keys as they are."""
+    dotted = {name: path for path, name in FLAT_NAMES.items()}
+    nested: dict[str, Any] = {}
+    for key, value in flat.items():
+        if key in dotted and not isinstance(value, dict):
+            block, _, name = dotted[key].partition(".")
+            nested.setdefault(block, {})[name] = value
+        else:
+            nested[key] = value
+    return nested
+
+
+def new_spelling(key: str) -> str | None:
+    """``optim.mup_base_width`` → ``optim.mup.base_width``: the block spelling of a flat setting, or None."""
+    return OLD_SPELLINGS.get(key)
