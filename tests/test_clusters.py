@@ -437,6 +437,27 @@ def test_slurm_runs_per_task_trains_a_job_of_several_runs_and_a_requeue_resumes_
     assert_resumed_exactly(sweep_dir, reference)
 
 
+def test_slurm_a_job_of_several_runs_preempted_after_its_first_ended_requeues_them_all(slurm_cluster, workdir,
+                                                                                       reference):
+    """runs_per_task=2 with a short first run (task 0) and a long second: SLURM's pre-emption signal after the
+    first has completed still requeues the job (submitit requeues from task 0 alone, which stays while its
+    sibling trains), and the second resumes from its checkpoint within the launch: no second command."""
+    sweep_dir = workdir / "preempted_after_first"
+    args = [a for a in slurm_args(sweep_dir, "hydra.launcher.cpus_per_task=1", "hydra.launcher.runs_per_task=2")
+            if not a.startswith(("optim.lr=", "arch.width="))]
+    launch = Launch(workdir, *args, "arch.width=8", "optim.lr=0.05", "train.steps=30,1000")
+    array = array_of(launch)
+    runs = wait_for(lambda: (sweep_dir / "sweep.json").exists() and job_runs(sweep_dir), "the plan", launch=launch)
+    short, long = sorted(runs, key=lambda run: "steps=1000" in run.name)
+    wait_for(lambda: (summary(short) or {}).get("status") == "completed" and checkpointed(long),
+             "the first run to end while the second trains", launch=launch)
+    subprocess.run(["scancel", "--signal=USR2", f"{array}_0"], check=True)  # what SLURM sends on a pre-emption
+    code, out = launch.finish(timeout=480)
+    assert code == 0 and "sweep finished: 2 completed, 0 skipped, 0 diverged, 0 failed" in out, out[-3000:]
+    record = summary(long)
+    assert record["job"] == summary(short)["job"] == f"slurm:{array}_0" and record["resumed_from"] >= 20, record
+
+
 def test_slurm_runs_per_task_composes_with_packed_runs(slurm_cluster, workdir):
     """sweep.pack=true with runs_per_task=2: the two packed grid points (each 2 LRs × 2 seeds) go in one job
     of two tasks."""

@@ -349,3 +349,43 @@ def test_local_parallel_jobs_inside_a_cluster_job_share_its_cpus(monkeypatch):
         assert threads.configure_threads("auto", parallel_jobs=4) == 2
     finally:
         threads.torch.set_num_threads(before)
+
+
+def test_task_0_of_a_job_of_several_runs_stays_while_a_sibling_trains(tmp_path, monkeypatch):
+    """The task that requeues a pre-empted job (0) outlives its siblings' runs: it waits while a sibling says it
+    lives, stops once the sibling has ended, and does not wait for one that stopped saying so (killed), nor for
+    the files of the job's earlier incarnation (a requeue)."""
+    import threading
+    import time
+
+    from modula_cli.schedulers import sibling_tasks
+    from modula_cli.schedulers.sibling_tasks import SiblingTasks
+
+    monkeypatch.setattr(sibling_tasks, "ALIVE_EVERY_S", 0.05)
+    monkeypatch.setattr(sibling_tasks, "LOST_AFTER_S", 0.5)
+    tasks = SiblingTasks(tmp_path, "12_0", "0", size=2)
+    release = threading.Event()
+
+    def sibling() -> None:
+        with tasks.present(1):
+            release.wait(5)
+
+    thread = threading.Thread(target=sibling)
+    thread.start()
+    time.sleep(0.2)
+    waiter = threading.Thread(target=tasks.wait_for_siblings, kwargs={"poll_s": 0.02})
+    waiter.start()
+    time.sleep(1.0)  # twice LOST_AFTER_S: the sibling still beats, so task 0 still waits
+    assert waiter.is_alive()
+    release.set()
+    waiter.join(2)
+    assert not waiter.is_alive() and (tmp_path / "12_0.restart0.task1.ended").exists()
+    thread.join()
+
+    requeued = SiblingTasks(tmp_path, "12_0", "1", size=2)  # the earlier incarnation's "ended" is not this one's
+    (tmp_path / "12_0.restart1.task1.alive").touch()
+    assert requeued.training(1, since=time.time())
+    stale = time.time() - 5
+    os.utime(tmp_path / "12_0.restart1.task1.alive", (stale, stale))  # killed: it stopped beating
+    assert not requeued.training(1, since=time.time())
+    assert requeued.training(2, since=time.time()) and not requeued.training(2, since=stale)  # not started yet

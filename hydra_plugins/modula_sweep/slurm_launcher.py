@@ -138,8 +138,8 @@ class RunGroup:
     group's k-th grid point, on the k-th of the job's GPUs where it has several, with its own CPUs
     (``cpus_per_task``). A run that fails or diverges ends its own task only. On SLURM's pre-emption or
     time-limit signal every task checkpoints and task 0 (submitit requeues from task 0 alone) requeues the job,
-    which resumes them all; once task 0's own run has ended, the others end interrupted at their checkpoints
-    instead, and the same command resumes them."""
+    which resumes them all: task 0 stays, once its own run has ended, while another task still trains
+    (``schedulers/sibling_tasks.py``)."""
 
     def __init__(self, launcher: SlurmLauncher) -> None:
         self.launcher = launcher
@@ -152,10 +152,17 @@ class RunGroup:
             return None
         from modula_cli.plumbing.environment import GPUS
 
+        from modula_cli.schedulers.sibling_tasks import SiblingTasks
+
         visible = [gpu for gpu in os.environ.get(GPUS, "").split(",") if gpu]
         if len(visible) > 1:  # the job's GPUs are every task's: each run takes its own, before CUDA starts
             os.environ[GPUS] = visible[env.local_rank % len(visible)]
-        return self.launcher(*group[env.global_rank])
+        siblings = SiblingTasks.of_this_job(len(group))
+        with siblings.present(env.global_rank):
+            returned = self.launcher(*group[env.global_rank])
+        if env.global_rank == 0:  # the task that requeues the job on a pre-emption outlives the others' runs
+            siblings.wait_for_siblings()
+        return returned
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
         """Requeue the same group (each run resumes from its own checkpoint)."""
