@@ -566,6 +566,41 @@ def test_ray_a_node_that_stops_answering_loses_no_run(ray_head, workdir, referen
         assert losses(run) == reference[run.name]
 
 
+def test_ray_status_settles_the_runs_of_a_lost_node_after_the_launch_died_and_the_same_command_resumes(
+        ray_head, workdir, reference):
+    """Two runs, one on the head and one on raynode2. The launching process is killed (SIGKILL: nothing of it
+    settles anything) and raynode2 loses power: its trainer stops renewing its lock. modula-sweep-status
+    --follow settles the head's run by its lock at once and raynode2's once its lock has been silent for
+    --lost-after, both interrupted at their checkpoints, and ends; the same command resumes both."""
+    sweep_dir = workdir / "ray_status_lost_node"
+    args = ray_args(str(sweep_dir), LONG, "optim.lr=0.05", "hydra.launcher.ray.remote.num_cpus=2")
+    launch = Launch(workdir, *args)
+    runs = wait_for(lambda: (sweep_dir / "sweep.json").exists() and job_runs(sweep_dir), "the plan", launch=launch)
+    wait_for(lambda: all(checkpointed(run) for run in runs), "both tasks to train", launch=launch)
+    hosts = [summary(run)["host"] for run in runs]
+    assert sorted(hosts) == sorted([socket.gethostname(), "raynode2"]), hosts
+    lost = runs[hosts.index("raynode2")]
+    try:
+        node("kill", "raynode2")
+        os.killpg(launch.proc.pid, signal.SIGKILL)
+        launch.proc.wait(timeout=60)
+        code, out = sweep_status(sweep_dir, "--follow", "--poll", "1", "--lost-after", "25")
+    finally:
+        node("start", "raynode2")
+        wait_for(lambda: alive_ray_nodes() == 2, "raynode2 back in the Ray cluster", timeout=120)
+    assert code == 1 and "sweep incomplete: 0 completed, 0 skipped, 0 diverged, 0 failed, 2 interrupted" in out, out
+    record = summary(lost)
+    assert record["status"] == "interrupted" and record["steps_done"] >= 20
+    assert re.search(r"its trainer \(pid \d+ on raynode2\) has not renewed its lock for \d+s, so raynode2 is taken "
+                     r"for lost", record["ended"]), record["ended"]
+    assert f"{lost.name}: {record['ended']}" in out, out
+    again_code, again = Launch(workdir, *args).finish(timeout=480)
+    assert again_code == 0 and "sweep finished: 2 completed, 0 skipped" in again, again[-3000:]
+    assert all(summary(run)["resumed_from"] >= 20 for run in runs)
+    for run in runs:
+        assert losses(run) == reference[run.name]
+
+
 def test_ray_runs_per_task_a_run_whose_process_dies_ends_alone_and_the_relaunch_resumes_it(ray_head, workdir,
                                                                                            reference):
     """runs_per_task=2, 1 CPU per run: the 4 runs go in 2 Ray tasks of 2 processes. One trainer killed with

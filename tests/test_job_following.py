@@ -389,3 +389,47 @@ def test_task_0_of_a_job_of_several_runs_stays_while_a_sibling_trains(tmp_path, 
     os.utime(tmp_path / "12_0.restart1.task1.alive", (stale, stale))  # killed: it stopped beating
     assert not requeued.training(1, since=time.time())
     assert requeued.training(2, since=time.time()) and not requeued.training(2, since=stale)  # not started yet
+
+
+def test_status_settles_a_ray_or_local_run_whose_trainer_elsewhere_has_gone_silent(three_jobs, capsys):
+    """A launch without scheduler ids (Ray, local) whose launching process has left: a run whose trainer on
+    another host renews its lock is left running; one silent for --lost-after is settled interrupted, saying
+    which host is taken for lost, and the report follows once every run has ended. --lost-after must leave a
+    live trainer room to renew."""
+    from modula_cli.plumbing.locks import RENEW_S
+    from modula_cli.sweep import sweep_status
+
+    sweep, _ = three_jobs
+    _summary_of_launch(sweep / "a", "completed", 101)
+    _summary_of_launch(sweep / "b", "running", 40, owner_host="raynode2")
+    _summary_of_launch(sweep / "c", "completed", 101)
+    assert sweep_status.main([str(sweep), "--lost-after", "60"]) == 0  # renewed just now: still training
+    assert "  b: running at step 40" in capsys.readouterr().out
+    stale = time.time() - 90
+    os.utime(sweep / "b" / "run.owner", (stale, stale))
+    assert sweep_status.main([str(sweep), "--lost-after", "60"]) == 1
+    out = capsys.readouterr().out
+    b = read_summary(sweep / "b")
+    assert b["status"] == INTERRUPTED and b["steps_done"] == 40
+    assert b["ended"] == "its trainer (pid 1 on raynode2) has not renewed its lock for 1m30s, so raynode2 is taken " \
+                         "for lost"
+    assert "sweep incomplete: 2 completed, 0 skipped, 0 diverged, 0 failed, 1 interrupted" in out
+    with pytest.raises(SystemExit):
+        sweep_status.main([str(sweep), "--lost-after", str(RENEW_S)])
+    assert f"--lost-after {RENEW_S:g}; allowed: more than {2 * RENEW_S:g} seconds" in capsys.readouterr().err
+
+
+def test_a_held_run_renews_its_owner_file_until_released(tmp_path, monkeypatch):
+    from modula_cli.plumbing import locks
+
+    monkeypatch.setattr(locks, "RENEW_S", 0.05)
+    held = locks.RunLocks([tmp_path / "run"])
+    assert held.try_acquire()
+    stale = time.time() - 600
+    os.utime(tmp_path / "run" / "run.owner", (stale, stale))
+    time.sleep(0.3)
+    assert locks.silent_for(tmp_path / "run") < 0.3  # renewed
+    held.release()
+    os.utime(tmp_path / "run" / "run.owner", (stale, stale))
+    time.sleep(0.3)
+    assert locks.silent_for(tmp_path / "run") > 500  # no longer

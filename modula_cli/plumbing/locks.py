@@ -1,7 +1,8 @@
 """One trainer per run: a run folder's ``run.lock`` (an OS file lock, released when its process dies,
 even by SIGKILL) is held while the run trains; ``run.owner`` says by whom: process, host and, in a cluster
 job, the job (as the launcher that started it names it: ``RunLocks(job=)``), so that a launcher that saw the job end
-can tell its run was abandoned even where file locks do not reach across nodes."""
+can tell its run was abandoned even where file locks do not reach across nodes. The holder renews ``run.owner``
+(its time) every ``RENEW_S`` while it trains: one silent far longer (``silent_for``) is gone, wherever it ran."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 import logging
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -21,6 +23,7 @@ from . import atomic
 log = logging.getLogger(__name__)
 LOCK_FILE, OWNER_FILE = "run.lock", "run.owner"
 HOST = socket.gethostname()
+RENEW_S = 10.0  # how often a trainer says it still holds its run
 
 
 def owner_of(folder: Path) -> dict | None:
@@ -59,6 +62,15 @@ def is_held(folder: Path) -> bool:
         return (folder / LOCK_FILE).exists() and not taken
 
 
+def silent_for(folder: Path) -> float | None:
+    """Seconds since the run's holder last renewed ``run.owner`` (None without one): a trainer renews it every
+    ``RENEW_S``, so a holder silent for minutes is gone (its node lost, its process killed)."""
+    try:
+        return max(0.0, time.time() - (folder / OWNER_FILE).stat().st_mtime)
+    except OSError:
+        return None
+
+
 def held_here(folder: Path) -> bool:
     """Whether the run's last holder ran on this host (or nothing says where): its lock probe is then sure."""
     owner = owner_of(folder)
@@ -92,6 +104,7 @@ class RunLocks:
         self.run_dirs, self.job = sorted(set(run_dirs)), job  # job: the scheduler's job it trains in
         self._locks = [FileLock(str(d / LOCK_FILE)) for d in self.run_dirs]
         self.held = False
+        self._renewing: threading.Event | None = None
 
     def try_acquire(self) -> bool:
         taken = []
@@ -110,7 +123,16 @@ class RunLocks:
                             "job": self.job})
         for folder in self.run_dirs:
             atomic.write_text(folder / OWNER_FILE, owner)
+        self._renewing = threading.Event()
+        threading.Thread(target=self._renew, args=(self._renewing,), name="run-lock-renewal", daemon=True).start()
         return True
+
+    def _renew(self, stop: threading.Event) -> None:
+        """Say every ``RENEW_S`` that the runs are still held (``silent_for`` reads it), until released."""
+        while not stop.wait(RENEW_S):
+            for folder in self.run_dirs:
+                with suppress(OSError):  # removed by finish() meanwhile, or a file system's hiccup
+                    os.utime(folder / OWNER_FILE)
 
     def wait(self, give_up: Callable[[], bool], poll_s: float = 0.5) -> bool:
         """Block until held (True), or until ``give_up()`` says so (False)."""
@@ -129,6 +151,9 @@ class RunLocks:
         return "another process"
 
     def release(self) -> None:
+        if self._renewing is not None:
+            self._renewing.set()
+            self._renewing = None
         if self.held:
             for lock in reversed(self._locks):
                 lock.release()

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from ..plumbing import atomic
-from ..plumbing.locks import HOST, held_here, holding, is_held, owner_of
+from ..plumbing.locks import HOST, held_here, holding, is_held, owner_of, silent_for
+from ..plumbing.wording import duration_text
 from .files import SUMMARY_FILE, read_json
 from .status import FAILED, FINISHED, INTERRUPTED, PACKED, RUNNING, STATUSES
 
@@ -147,11 +148,13 @@ def as_seen(run_dir: Path, summary: Summary | None) -> Summary | None:
     return summary
 
 
-def mark_abandoned(run_dir: Path, why: str = ABANDONED, job: str | None = None) -> Summary | None:
+def mark_abandoned(run_dir: Path, why: str = ABANDONED, job: str | None = None,
+                   lost_after_s: float | None = None) -> Summary | None:
     """Record an abandoned run as ``interrupted`` at the step of its last checkpoint, saying ``why``. On this
     host the lock decides (under it, so that a trainer starting now is never overwritten); ``job``: a cluster
-    job the scheduler says has ended, which settles the run it held on any node. The new summary, or None
-    when the run was not abandoned."""
+    job the scheduler says has ended, which settles the run it held on any node; ``lost_after_s``: a holder on
+    another host that has not renewed its lock for that long is gone (no scheduler to ask: a Ray or local
+    launch whose launching process has left). The new summary, or None when the run was not abandoned."""
     with holding(run_dir) as held:
         summary = read_summary(run_dir, warn=False)
         if summary is None or summary["status"] != RUNNING:
@@ -159,8 +162,13 @@ def mark_abandoned(run_dir: Path, why: str = ABANDONED, job: str | None = None) 
         owner = owner_of(run_dir) or {}
         by_lock = held and held_here(run_dir)
         by_scheduler = job is not None and owner.get("job") == job and owner.get("host") != HOST
-        if not (by_lock or by_scheduler):
+        silent = silent_for(run_dir) if lost_after_s is not None and owner.get("host") not in (None, HOST) else None
+        by_silence = silent is not None and silent > lost_after_s
+        if not (by_lock or by_scheduler or by_silence):
             return None
+        if by_silence and not by_lock:
+            why = (f"its trainer (pid {owner.get('pid')} on {owner.get('host')}) has not renewed its lock for "
+                   f"{duration_text(silent)}, so {owner.get('host')} is taken for lost")
         settled: Summary = {**summary, "status": INTERRUPTED, "ended": why, "written_at": time.time()}
         write_summary(run_dir, settled)
         return settled

@@ -3,7 +3,8 @@ a launch whose process has left (``sweep.detach=true``, a closed laptop, a dropp
 
 Per launch: its runs by state, the scheduler's word on each unfinished job (state, pending reason, node, how
 often it was requeued), the time left. A run whose job the scheduler says has ended while its summary still
-says ``running`` is settled as interrupted at its last checkpoint, as the launching process would have. Once
+says ``running`` is settled as interrupted at its last checkpoint, as the launching process would have; so is a
+run of a Ray or local launch whose trainer on another host has not renewed its lock for ``--lost-after``. Once
 every run of every launch has ended, the report is written, once, by whichever follower sees the end first
 (``sweep.json`` records it); ``--follow`` looks again until then.
 """
@@ -21,6 +22,7 @@ from ..results.files import MANIFEST_FILE, MULTIRUN_FILE, TRANSFER_PLOT
 from ..results.manifest import LaunchRecord, Manifest, mark_reported
 from ..results.status import FINISHED, PENDING, RUNNING
 from ..results.summary import Summary, mark_abandoned
+from ..plumbing.locks import RENEW_S
 from ..plumbing.wording import duration_text
 from .progress import closing, launch_time_left
 
@@ -34,6 +36,9 @@ class JobWord:
     text: str             # "RUNNING on node2, requeued 1×", "PENDING (Resources)", "COMPLETED"
 
 
+# A run of a launch without scheduler ids whose trainer on another host has not renewed its lock for this long is
+# lost with its host (a trainer renews it every plumbing.locks.RENEW_S): settled interrupted, resumable.
+LOST_AFTER_S = 300.0
 GONE = "no longer known to SLURM"  # a job ended so long ago that neither squeue nor sacct lists it
 
 
@@ -88,16 +93,18 @@ def launch_ended(record: LaunchRecord, summaries: dict[str, Summary | None], wor
 
 
 def settle(sweep_dir: Path, record: LaunchRecord, summaries: dict[str, Summary | None],
-           words: dict[str, JobWord]) -> None:
+           words: dict[str, JobWord], lost_after_s: float = LOST_AFTER_S) -> None:
     """A run left ``running`` by a job the scheduler says has ended: interrupted at its last checkpoint. A run
-    of a launch without scheduler ids (local, Ray) is settled by its lock, where this host can tell."""
+    of a launch without scheduler ids (local, Ray) is settled by its lock: where this host can tell, at once;
+    on another host, once its trainer has not renewed the lock for ``lost_after_s`` (its host is lost)."""
     for job in record.jobs:
         word = words.get(job.job_id or "")
         if not job.job_id:
             for name in job.runs:
                 if (summaries.get(name) or {}).get("status") == RUNNING and \
-                        mark_abandoned(sweep_dir / name) is not None:
+                        mark_abandoned(sweep_dir / name, lost_after_s=lost_after_s) is not None:
                     summaries.update(record.summaries(sweep_dir, [name]))
+                    log.warning("%s: %s", name, (summaries.get(name) or {}).get("ended"))
             continue
         if word is not None and word.live:
             continue
@@ -133,9 +140,9 @@ def describe(manifest: Manifest, record: LaunchRecord, summaries: dict[str, Summ
     return lines
 
 
-def look(sweep_dir: Path) -> tuple[bool, LaunchRecord | None]:
-    """Print every launch's state once (settling runs whose job ended); whether every launch has ended, and
-    the latest launch."""
+def look(sweep_dir: Path, lost_after_s: float = LOST_AFTER_S) -> tuple[bool, LaunchRecord | None]:
+    """Print every launch's state once (settling runs whose job ended, or whose trainer elsewhere has been
+    silent for ``lost_after_s``); whether every launch has ended, and the latest launch."""
     manifest = Manifest.read(sweep_dir)
     records = sorted((manifest.launch(i) for i in manifest.launches), key=lambda r: r.started)
     ids = [job.job_id for record in records for job in record.jobs if job.job_id]
@@ -144,7 +151,7 @@ def look(sweep_dir: Path) -> tuple[bool, LaunchRecord | None]:
     print(f"{sweep_dir}: {len(records)} launch{'es' if len(records) != 1 else ''}", flush=True)
     for record in records:
         summaries = record.summaries(sweep_dir)
-        settle(sweep_dir, record, summaries, words)
+        settle(sweep_dir, record, summaries, words, lost_after_s)
         print(*describe(manifest, record, summaries, words), sep="\n", flush=True)
         all_ended &= launch_ended(record, summaries, words)
     return all_ended, records[-1] if records else None
@@ -182,17 +189,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--follow", action="store_true",
                         help="look again every --poll seconds until every run has ended, then write the report")
     parser.add_argument("--poll", type=float, default=30.0, help="seconds between looks with --follow (default 30)")
+    parser.add_argument("--lost-after", type=float, default=LOST_AFTER_S, metavar="SECONDS", help=(
+        "a local or Ray launch's run whose trainer on another host has not renewed its lock for this long is lost "
+        f"with its host: settled interrupted, resumable by the same command (default {LOST_AFTER_S:g})"))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     sweep_dir = Path(args.folder).expanduser().absolute()
     if args.poll <= 0:
         parser.error(f"--poll {args.poll:g}; allowed: a number of seconds > 0")
+    if not args.lost_after > 2 * RENEW_S:  # a live trainer renews every RENEW_S: never take it for lost
+        parser.error(f"--lost-after {args.lost_after:g}; allowed: more than {2 * RENEW_S:g} seconds (a trainer "
+                     f"renews its lock every {RENEW_S:g})")
     if not (sweep_dir / MANIFEST_FILE).is_file() or not Manifest.read(sweep_dir).launches:
         print(f"modula-sweep-status: {sweep_dir} holds no sweep launch (no readable {MANIFEST_FILE}); give the "
               f"folder a `modula-sweep -m` launch wrote into (its hydra.sweep.dir)", file=sys.stderr)
         return 1
     while True:
-        ended, latest = look(sweep_dir)
+        ended, latest = look(sweep_dir, args.lost_after)
         if ended or not args.follow:
             break
         time.sleep(args.poll)
