@@ -1,13 +1,17 @@
 """The command line before Hydra reads it: what Hydra 1.3 cannot do itself, and why each piece stays.
 
 The entry points (``cli.py``) run the Hydra applications (``modula_cli.train.main``,
-``modula_cli.coord.check.main``) with three changes to how Hydra treats the command line:
+``modula_cli.coord.check.main``) with four changes to how Hydra treats the command line (each checked against
+Hydra 1.3.8, which does none of them):
 
 - Hydra's flags come first wherever they were typed (``flags_first``): its parser reads no flag after an
   override, so ``a=1 -m b=2,3`` would end in "unrecognized arguments".
 - Powers written ``B^E`` (B a number, E an integer) in an override's value are rewritten to floats before
   Hydra parses them: ``optim.lr=2^-6,2^-5`` is ``optim.lr=0.015625,0.03125``, the way the README writes LR
   grids, and run folders read exactly as if the floats had been typed. Quoted text is left alone.
+- A mode's setting in its spelling from before the settings blocks (``optim.mup_base_width=64``) is rewritten
+  to its block's (``optim.mup.base_width=64``) with one line saying so (``rewrite_old_spellings``): Hydra has
+  no aliases for a key, and a user's scripts must not break for a release.
 - A command line Hydra rejects gets one line (two for a parse error) naming the problem and the likely fix,
   in place of Hydra's advice, config search path or lexer dump:
 
