@@ -10,9 +10,9 @@ from collections.abc import Callable
 from importlib import import_module
 from typing import Any
 
-from .command_line import (USAGE_STATUS, UsageError, ValueRejected, check_argv, flags_first, rewrite_old_spellings,
-                           rewrite_powers)
+from .command_line import USAGE_STATUS, UsageError, ValueRejected, check_argv, flags_first, rewrite_powers
 from .config import CONFIG_DIR
+from .optim.mode_settings import rewrite_old_spellings
 from .plumbing import environment
 
 

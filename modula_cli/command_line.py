@@ -10,8 +10,9 @@ Hydra 1.3.8, which does none of them):
   Hydra parses them: ``optim.lr=2^-6,2^-5`` is ``optim.lr=0.015625,0.03125``, the way the README writes LR
   grids, and run folders read exactly as if the floats had been typed. Quoted text is left alone.
 - A mode's setting in its spelling from before the settings blocks (``optim.mup_base_width=64``) is rewritten
-  to its block's (``optim.mup.base_width=64``) with one line saying so (``rewrite_old_spellings``): Hydra has
-  no aliases for a key, and a user's scripts must not break for a release.
+  to its block's (``optim.mup.base_width=64``) with one line saying so (``rewrite_old_spellings``, in
+  ``optim/mode_settings.py`` beside the spellings): Hydra has no aliases for a key, and a user's scripts must
+  not break for a release.
 - A command line Hydra rejects gets one line (two for a parse error) naming the problem and the likely fix,
   in place of Hydra's advice, config search path or lexer dump:
 
@@ -34,7 +35,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
@@ -91,28 +92,6 @@ def rewrite_powers(argv: Sequence[str]) -> list[str]:
             pieces = QUOTED.split(value)
             value = "".join(p if i % 2 else POWER.sub(_power, p) for i, p in enumerate(pieces))
             arg = f"{key}={value}"
-        rewritten.append(arg)
-    return rewritten
-
-
-# --- old spellings ---------------------------------------------------------------------------------------
-
-def rewrite_old_spellings(argv: Sequence[str], say: Callable[[str], None]) -> list[str]:
-    """Each override of a mode's setting in its old flat spelling in its block's (``optim.mup_base_width=64`` ->
-    ``optim.mup.base_width=64``, ``optim.ortho=svd`` -> ``optim.ortho.method=svd``), with one line per spelling
-    to ``say``. The config files are Hydra's to read: an old spelling there is named by Hydra's error."""
-    from .optim.mode_settings import new_spelling
-
-    rewritten, said = [], set()
-    for arg in argv:
-        marks = arg[:len(arg) - len(arg.lstrip("+~"))]
-        key, eq, value = arg[len(marks):].partition("=")
-        new = None if arg.startswith("-") or value.lstrip().startswith("{") else new_spelling(key)
-        if new is not None:
-            if key not in said:
-                say(f"{key} is now {new}; the old spelling is read until the next release")
-                said.add(key)
-            arg = f"{marks}{new}{eq}{value}"
         rewritten.append(arg)
     return rewritten
 

@@ -130,7 +130,7 @@ BEFORE_BLOCKS = Path(__file__).parent / "data" / "fingerprints_before_blocks.jso
 def test_the_settings_blocks_change_no_fingerprint():
     """optim.mup.base_width and its old spelling optim.mup_base_width give the fingerprint and the experiment
     settings that the version before the blocks gave, for every case pinned then (72 configs, 31 fingerprints)."""
-    from modula_cli.command_line import rewrite_old_spellings
+    from modula_cli.optim.mode_settings import rewrite_old_spellings
 
     cases = json.loads(BEFORE_BLOCKS.read_text())
     said: list[str] = []
@@ -150,7 +150,7 @@ def test_the_settings_blocks_change_no_fingerprint():
 def test_an_old_spelling_on_the_command_line_is_read_with_one_line(tmp_path):
     """optim.mup_base_width=64 (before the blocks) trains as optim.mup.base_width=64, saying the new spelling once
     however often it is given; optim.ortho={method:svd} is the block already, and flags are left alone."""
-    from modula_cli.command_line import rewrite_old_spellings
+    from modula_cli.optim.mode_settings import rewrite_old_spellings
 
     said: list[str] = []
     argv = ["-m", "optim.mup_base_width=64", "+optim.muon_scale=spectral", "optim.ortho=svd",

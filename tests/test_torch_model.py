@@ -195,7 +195,8 @@ def test_a_tied_readout_cannot_start_at_zero_under_mup():
                                                                        mup_readout_zero=True))
     assert str(error.value) == (
         "optim.mup.readout_zero=true: the readout shares wte.weight with the embedding, which a zero start would zero "
-        "too (mup's MuSharedReadout leaves the shared table as drawn); leave optim.mup.readout_zero false, or untie them")
+        "too (mup's MuSharedReadout leaves the shared table as drawn); leave optim.mup.readout_zero false, or untie "
+        "them")
 
 
 def test_mup_kinds_of_the_plain_gpt_by_hand():

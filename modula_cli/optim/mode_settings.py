@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..plumbing.settings import setting
@@ -121,3 +122,21 @@ def nested_settings(flat: dict[str, Any]) -> dict[str, Any]:
 def new_spelling(key: str) -> str | None:
     """``optim.mup_base_width`` → ``optim.mup.base_width``: the block spelling of a flat setting, or None."""
     return OLD_SPELLINGS.get(key)
+
+
+def rewrite_old_spellings(argv: Sequence[str], say: Callable[[str], None]) -> list[str]:
+    """Each override of a mode's setting in its old flat spelling in its block's (``optim.mup_base_width=64`` ->
+    ``optim.mup.base_width=64``, ``optim.ortho=svd`` -> ``optim.ortho.method=svd``), with one line per spelling
+    to ``say``. In a config file one is refused by the config's check (``config/validate.py``), naming the new one."""
+    rewritten, said = [], set()
+    for arg in argv:
+        marks = arg[:len(arg) - len(arg.lstrip("+~"))]
+        key, eq, value = arg[len(marks):].partition("=")
+        new = None if arg.startswith("-") or value.lstrip().startswith("{") else new_spelling(key)
+        if new is not None:
+            if key not in said:
+                say(f"{key} is now {new}; the old spelling is read until the next release")
+                said.add(key)
+            arg = f"{marks}{new}{eq}{value}"
+        rewritten.append(arg)
+    return rewritten

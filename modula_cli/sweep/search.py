@@ -2,9 +2,10 @@
 whole grid, launched batch by batch through the configured Hydra launcher.
 
 The sweep's axes split into the LR axis, the seeds, the scale axis and the rest (``search_space.py``); scales
-are searched in order, a later one starting where the earlier ones put the optimum. Each round reads the finished runs from their folders (by fingerprint, as a relaunch does), asks every
-series what its ready scales train next and sends all of it out as one batch; series and scales that do not
-wait on each other go out together. The search's record (``search.json``: per scale what it tried and why it
+are searched in order, a later one starting where the earlier ones put the optimum. Each round reads the
+finished runs from their folders (by fingerprint, as a relaunch does), asks every series what its ready scales
+train next and sends all of it out as one batch; series and scales that do not wait on each other go out
+together. The search's record (``search.json``: per scale what it tried and why it
 stopped, per round the planning time and the launcher's time) is written after every round, atomically.
 """
 
