@@ -433,3 +433,21 @@ def test_a_held_run_renews_its_owner_file_until_released(tmp_path, monkeypatch):
     os.utime(tmp_path / "run" / "run.owner", (stale, stale))
     time.sleep(0.3)
     assert locks.silent_for(tmp_path / "run") > 500  # no longer
+
+
+def test_status_asks_each_launch_of_the_scheduler_its_launcher_submitted_to(three_jobs, monkeypatch, capsys):
+    """sweep.json records whose ids a launch's jobs are; modula-sweep-status asks that scheduler and no other. A
+    scheduler it cannot ask (a user's launcher) is shown by its ids, and nothing of it is settled on a guess."""
+    from modula_cli.results.manifest import record_submission
+    from modula_cli.sweep import sweep_status
+
+    sweep, overrides = three_jobs
+    record_submission(sweep, "L", "toy", {tuple(o): f"t{i}" for i, o in enumerate(overrides)}, detached=True)
+    _summary_of_launch(sweep / "a", "running", 40, owner_host="node-17", job="toy:t0")
+    asked = []
+    monkeypatch.setattr(sweep_status, "slurm_words", lambda ids: asked.append(ids) or {})
+    assert sweep_status.main([str(sweep)]) == 0
+    out = capsys.readouterr().out
+    assert asked == [] and "detached, toy job t0, t1, t2): 3 runs" in out, out
+    assert "  a: running at step 40 — toy job t0: toy cannot be asked from here" in out
+    assert read_summary(sweep / "a")["status"] == RUNNING

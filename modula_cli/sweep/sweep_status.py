@@ -1,7 +1,8 @@
 """``modula-sweep-status FOLDER``: every launch into a sweep folder, as its files and its scheduler tell it, for
 a launch whose process has left (``sweep.detach=true``, a closed laptop, a dropped SSH session).
 
-Per launch: its runs by state, the scheduler's word on each unfinished job (state, pending reason, node, how
+Per launch: its runs by state, the word of the scheduler its launcher submitted to (``SCHEDULERS``, by the
+name ``sweep.json`` records) on each unfinished job (state, pending reason, node, how
 often it was requeued), the time left. A run whose job the scheduler says has ended while its summary still
 says ``running`` is settled as interrupted at its last checkpoint, as the launching process would have; so is a
 run of a Ray or local launch whose trainer on another host has not renewed its lock for ``--lost-after``. Once
@@ -15,6 +16,7 @@ import argparse
 import logging
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +26,7 @@ from ..results.status import FINISHED, PENDING, RUNNING
 from ..results.summary import Summary, mark_abandoned
 from ..plumbing.locks import RENEW_S
 from ..plumbing.wording import duration_text
+from ..schedulers.slurm_tasks import SlurmArray
 from .progress import closing, launch_time_left
 
 log = logging.getLogger(__name__)
@@ -85,6 +88,26 @@ def _shown_jobs(array: str) -> list[dict[str, str]]:
         raise
 
 
+@dataclass(frozen=True)
+class Scheduler:
+    """A scheduler whose jobs outlive the launching process, as ``modula-sweep-status`` asks it about them."""
+    job: str                                                # how it names a job: "SLURM job"
+    ask: Callable[[list[str]], dict[str, JobWord]]          # each job's word, by id
+
+
+# By the name a launch's jobs record (``Jobs.scheduler``, ``sweep.json``'s "scheduler"). A launch recorded by
+# a scheduler not named here is shown by its ids and never settled on a guess.
+SCHEDULERS = {SlurmArray.scheduler: Scheduler("SLURM job", lambda ids: slurm_words(ids))}
+
+
+def scheduler_of(record: LaunchRecord) -> Scheduler:
+    """Who to ask about a launch's jobs: the scheduler that its launcher submitted them to."""
+    if (known := SCHEDULERS.get(record.scheduler or "")) is not None:
+        return known
+    unknown = JobWord(True, f"{record.scheduler} cannot be asked from here")  # live: nothing settled on a guess
+    return Scheduler(f"{record.scheduler} job", lambda ids: dict.fromkeys(ids, unknown))
+
+
 def launch_ended(record: LaunchRecord, summaries: dict[str, Summary | None], words: dict[str, JobWord]) -> bool:
     """No run of the launch trains now and none of its jobs is still the scheduler's."""
     if any((summary or {}).get("status") == RUNNING for summary in summaries.values()):
@@ -111,7 +134,7 @@ def settle(sweep_dir: Path, record: LaunchRecord, summaries: dict[str, Summary |
         for name in job.runs:
             if (summaries.get(name) or {}).get("status") != RUNNING:
                 continue
-            ended = f"SLURM job {job.job_id}: {word_of(words, job.job_id).text}"
+            ended = f"{scheduler_of(record).job} {job.job_id}: {word_of(words, job.job_id).text}"
             if mark_abandoned(sweep_dir / name, ended, job=f"{record.scheduler}:{job.job_id}") is not None:
                 summaries.update(record.summaries(sweep_dir, [name]))
 
@@ -121,7 +144,7 @@ def describe(manifest: Manifest, record: LaunchRecord, summaries: dict[str, Summ
     """The launch's lines: a header with its counts, each unfinished job's runs and the scheduler's word."""
     counts = record.counts(summaries)
     arrays = sorted({job.job_id.split("_")[0] for job in record.jobs if job.job_id})
-    where = f"SLURM job {', '.join(arrays)}" if arrays else "no scheduler ids (a local or Ray launch)"
+    where = f"{scheduler_of(record).job} {', '.join(arrays)}" if arrays else "no scheduler ids (a local or Ray launch)"
     started = time.strftime("%Y-%m-%d %H:%M", time.localtime(record.started))
     shown = ", ".join(f"{n} {state}" for state, n in counts.items() if n)
     lines = [f"launch {record.id} (started {started}, {'detached, ' if record.detached else ''}{where}): "
@@ -132,7 +155,7 @@ def describe(manifest: Manifest, record: LaunchRecord, summaries: dict[str, Summ
             continue
         steps = [(summaries.get(name) or {}).get("steps_done") for name in job.runs]
         at = f" at step {max(s for s in steps if s)}" if any(steps) else ""
-        said = f" — SLURM job {job.job_id}: {word_of(words, job.job_id).text}" if job.job_id else ""
+        said = f" — {scheduler_of(record).job} {job.job_id}: {word_of(words, job.job_id).text}" if job.job_id else ""
         lines.append(f"  {', '.join(job.runs)}: {'/'.join(sorted(set(states)))}{at}{said}")
     left = launch_time_left(manifest.runs, summaries, record)
     if left is not None and (counts[PENDING] or counts[RUNNING]):
@@ -145,8 +168,11 @@ def look(sweep_dir: Path, lost_after_s: float = LOST_AFTER_S) -> tuple[bool, Lau
     silent for ``lost_after_s``); whether every launch has ended, and the latest launch."""
     manifest = Manifest.read(sweep_dir)
     records = sorted((manifest.launch(i) for i in manifest.launches), key=lambda r: r.started)
-    ids = [job.job_id for record in records for job in record.jobs if job.job_id]
-    words = slurm_words(ids) if ids else {}
+    words: dict[str, JobWord] = {}
+    for scheduler in {record.scheduler for record in records}:  # each launch's jobs asked of their own scheduler
+        ids = [job.job_id for record in records if record.scheduler == scheduler for job in record.jobs if job.job_id]
+        if ids:
+            words.update(scheduler_of(next(r for r in records if r.scheduler == scheduler)).ask(ids))
     all_ended = True
     print(f"{sweep_dir}: {len(records)} launch{'es' if len(records) != 1 else ''}", flush=True)
     for record in records:
