@@ -150,14 +150,14 @@ class RunGroup:
         env = submitit.JobEnvironment()
         if env.global_rank >= len(group):  # the last job's spare tasks, when the grid does not fill it
             return None
-        from modula_cli.plumbing.environment import GPUS
+        from modula_cli.plumbing.environment import GPUS, SLURM_RESTART
 
         from modula_cli.schedulers.sibling_tasks import SiblingTasks
 
         visible = [gpu for gpu in os.environ.get(GPUS, "").split(",") if gpu]
         if len(visible) > 1:  # the job's GPUs are every task's: each run takes its own, before CUDA starts
             os.environ[GPUS] = visible[env.local_rank % len(visible)]
-        siblings = SiblingTasks.of_this_job(len(group))
+        siblings = SiblingTasks.of_this_job(len(group), os.environ.get(SLURM_RESTART, "0"))
         with siblings.present(env.global_rank):
             returned = self.launcher(*group[env.global_rank])
         if env.global_rank == 0:  # the task that requeues the job on a pre-emption outlives the others' runs

@@ -16,6 +16,7 @@ DATA = "MODULA_DATA"            # the data root (also a user's own setting)
 # theirs: read only
 SLURM_CPUS = "SLURM_CPUS_PER_TASK"
 SLURM_TASK = ("SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_JOB_ID")  # a SLURM task's array, index, job
+SLURM_RESTART = "SLURM_RESTART_COUNT"  # how often SLURM has requeued the job: which incarnation a task is of
 WORLD_SIZE, LOCAL_RANK = "WORLD_SIZE", "LOCAL_RANK"  # torchrun's
 OMP_THREADS = "OMP_NUM_THREADS"  # the user's thread count: train.threads=auto honours it
 WANDB_KEY, WANDB_URL = "WANDB_API_KEY", "WANDB_BASE_URL"  # W&B's credentials and server, probed before a run

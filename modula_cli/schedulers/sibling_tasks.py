@@ -11,7 +11,6 @@ after ``LOST_AFTER_S``, so task 0 never waits for a task that is gone. The files
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Iterator
@@ -31,11 +30,12 @@ class SiblingTasks:
     size: int      # how many of the job's tasks train a run
 
     @classmethod
-    def of_this_job(cls, size: int) -> SiblingTasks:
+    def of_this_job(cls, size: int, restart: str) -> SiblingTasks:
+        """The tasks of the job this process is a task of (``restart``: its SLURM_RESTART_COUNT)."""
         import submitit
 
         env = submitit.JobEnvironment()
-        return cls(Path(env.paths.folder), env.job_id, os.environ.get("SLURM_RESTART_COUNT", "0"), size)
+        return cls(Path(env.paths.folder), env.job_id, restart, size)
 
     def _file(self, rank: int, what: str) -> Path:
         return self.folder / f"{self.job_id}.restart{self.restart}.task{rank}.{what}"

@@ -1,7 +1,7 @@
 """``modula-sweep-status FOLDER``: every launch into a sweep folder, as its files and its scheduler tell it, for
 a launch whose process has left (``sweep.detach=true``, a closed laptop, a dropped SSH session).
 
-Per launch: its runs by state, the word of the scheduler its launcher submitted to (``SCHEDULERS``, by the
+Per launch: its runs by state, the word of the scheduler its launcher submitted to (``scheduler_of``, by the
 name ``sweep.json`` records) on each unfinished job (state, pending reason, node, how
 often it was requeued), the time left. A run whose job the scheduler says has ended while its summary still
 says ``running`` is settled as interrupted at its last checkpoint, as the launching process would have; so is a
@@ -95,15 +95,12 @@ class Scheduler:
     ask: Callable[[list[str]], dict[str, JobWord]]          # each job's word, by id
 
 
-# By the name a launch's jobs record (``Jobs.scheduler``, ``sweep.json``'s "scheduler"). A launch recorded by
-# a scheduler not named here is shown by its ids and never settled on a guess.
-SCHEDULERS = {SlurmArray.scheduler: Scheduler("SLURM job", lambda ids: slurm_words(ids))}
-
-
 def scheduler_of(record: LaunchRecord) -> Scheduler:
-    """Who to ask about a launch's jobs: the scheduler that its launcher submitted them to."""
-    if (known := SCHEDULERS.get(record.scheduler or "")) is not None:
-        return known
+    """Who to ask about a launch's jobs: the scheduler its launcher submitted them to, by the name they record
+    (``Jobs.scheduler``, ``sweep.json``'s "scheduler"). One not known here is shown by its ids and never settled
+    on a guess."""
+    if record.scheduler == SlurmArray.scheduler:
+        return Scheduler("SLURM job", slurm_words)
     unknown = JobWord(True, f"{record.scheduler} cannot be asked from here")  # live: nothing settled on a guess
     return Scheduler(f"{record.scheduler} job", lambda ids: dict.fromkeys(ids, unknown))
 
