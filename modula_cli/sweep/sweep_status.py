@@ -117,6 +117,7 @@ def settle(sweep_dir: Path, record: LaunchRecord, summaries: dict[str, Summary |
     """A run left ``running`` by a job the scheduler says has ended: interrupted at its last checkpoint. A run
     of a launch without scheduler ids (local, Ray) is settled by its lock: where this host can tell, at once;
     on another host, once its trainer has not renewed the lock for ``lost_after_s`` (its host is lost)."""
+    named = scheduler_of(record).job
     for job in record.jobs:
         word = words.get(job.job_id or "")
         if not job.job_id:
@@ -131,7 +132,7 @@ def settle(sweep_dir: Path, record: LaunchRecord, summaries: dict[str, Summary |
         for name in job.runs:
             if (summaries.get(name) or {}).get("status") != RUNNING:
                 continue
-            ended = f"{scheduler_of(record).job} {job.job_id}: {word_of(words, job.job_id).text}"
+            ended = f"{named} {job.job_id}: {word_of(words, job.job_id).text}"
             if mark_abandoned(sweep_dir / name, ended, job=f"{record.scheduler}:{job.job_id}") is not None:
                 summaries.update(record.summaries(sweep_dir, [name]))
 
@@ -141,7 +142,8 @@ def describe(manifest: Manifest, record: LaunchRecord, summaries: dict[str, Summ
     """The launch's lines: a header with its counts, each unfinished job's runs and the scheduler's word."""
     counts = record.counts(summaries)
     arrays = sorted({job.job_id.split("_")[0] for job in record.jobs if job.job_id})
-    where = f"{scheduler_of(record).job} {', '.join(arrays)}" if arrays else "no scheduler ids (a local or Ray launch)"
+    named = scheduler_of(record).job
+    where = f"{named} {', '.join(arrays)}" if arrays else "no scheduler ids (a local or Ray launch)"
     started = time.strftime("%Y-%m-%d %H:%M", time.localtime(record.started))
     shown = ", ".join(f"{n} {state}" for state, n in counts.items() if n)
     lines = [f"launch {record.id} (started {started}, {'detached, ' if record.detached else ''}{where}): "
@@ -152,7 +154,7 @@ def describe(manifest: Manifest, record: LaunchRecord, summaries: dict[str, Summ
             continue
         steps = [(summaries.get(name) or {}).get("steps_done") for name in job.runs]
         at = f" at step {max(s for s in steps if s)}" if any(steps) else ""
-        said = f" — {scheduler_of(record).job} {job.job_id}: {word_of(words, job.job_id).text}" if job.job_id else ""
+        said = f" — {named} {job.job_id}: {word_of(words, job.job_id).text}" if job.job_id else ""
         lines.append(f"  {', '.join(job.runs)}: {'/'.join(sorted(set(states)))}{at}{said}")
     left = launch_time_left(manifest.runs, summaries, record)
     if left is not None and (counts[PENDING] or counts[RUNNING]):
@@ -165,11 +167,13 @@ def look(sweep_dir: Path, lost_after_s: float = LOST_AFTER_S) -> tuple[bool, Lau
     silent for ``lost_after_s``); whether every launch has ended, and the latest launch."""
     manifest = Manifest.read(sweep_dir)
     records = sorted((manifest.launch(i) for i in manifest.launches), key=lambda r: r.started)
+    by_scheduler: dict[str | None, list[LaunchRecord]] = {}
+    for record in records:
+        by_scheduler.setdefault(record.scheduler, []).append(record)
     words: dict[str, JobWord] = {}
-    for scheduler in {record.scheduler for record in records}:  # each launch's jobs asked of their own scheduler
-        ids = [job.job_id for record in records if record.scheduler == scheduler for job in record.jobs if job.job_id]
-        if ids:
-            words.update(scheduler_of(next(r for r in records if r.scheduler == scheduler)).ask(ids))
+    for launches in by_scheduler.values():  # each launch's jobs asked of their own scheduler, once for all
+        if ids := [job.job_id for record in launches for job in record.jobs if job.job_id]:
+            words.update(scheduler_of(launches[0]).ask(ids))
     all_ended = True
     print(f"{sweep_dir}: {len(records)} launch{'es' if len(records) != 1 else ''}", flush=True)
     for record in records:
