@@ -47,10 +47,12 @@ from modula_cli.nn import orthogonalize
 from modula_cli.nn.orthogonalize import DEFAULT_STEPS, iteration_dtype
 from modula_cli.optim import MODES as OPTIM_MODES
 from modula_cli.optim import OptimConfig, init_state, optimizer_step
+from modula_cli.optim.kernels import Launches, count_launches
+from modula_cli.optim.step import apply_update
 from modula_cli.nn.loss import grads_of, losses_and_hits
 
 MODES = ("unnormed", "normed", "dualized", "manifold", "muon")
-COMPILED_MODES = ("unnormed", "normed", "dualized")  # manifold's dual ascent stops on a host-side test
+COMPILED_MODES = ("unnormed", "normed", "dualized", "manifold", "muon")
 TABLES = ("modes", "compile", "ortho", "pack", "throughput")
 ORTHO_STEPS = DEFAULT_STEPS["polar_express"]
 # what each variant's YAML sets in optim (configs/variant/*.yaml)
@@ -139,10 +141,19 @@ class StepBench:
         else:
             self.x = torch.randn(batch_size, *data.input_shape, device=device)
             self.y = torch.randint(0, data.num_classes, (batch_size,), device=device)
-        self.compile_update = compile if compile_update is None else compile_update
+        # plain torch.compile, not the trainer's eager fallback: a compile that fails is reported as failed
+        self.update = torch.compile(apply_update) if (compile if compile_update is None else compile_update) else None
         self.device, self.t = device, 0
         self.tokens = batch_size * context if data.kind == "language" else batch_size
         self.run(3)  # warm-up (and compilation)
+
+    def launches(self) -> Launches:
+        """What one update launches (counted by the profiler on any device) and its host syncs."""
+        grads = self.compute(self.weights, self.x, self.y)
+        launched = count_launches(lambda: optimizer_step(self.net, self.weights, grads, self.state, self.cfg, self.t,
+                                                         10**9, base_lr=self.base_lr, update=self.update))
+        self.t += 1
+        return launched
 
     def run(self, steps: int) -> float:
         """Seconds per step over ``steps`` consecutive steps."""
@@ -151,7 +162,7 @@ class StepBench:
         for _ in range(steps):
             grads = self.compute(self.weights, self.x, self.y)
             optimizer_step(self.net, self.weights, grads, self.state, self.cfg, self.t, 10**9,
-                           base_lr=self.base_lr, compile=self.compile_update)
+                           base_lr=self.base_lr, update=self.update)
             self.t += 1
         synchronize(self.device)
         return (time.perf_counter() - start) / steps
@@ -284,9 +295,22 @@ def mode_table(cases: list[tuple[str, dict]], optimizers: list[str], args) -> No
                                        ("muon", "dualized"))]
                 emit(f"{start}{v:>9}" + "".join(f"{1e3 * statistics.median(times[(v, m)]):>14.1f}" for m in MODES)
                      + "".join(f"{ratio_text(r):>25}" for r in ratios))
+                emit(limits_line(benches, v))
             if {"modular", "paper"} <= set(variants):  # each mode's step under the default variant ÷ the other's
                 emit(f"{'':<14}paper ÷ modular step time: " + ", ".join(
                     f"{m} {ratio_text(paired_ratio(times[('paper', m)], times[('modular', m)]))}" for m in MODES))
+
+
+def limits_line(benches: dict, variant: str) -> str:
+    """Each mode's launches per update beside the ratios' limits (docs/performance.md): normed ≤ 1.02× unnormed,
+    dualized ≤ (1 + the orthogonalisation's FLOP share + 0.03)×, manifold ≤ 1.5× dualized."""
+    counts = {m: benches[(variant, m)].launches() for m in MODES}
+    share = dualize_estimate(benches[(variant, "dualized")])
+    syncs = [m for m, c in counts.items() if c.host_syncs]
+    return (f"{'':<14}{variant}: launches per update " + ", ".join(f"{m} {c.total}" for m, c in counts.items())
+            + (f" (host syncs in {', '.join(syncs)})" if syncs else " (no host sync)")
+            + f"; orthogonalisation FLOP share {share:.3f}: dualized/un limit {1 + share + 0.03:.3f}, normed/un 1.020,"
+            f" manifold/dual 1.500")
 
 
 COMPILE_LEVELS = {"eager": (False, False), "model": (True, False), "model+update": (True, True)}

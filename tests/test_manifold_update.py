@@ -363,3 +363,20 @@ def test_logit_rms_per_member():
     w = torch.stack([torch.eye(3, 4), 2 * torch.eye(3, 4)])
     x = torch.ones(2, 5, 4)
     assert logit_rms(net, [w], x, members=True).tolist() == pytest.approx([1.0, 2.0])
+
+
+def test_a_bfloat16_direction_keeps_the_step_on_the_manifold_and_near_the_float32_step():
+    """optim.ortho.dtype=bfloat16 (auto's choice on CUDA) iterates the tangent direction's polar factor in
+    bfloat16, refined in float32; the retraction stays float32. So the new weight is on its manifold to float
+    precision, and the step is the float32 one within bfloat16's precision (here on the CPU, which emulates it)."""
+    atoms = [Linear(64, 32), Linear(64, 32)]
+    weights = [_linear_weight(a, _stiefel(64, 32, 30 + i)).float() for i, a in enumerate(atoms)]
+    grads = [torch.randn(w.shape, generator=_gen(40 + i)) for i, w in enumerate(weights)]
+    steps = {dtype: manifold_update(atoms, weights, grads, [0.5, 0.5], 0.2, DualAscent(), ManifoldState(),
+                                    free_dualize={"method": "polar_express", "steps": None, "iter_dtype": dtype})
+             for dtype in (None, torch.bfloat16)}
+    for atom, w, exact, fast in zip(atoms, weights, steps[None], steps[torch.bfloat16]):
+        new = (w - fast) / atom.polar_scale
+        assert torch.allclose(new.mT @ new, torch.eye(32), atol=2e-6)
+        relative = float((fast - exact).norm() / exact.norm())
+        assert 1e-5 < relative < 2e-2, relative  # bfloat16 took effect, within its precision

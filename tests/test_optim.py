@@ -445,21 +445,18 @@ def test_step_scalars_live_on_the_weights_device():
     assert StepScalars.on(torch.device("meta")).schedule.device.type == "meta"
 
 
-def test_the_compiled_update_is_used_only_when_asked_and_the_mode_allows(monkeypatch):
-    import modula_cli.optim.step as step
-
+def test_the_compiled_update_is_used_only_when_given_and_the_mode_allows():
     calls = []
 
-    def compiled():
+    def compiled(*args):
         calls.append("compiled")
-        return step.apply_update
+        return apply_update(*args)
 
-    monkeypatch.setattr(step, "_compiled_update", compiled)
-    for mode, compile, expected in (("unnormed", True, ["compiled"]), ("unnormed", False, []),
-                                    ("normed", True, [])):  # normed's first step draws its start vectors eagerly
+    for mode, update, expected in (("unnormed", compiled, ["compiled"]), ("unnormed", None, []),
+                                   ("normed", compiled, [])):  # normed's first step draws its start vectors eagerly
         calls.clear()
         net = _net()
         weights = net.initialize(seed=1)
         cfg = optim_config(name="sgd", mode=mode, lr=0.5)
-        optimizer_step(net, weights, _grads(), init_state(weights, cfg), cfg, 0, 4, compile=compile)
-        assert calls == expected, (mode, compile)
+        optimizer_step(net, weights, _grads(), init_state(weights, cfg), cfg, 0, 4, update=update)
+        assert calls == expected, (mode, update)

@@ -46,6 +46,13 @@ def test_bench_prints_mode_ratios_per_variant_and_packed_speed_up():
                                       for mode in ("unnormed", "normed", "dualized", "manifold", "muon"))
     packed_rows = [line.split() for line in lines if line.rstrip().endswith("x")]
     assert [row[:2] for row in packed_rows] == [["resmlp", "64"], ["gpt", "16"]]
+    # each variant's launches per update, with the limits its ratios are held to
+    limits = [line for line in lines if "launches per update" in line]
+    assert len(limits) == 4 and all("(no host sync)" in line and re.search(r"dualized/un limit \d+\.\d{3}", line)
+                                    for line in limits)
+    counts = [re.findall(r"(unnormed|normed|dualized|manifold|muon) (\d+)", line.split(";")[0]) for line in limits]
+    assert all([mode for mode, _ in found] == ["unnormed", "normed", "dualized", "manifold", "muon"]
+               and all(int(n) > 0 for _, n in found) for found in counts)
 
 
 @pytest.mark.slow

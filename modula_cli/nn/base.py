@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from .display import tree_text
-from .weight_maps import Weights, WeightMaps, stored_weights
+from .weight_maps import Weights, WeightMaps
 
 
 class ModuleBase(WeightMaps):
@@ -81,7 +81,7 @@ class ModuleBase(WeightMaps):
         draws its effective weight; the list holds what it stores."""
         generator = torch.Generator().manual_seed(seed)
         atoms = list(self.atoms())
-        drawn = stored_weights(atoms, [atom.init_weight(generator) for atom in atoms])
+        drawn = [atom.stored(atom.init_weight(generator)) for atom in atoms]  # tensors of their own
         return [w.to(device=device, dtype=dtype) for w in drawn]
 
     # --- norms and the maps the optimiser uses ----------------------------------------------------

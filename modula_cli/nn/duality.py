@@ -9,6 +9,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
+from .groups import AtomGroup, atom_groups
 from .orthogonalize import orthogonalize
 
 
@@ -34,17 +35,27 @@ def dualize_atoms(atoms: Sequence[DualizableAtom], grads: Sequence[Tensor], shar
     if not len(atoms) == len(grads) == len(shares):
         raise ValueError(f"dualize: expected {len(atoms)} gradient tensors, got {len(grads)}")
     out: list[Tensor | None] = [None] * len(atoms)
-    groups: dict[tuple, list[tuple[int, Tensor]]] = defaultdict(list)
-    for i, (atom, grad, share) in enumerate(zip(atoms, grads, shares)):
-        if share == 0:
-            out[i] = torch.zeros_like(grad)
-        elif (stack := atom.matrices(grad)) is not None:  # matrix atoms: orthogonalised in batches
-            groups[(tuple(stack.shape[-2:]), stack.dtype, stack.device)].append((i, stack))
+    batches: dict[tuple, list[tuple[AtomGroup, list[Tensor]]]] = defaultdict(list)
+    for group in atom_groups(atoms, grads, shares):
+        first = grads[group.indices[0]]
+        if group.idle:
+            group.unstack(torch.zeros_like(group.stack(grads)), out)
+        elif (matrices := group.atom.matrices(first)) is not None:  # orthogonalised in batches by shape
+            slices = [group.atom.matrices(grads[i]).reshape(-1, *matrices.shape[-2:]) for i in group.indices]
+            batches[(tuple(matrices.shape[-2:]), matrices.dtype, matrices.device)].append((group, slices))
         else:
-            out[i] = atom.dualize_piece(grad, target_norm * share)
-    for members in groups.values():
-        flat = [stack.reshape(-1, *stack.shape[-2:]) for _, stack in members]
-        polar = orthogonalize(torch.cat(flat), method=method, steps=steps, iter_dtype=iter_dtype)
-        for (i, stack), piece in zip(members, polar.split([f.shape[0] for f in flat])):
-            out[i] = atoms[i].from_polar(piece.reshape(stack.shape), target_norm * shares[i])
+            stacked = group.stack(grads)
+            pieces, targets = group.folded(stacked, target_norm)
+            group.unstack(group.atom.dualize_piece(pieces, targets).reshape(stacked.shape), out)
+    for members in batches.values():
+        # one copy into the batch (the concatenation); each group's part of the result is a view of it
+        flat = [piece for _, slices in members for piece in slices]
+        polar = orthogonalize(torch.cat(flat) if len(flat) > 1 else flat[0], method=method, steps=steps,
+                              iter_dtype=iter_dtype)
+        sizes = [sum(piece.shape[0] for piece in slices) for _, slices in members]
+        for (group, _), part in zip(members, polar.split(sizes)):
+            shape = (len(group.indices), *group.atom.matrices(grads[group.indices[0]]).shape)
+            pieces, targets = group.folded(part.reshape(shape), target_norm)
+            result = group.atom.from_polar(pieces, targets)
+            group.unstack(result.reshape(len(group.indices), *grads[group.indices[0]].shape), out)
     return out  # type: ignore[return-value]

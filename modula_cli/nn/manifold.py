@@ -26,8 +26,9 @@ import torch
 from torch import Tensor
 
 from .duality import dualize_atoms
+from .groups import AtomGroup, atom_groups
+from ..plumbing.torch_internals import graph_break
 from .orthogonalize import orthogonalize
-from .packed import per_member
 
 REFINE_STEPS = 2  # Newton–Schulz steps after Polar Express: σ ≈ 1 ± 1e-3 → float precision (quadratic)
 KINDS = ("fixed", "scaled", "free")
@@ -81,22 +82,23 @@ def atom_kinds(roles: Sequence[str], scaled: Sequence[str], free: Sequence[str])
     return ["free" if role in free else "scaled" if role in scaled else "fixed" for role in roles]
 
 
-def msign(X: Tensor) -> Tensor:
-    """Orthogonal polar factor to float precision: Polar Express, then Newton–Schulz refinement."""
-    X = orthogonalize(X)
+def msign(X: Tensor, iter_dtype: torch.dtype | None = None) -> Tensor:
+    """Orthogonal polar factor to float precision: Polar Express (in ``iter_dtype``: bfloat16 on CUDA for a
+    direction), then Newton–Schulz refinement in X's dtype (|σ − 1| ≈ 5e-3 after bfloat16 → float precision)."""
+    X = orthogonalize(X, iter_dtype=iter_dtype)  # back in X's dtype (float32, or float64 in a test)
     for _ in range(REFINE_STEPS):
         X = 1.5 * X - 0.5 * X @ (X.mT @ X)
     return X
 
 
-def tangent_direction(W: Tensor, G: Tensor, settings: DualAscent, multiplier: Tensor | None = None
-                      ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def tangent_direction(W: Tensor, G: Tensor, settings: DualAscent, multiplier: Tensor | None = None,
+                      iter_dtype: torch.dtype | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """argmax ⟨G, A⟩ over ‖A‖_op ≤ 1 with WᵀA + AᵀW = 0, for a batch (B, m, n) of W with orthonormal columns.
 
     Dual ascent on a symmetric Λ: A = msign(G + 2WΛ), Λ ← Λ − α_k (WᵀA + AᵀW). Each matrix stops on its own
-    once its violation is below the tolerance. G is scaled to unit RMS first (msign ignores its scale; the
-    step α then means the same for every layer). Returns (A, Λ, violation, iterations), the last two (B,).
-    A matrix with G = 0 gets A = 0."""
+    once its violation is below the tolerance (its Λ no longer moves). G is scaled to unit RMS first (msign
+    ignores its scale; the step α then means the same for every layer). Returns (A, Λ, violation, iterations),
+    the last two (B,). A matrix with G = 0 gets A = 0."""
     rms = G.pow(2).mean(dim=(-2, -1), keepdim=True).sqrt()
     zero = rms.reshape(-1) == 0
     G = G / torch.where(rms > 0, rms, torch.ones_like(rms))
@@ -107,13 +109,15 @@ def tangent_direction(W: Tensor, G: Tensor, settings: DualAscent, multiplier: Te
     active = torch.ones(W.shape[0], dtype=torch.bool, device=W.device)
     iterations = torch.zeros(W.shape[0], device=W.device)
     for k in range(settings.iterations + 1):
-        A = msign(G + 2 * W @ lam)
+        A = msign(G + 2 * W @ lam, iter_dtype)
         H = W.mT @ A
         H = H + H.mT
         violation = H.pow(2).mean(dim=(-2, -1)).sqrt()
         active = active & (violation >= settings.tolerance)
-        if k == settings.iterations or not bool(active.any()):
+        if k == settings.iterations:
             break
+        # No early exit once every matrix is within tolerance: asking would wait for the device at every
+        # iteration. A matrix within it keeps its Λ (its step is masked), so its A and violation stay as they were.
         alpha = settings.step * (1 - k / settings.iterations)
         lam = lam - (alpha * active.to(H.dtype)).reshape(-1, 1, 1) * H
         iterations += active.to(iterations.dtype)
@@ -122,7 +126,8 @@ def tangent_direction(W: Tensor, G: Tensor, settings: DualAscent, multiplier: Te
 
 
 def retract(X: Tensor) -> Tensor:
-    """Back onto the Stiefel manifold: the polar factor."""
+    """Back onto the Stiefel manifold: the polar factor, all in float32 (a bfloat16 iteration's error, 1e-2 of the
+    weight, would be larger than a small step)."""
     return msign(X)
 
 
@@ -150,9 +155,10 @@ def scaled_sphere_step(w: Tensor, g: Tensor, step: Tensor | float) -> Tensor:
     return radius_step(r, (u * g).sum(dim=-1, keepdim=True), step) * sphere_step(u, g, step / r)
 
 
-def _unit_matrices(atom, piece: Tensor) -> tuple[Tensor, bool]:
-    """The atom's slices at unit scale, tall (m ≥ n); whether they were transposed."""
-    stack = atom.matrices(piece).float() / atom.polar_scale
+def _unit_matrices(atom, stacked: Tensor) -> tuple[Tensor, bool]:
+    """A stack of an atom's weights (or directions) as unit-scale slices, tall (m ≥ n): (…, slices, m, n); whether
+    they were transposed."""
+    stack = atom.matrices(stacked).float() / atom.polar_scale
     wide = stack.shape[-2] < stack.shape[-1]
     return (stack.mT if wide else stack), wide
 
@@ -165,6 +171,17 @@ def _embedding_step(weight: Tensor, direction: Tensor, step: Tensor | float, sca
     return ((w - moved) * d**0.5).to(weight.dtype)
 
 
+@dataclass
+class _MatrixPart:
+    """One group of equal atoms in a batched manifold solve: its stacked weights and where its rows sit."""
+
+    group: AtomGroup
+    stacked: Tensor  # the weights, (atoms, …)
+    shape: torch.Size  # its unit matrices' shape, (atoms, …, slices, m, n), tall
+    wide: bool
+    rows: int  # its matrices in the batch
+
+
 def manifold_update(atoms: Sequence, weights: Sequence[Tensor], directions: Sequence[Tensor],
                     shares: Sequence[float], target_norm: float | Tensor, settings: DualAscent,
                     state: ManifoldState, kinds: Sequence[str] | None = None,
@@ -172,75 +189,101 @@ def manifold_update(atoms: Sequence, weights: Sequence[Tensor], directions: Sequ
     """The change Δ = W − W_new of every atom (so the caller's ``w ← w − Δ`` lands on the manifold), with
     each atom's step = target × its share (a tensor (K,) of targets for packed members). ``kinds``: each
     atom's ``KINDS`` entry (default all fixed); ``free_dualize``: the duality map's settings for free atoms
-    (``dualize_atoms``' method, steps, iter_dtype)."""
+    (``dualize_atoms``' method, steps, iter_dtype; the tangent direction's polar factor iterates in its
+    iter_dtype too). Equal atoms of a kind are one group (``groups``), and every
+    group whose matrices have one tall shape is one batched solve."""
     kinds = kinds or ["fixed"] * len(atoms)
     out: list[Tensor | None] = [None] * len(atoms)
-    groups: dict[tuple, list[int]] = defaultdict(list)
-    free = []
-    for i, (atom, weight, share) in enumerate(zip(atoms, weights, shares, strict=True)):
-        if share == 0:
-            out[i] = torch.zeros_like(weight)
-        elif kinds[i] == "free":
-            free.append(i)
-        elif (stack := atom.matrices(weight)) is not None:  # grouped by their tall (unit-scale) shape
-            groups[(tuple(sorted(stack.shape[-2:], reverse=True)), stack.device)].append(i)
-        else:  # an embedding: one sphere per row
-            out[i] = _embedding_step(weight, directions[i], per_member(target_norm * share, weight),
-                                     kinds[i] == "scaled")
+    free = [i for i, kind in enumerate(kinds) if kind == "free" and shares[i] != 0]
     if free:
         steps = dualize_atoms([atoms[i] for i in free], [directions[i] for i in free], [shares[i] for i in free],
                               target_norm, **(free_dualize or {"method": "polar_express", "steps": None}))
         for i, step in zip(free, steps):
             out[i] = step
-    stats = [_matrix_group(indices, atoms, weights, directions, shares, target_norm, settings, state, kinds, out)
-             for indices in groups.values()]
+    batches: dict[tuple, list[_MatrixPart]] = defaultdict(list)
+    for group in atom_groups(atoms, weights, shares, tags=kinds):
+        if group.indices[0] in free:
+            continue
+        stacked = group.stack(weights)
+        if group.idle:
+            group.unstack(torch.zeros_like(stacked), out)
+        elif group.atom.matrices(stacked) is not None:  # batched by their tall (unit-scale) shape
+            unit, wide = _unit_matrices(group.atom, stacked)
+            batches[(tuple(unit.shape[-2:]), unit.device)].append(
+                _MatrixPart(group, stacked, unit.shape, wide, unit.shape.numel() // unit.shape[-2:].numel()))
+        else:  # embeddings: one sphere per row
+            pieces, steps = group.folded(stacked, target_norm)
+            moved = _embedding_step(pieces, group.folded(group.stack(directions), target_norm)[0], steps[:, None, None],
+                                    kinds[group.indices[0]] == "scaled")
+            group.unstack(moved.reshape(stacked.shape), out)
+    iter_dtype = (free_dualize or {}).get("iter_dtype")  # optim.ortho.dtype: the tangent direction's iteration
+    stats = [_matrix_batch(parts, directions, target_norm, settings, state, out, iter_dtype)
+             for parts in batches.values()]
     if stats:
         state.record(torch.cat([v for v, _ in stats]).mean(dim=0), torch.cat([k for _, k in stats]).mean(dim=0))
     return out  # type: ignore[return-value]
 
 
-def _matrix_group(indices: list[int], atoms: Sequence, weights: Sequence[Tensor], directions: Sequence[Tensor],
-                  shares: Sequence[float], target_norm: float | Tensor, settings: DualAscent, state: ManifoldState,
-                  kinds: Sequence[str], out: list) -> tuple[Tensor, Tensor]:
-    """One batched manifold step for same-shape matrices (fills ``out``); each atom's mean violation and
-    iterations per member, stacked (atoms, *members)."""
-    Ws, Gs, etas, lams, learned, shapes = [], [], [], [], [], []
-    for i in indices:
-        W, wide = _unit_matrices(atoms[i], weights[i])
-        G, _ = _unit_matrices(atoms[i], directions[i])
-        step = torch.as_tensor(per_member(target_norm * shares[i], W), dtype=W.dtype, device=W.device)
-        eta = step.expand(*W.shape[:-2], 1, 1).reshape(-1)  # one step per matrix (member × slice)
-        lam = state.multipliers.get(i) if settings.warm_start else None
+def _matrix_batch(parts: list[_MatrixPart], directions: Sequence[Tensor], target_norm: float | Tensor,
+                  settings: DualAscent, state: ManifoldState, out: list,
+                  iter_dtype: torch.dtype | None = None) -> tuple[Tensor, Tensor]:
+    """One batched manifold step for the matrices of one tall shape (fills ``out``); each atom's mean violation
+    and iterations per member, stacked (atoms, *members)."""
+    Ws, Gs, etas, learned, starts = [], [], [], [], []
+    for part in parts:
+        group, atom = part.group, part.group.atom
+        W, _ = _unit_matrices(atom, part.stacked)
+        G, _ = _unit_matrices(atom, group.stack(directions))
+        _, steps = group.folded(part.stacked, target_norm)  # one per atom and member
         Ws.append(W.reshape(-1, *W.shape[-2:]))
         Gs.append(G.reshape(-1, *G.shape[-2:]))
-        etas.append(eta)
-        learned.append(torch.full_like(eta, kinds[i] == "scaled", dtype=torch.bool))
-        lams.append(lam.reshape(-1, *lam.shape[-2:]) if lam is not None and lam.shape[:-2] == W.shape[:-2]
-                    else None)
-        shapes.append((W.shape, wide))
-    W, G, eta, learn = torch.cat(Ws), torch.cat(Gs), torch.cat(etas), torch.cat(learned)
-    start = None if any(lam is None for lam in lams) else torch.cat(lams)  # else a fresh start for all
+        etas.append(steps.to(W.dtype)[:, None].expand(-1, part.rows // steps.shape[0]).reshape(-1))
+        learned.append(torch.full((part.rows,), group.tag == "scaled", dtype=torch.bool, device=W.device))
+        if settings.warm_start:
+            starts.append(_start(group.indices, part.shape, state, W.device))
+    W, G, eta, learn = (_joined(x) for x in (Ws, Gs, etas, learned))
+    start = _joined(starts) if starts else None
     # W = r·U: a fixed matrix has r = 1 exactly (its numbers are those of the unscaled step); a scaled one's
     # r is its RMS singular value, all of which are equal on the manifold.
     r = torch.where(learn, W.pow(2).mean(dim=(-2, -1)).mul(W.shape[-2]).sqrt(), torch.ones_like(eta))
     U = W / r.reshape(-1, 1, 1)
-    A, lam, violation, iterations = tangent_direction(U, G, settings, start)
+    A, lam, violation, iterations = tangent_direction(U, G, settings, start, iter_dtype)
+    # Compiled on a CPU, Inductor fails (KeyError in its outer-loop fusion, torch 2.14) when the two polar
+    # factors share one graph: split it here.
+    graph_break()
     new = retract(U - (eta / r).reshape(-1, 1, 1) * A)
     r_new = torch.where(learn, radius_step(r, (G * U).sum(dim=(-2, -1)), eta), r)
     new = new * r_new.reshape(-1, 1, 1)
-    sizes = [w.shape[0] for w in Ws]
+    sizes = [part.rows for part in parts]
     stats_v, stats_k = [], []
-    for i, (shape, wide), piece, multiplier, v, k in zip(indices, shapes, new.split(sizes), lam.split(sizes),
-                                                        violation.split(sizes), iterations.split(sizes)):
-        piece = piece.reshape(shape)
-        piece = piece.mT if wide else piece
-        new_weight = atoms[i].from_matrices(piece * atoms[i].polar_scale).to(weights[i].dtype)
-        out[i] = weights[i] - new_weight
-        state.multipliers[i] = multiplier.reshape(*shape[:-2], *multiplier.shape[-2:])
-        members = shape[:-3]  # (K,) for a packed run, () otherwise; then the atom's slices
-        stats_v.append(v.reshape(*members, -1).mean(dim=-1))
-        stats_k.append(k.reshape(*members, -1).mean(dim=-1))
-    return torch.stack(stats_v), torch.stack(stats_k)
+    for part, piece, multiplier, v, k in zip(parts, new.split(sizes), lam.split(sizes), violation.split(sizes),
+                                             iterations.split(sizes)):
+        group, atom = part.group, part.group.atom
+        piece = piece.reshape(part.shape)
+        piece = piece.mT if part.wide else piece
+        new_weight = atom.from_matrices((piece * atom.polar_scale).reshape(-1, *piece.shape[-3:]))
+        group.unstack(part.stacked - new_weight.reshape(part.stacked.shape).to(part.stacked.dtype), out)
+        group.unstack(multiplier.reshape(*part.shape[:-2], *multiplier.shape[-2:]), state.multipliers)
+        per_atom = part.shape[:-3]  # (atoms, K) for a packed run, (atoms,) otherwise; then the slices
+        stats_v.append(v.reshape(*per_atom, -1).mean(dim=-1))
+        stats_k.append(k.reshape(*per_atom, -1).mean(dim=-1))
+    return torch.cat(stats_v), torch.cat(stats_k)
+
+
+def _start(indices: tuple[int, ...], shape: torch.Size, state: ManifoldState, device: torch.device) -> Tensor:
+    """The group's warm start: each atom's last multiplier correction, stacked; zeros (the fresh start) unless
+    all have one of the shape of its unit matrices. Zeros, not None: the first step's compiled graph is then
+    the next steps' too."""
+    lams = [state.multipliers.get(i) for i in indices]
+    per_atom = (*shape[1:-2], shape[-1], shape[-1])
+    if any(lam is None or lam.shape != per_atom for lam in lams):
+        return torch.zeros(shape.numel() // shape[-2:].numel(), shape[-1], shape[-1], device=device)
+    stacked = torch.stack(lams) if len(lams) > 1 else lams[0].unsqueeze(0)
+    return stacked.reshape(-1, shape[-1], shape[-1])
+
+
+def _joined(tensors: list[Tensor]) -> Tensor:
+    return torch.cat(tensors) if len(tensors) > 1 else tensors[0]
 
 
 def onto_manifold(atoms: Sequence, weights: Sequence[Tensor]) -> list[Tensor]:

@@ -7,6 +7,7 @@ between steps, where the previous singular vector makes two iterations enough.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -31,19 +32,24 @@ class PowerIterationState:
             groups[(tuple(matrix.shape), matrix.device)].append(index)
         sigmas = {}
         for indices in groups.values():
-            A = torch.stack([matrices[i] for i in indices]) if len(indices) > 1 else matrices[indices[0]][None]
-            A = A.float()
-            v = torch.stack([self._vector(i, A[0]) for i in indices]).unsqueeze(-1)  # column vectors
-            for _ in range(self.iterations):
-                u = A @ v
-                u = u / u.norm(dim=-2, keepdim=True).clamp_min(1e-30)
-                v = A.mT @ u
-                sigma = v.norm(dim=-2, keepdim=True)
-                v = v / sigma.clamp_min(1e-30)
-            v, sigma = v.squeeze(-1), sigma.squeeze(-1).squeeze(-1)
-            for i, vector, value in zip(indices, v.unbind(), sigma.unbind()):
-                self.vectors[i], sigmas[i] = vector, value
+            stacked = torch.stack([matrices[i] for i in indices]) if len(indices) > 1 else matrices[indices[0]][None]
+            sigmas.update(zip(indices, self.stacked_norms(indices, stacked).unbind()))
         return sigmas
+
+    def stacked_norms(self, indices: Sequence[int], matrices: Tensor) -> Tensor:
+        """σ_max of a stack (atoms, …, m, n) of the matrices of the atoms at ``indices``, one atom per entry of
+        the leading axis, each iterating from its own vectors: shape (atoms, …)."""
+        A = matrices.float()
+        v = torch.stack([self._vector(i, A[j]) for j, i in enumerate(indices)]).unsqueeze(-1)  # column vectors
+        for _ in range(self.iterations):
+            u = A @ v
+            u = u / u.norm(dim=-2, keepdim=True).clamp_min(1e-30)
+            v = A.mT @ u
+            sigma = v.norm(dim=-2, keepdim=True)
+            v = v / sigma.clamp_min(1e-30)
+        for i, vector in zip(indices, v.squeeze(-1).unbind()):
+            self.vectors[i] = vector
+        return sigma.squeeze(-1).squeeze(-1)
 
     def _vector(self, index: int, A: Tensor) -> Tensor:
         v = self.vectors.get(index)

@@ -20,7 +20,7 @@ import inspect
 import math
 import re
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -65,6 +65,9 @@ def parameter_fans(module: nn.Module, local_name: str, shape: torch.Size) -> tup
 class TorchParameter(Atom):
     """One parameter of a plain model: its path (``transformer.h.0.attn.c_attn.weight``, its role), the module
     that holds it, and its fans. ``forward_scale`` multiplies it on its way into the model (μP's readout)."""
+
+    # where it sits in the model: the optimiser's maps never read these (equal parameters share their calls)
+    map_labels: ClassVar[tuple[str, ...]] = ("module_path", "module", "local_name")
 
     def __init__(self, path: str, module_path: str, module: nn.Module, local_name: str, shape: torch.Size):
         super().__init__(mass=1.0)

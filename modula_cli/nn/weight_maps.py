@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from .duality import dualize_atoms
+from .groups import atom_groups, map_groups
 from .manifold import DualAscent, ManifoldState, manifold_update, onto_manifold
 from .packed import per_member
 
@@ -38,12 +39,29 @@ class ScaledAtom(Protocol):
 
 def effective_weights(atoms: Sequence[ScaledAtom], stored: Sequence[Tensor]) -> list[Tensor]:
     """Stored weights (or changes of them) in tree order → the effective ones."""
-    return [atom.effective(piece) for atom, piece in zip(atoms, stored, strict=True)]
+    return _converted(atoms, stored, lambda atom, pieces: atom.effective(pieces))
 
 
 def stored_weights(atoms: Sequence[ScaledAtom], effective: Sequence[Tensor]) -> list[Tensor]:
     """Effective weights (or changes of them) in tree order → what the atoms store."""
-    return [atom.stored(piece) for atom, piece in zip(atoms, effective, strict=True)]
+    return _converted(atoms, effective, lambda atom, pieces: atom.stored(pieces))
+
+
+def _converted(atoms: Sequence[ScaledAtom], pieces: Sequence[Tensor], convert) -> list[Tensor]:
+    """``convert`` applied once per group of equal atoms whose factor is not 1 (the rest pass as they are)."""
+    out = list(pieces)
+    for group in atom_groups(atoms, pieces, [1.0] * len(pieces)):
+        if getattr(group.atom, "forward_scale", 1.0) != 1.0:
+            group.unstack(convert(group.atom, group.stack(pieces)), out)
+    return out
+
+
+def decayed(atoms: Sequence[Any], w: Sequence[Tensor], shares: Sequence[float], strength: float | Tensor) -> Weights:
+    """Each atom's weights decayed at ``strength`` × its share (by its own rule: ``regularize_piece``), equal atoms
+    in one call."""
+    decay = lambda atom, pieces, strengths: atom.stored(  # noqa: E731
+        atom.regularize_piece(atom.effective(pieces), per_member(strengths, pieces)))
+    return map_groups(atoms, w, shares, strength, decay, zero_idle=False)
 
 
 class WeightMaps:
@@ -68,18 +86,25 @@ class WeightMaps:
 
     def normalize(self, u: Sequence[Tensor], target_norm: float | Tensor = 1.0,
                   state: PowerIterationState | None = None) -> Weights:
-        """Rescale each atom's piece to its share of τ (exact spectral norms, or power iteration)."""
+        """Rescale each atom's piece to its share of τ (exact spectral norms, or power iteration); equal atoms
+        in one call (``groups``)."""
         atoms, shares = self.atom_list(), self.target_shares()
         if len(u) != len(atoms):
             raise ValueError(f"normalize: expected {len(atoms)} update tensors, got {len(u)}")
-        norms: dict[int, Tensor] = {}
-        if state is not None:  # one warm-started power iteration for all matrices of each shape
-            matrices = {i: atom.matrices(piece) for i, (atom, piece, share) in enumerate(zip(atoms, u, shares))
-                        if share > 0}
-            norms = state.spectral_norms({i: stack for i, stack in matrices.items() if stack is not None})
-        return stored_weights(atoms, [atom.normalize_piece(piece, target_norm * share, norms.get(index))
-                                      if share > 0 else torch.zeros_like(piece)
-                                      for index, (atom, piece, share) in enumerate(zip(atoms, u, shares))])
+        out: list[Tensor | None] = [None] * len(atoms)
+        for group in atom_groups(atoms, u, shares):
+            stacked, atom = group.stack(u), group.atom
+            if group.idle:
+                group.unstack(torch.zeros_like(stacked), out)
+                continue
+            norms = None
+            if state is not None and (matrices := atom.matrices(stacked)) is not None:
+                # one warm-started power iteration per group, each atom from its own vector
+                norms = state.stacked_norms(group.indices, matrices)
+                norms = norms.reshape(-1, norms.shape[-1])  # members folded, as the pieces are
+            pieces, targets = group.folded(stacked, target_norm)
+            group.unstack(atom.stored(atom.normalize_piece(pieces, targets, norms)).reshape(stacked.shape), out)
+        return out  # type: ignore[return-value]
 
     def manifold_update(self, w: Sequence[Tensor], u: Sequence[Tensor], target_norm: float | Tensor,
                         settings: DualAscent, state: ManifoldState, kinds: Sequence[str] | None = None,
@@ -93,20 +118,22 @@ class WeightMaps:
 
     def onto_manifold(self, w: Sequence[Tensor]) -> Weights:
         """Each matrix on its scaled Stiefel manifold, each embedding row at RMS 1 (to float precision)."""
-        atoms = self.atom_list()
-        return stored_weights(atoms, onto_manifold(atoms, effective_weights(atoms, w)))
+        atoms = self.atom_list()  # initial weights: each a tensor of its own, not a view of a group's
+        return [atom.stored(piece) for atom, piece in zip(atoms, onto_manifold(atoms, effective_weights(atoms, w)))]
 
     def regularize(self, w: Sequence[Tensor], strength: float | Tensor) -> Weights:
         """Weight decay split like a target norm: each atom's weights shrink by (1 − strength × its share);
         an atom that ``renormalize_each_step`` is put back on its sphere instead, whatever the strength."""
-        return [atom.stored(atom.regularize_piece(atom.effective(piece), per_member(strength * share, piece)))
-                for atom, piece, share in zip(self.atom_list(), w, self.target_shares(), strict=True)]
+        return decayed(self.atom_list(), w, self.target_shares(), strength)
 
     def renormalized(self, w: Sequence[Tensor]) -> dict[int, Tensor]:
         """Without weight decay, ``regularize`` changes only the atoms that ``renormalize_each_step``: their
         new weights, by index (the optimiser calls this after every step, so the rest is not touched)."""
-        return {i: atom.stored(atom.regularize_piece(atom.effective(w[i]), 0.0))
-                for i, atom in enumerate(self.atom_list()) if atom.renormalize_each_step}
+        atoms = self.atom_list()
+        indices = [i for i, atom in enumerate(atoms) if atom.renormalize_each_step]
+        back = lambda atom, pieces, _: atom.stored(atom.regularize_piece(atom.effective(pieces), 0.0))  # noqa: E731
+        moved = map_groups([atoms[i] for i in indices], [w[i] for i in indices], [1.0] * len(indices), 0.0, back)
+        return dict(zip(indices, moved))
 
     def project(self, w: Sequence[Tensor]) -> Weights:
         """Put every atom's weights back on their unit ball, as at initialisation."""

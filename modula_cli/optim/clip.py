@@ -8,7 +8,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..nn.packed import per_member
+from ..nn.groups import same_shapes
+from ..nn.packed import scaled_members
 
 # clip_grad_norm_'s guard against a zero norm, kept so that a clipped gradient is exactly torch's
 EPS = 1e-6
@@ -35,10 +36,13 @@ class ClipRecord:
 
 
 def global_norms(grads: list[Tensor], members: int | None) -> Tensor:
-    """The 2-norm of all gradients together, per member (shape (members,), or (1,) for one network)."""
-    lead = members or 1
-    squares = [g.detach().float().reshape(lead, -1).square().sum(dim=1) for g in grads]
-    return torch.stack(squares).sum(dim=0).sqrt()
+    """The 2-norm of all gradients together, per member (shape (members,), or (1,) for one network): as
+    ``clip_grad_norm_`` computes it, the norm of the tensors' norms, in a few operations however many there are."""
+    if members is None:
+        return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)).float()).reshape(1)
+    norms = [stacked.detach().float().reshape(len(indices), members, -1).norm(dim=-1)
+             for indices, stacked in same_shapes(grads)]  # (tensors of a shape, members) each
+    return torch.linalg.vector_norm(torch.cat(norms), dim=0)
 
 
 def clip_gradients(grads: list[Tensor], max_norm: float, record: ClipRecord, members: int | None) -> list[Tensor]:
@@ -49,4 +53,4 @@ def clip_gradients(grads: list[Tensor], max_norm: float, record: ClipRecord, mem
     record.clipped.add_((norms > max_norm).to(record.clipped.dtype))
     if members is None:  # one network: a scalar factor
         return torch._foreach_mul(grads, coefficient[0].to(grads[0].dtype))
-    return [g * per_member(coefficient, g) for g in grads]
+    return scaled_members(grads, coefficient)

@@ -26,25 +26,59 @@ def ema_weight(beta: float, t: int) -> float:
     return (1.0 - beta) ** (t / (t + 1))
 
 
+def ema_(averages: list[Tensor], values: list[Tensor], weight: Tensor | float) -> None:
+    """``a ← a + c (x − a)`` in place. A host number: one ``_foreach_lerp_``. A device scalar (a compiled step, where
+    Inductor fuses these): ``_foreach_lerp_`` would read it back to the host, three multi-tensor operations do not."""
+    if not isinstance(weight, Tensor):
+        torch._foreach_lerp_(averages, values, weight)
+        return
+    change = torch._foreach_sub(values, averages)
+    torch._foreach_mul_(change, weight)
+    torch._foreach_add_(averages, change)
+
+
+def finite_ratio(numerators: list[Tensor], denominators: list[Tensor], buffers: dict | None = None) -> list[Tensor]:
+    """``n / d`` with NaN and ±inf set to 0, written into one buffer so that the clean-up is one operation
+    however many tensors there are (torch has no multi-tensor ``nan_to_num``); the results are views of it.
+    ``buffers``: where the buffer and its views are kept between steps (they are overwritten each call)."""
+    first = numerators[0]
+    key = (tuple(n.shape for n in numerators), first.dtype, first.device)
+    if (buffers is None or key not in buffers) and any(n.dtype != first.dtype or n.device != first.device
+                                                       for n in numerators):
+        ratios = torch._foreach_div(numerators, denominators)
+        return [torch.nan_to_num_(r, nan=0.0, posinf=0.0, neginf=0.0) for r in ratios]
+    if buffers is None or key not in buffers:
+        buffer = torch.empty(sum(n.numel() for n in numerators), dtype=first.dtype, device=first.device)
+        views = [piece.view(n.shape) for piece, n in zip(buffer.split([n.numel() for n in numerators]), numerators)]
+        if buffers is not None:
+            buffers.clear()
+            buffers[key] = (buffer, views)
+    else:
+        buffer, views = buffers[key]
+    torch._foreach_copy_(views, numerators)
+    torch._foreach_div_(views, denominators)  # exactly n / d
+    buffer.nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
+    return list(views)
+
+
 def sgd_direction(state: Moments, grads: list[Tensor], cfg: OptimConfig) -> list[Tensor]:
-    torch._foreach_lerp_(state.momentum, grads, state.scalars.momentum_weight)
+    ema_(state.momentum, grads, state.scalars.ema_weights()[0])
     return state.momentum
 
 
 def adam_direction(state: Moments, grads: list[Tensor], cfg: OptimConfig,
                    eps: Sequence[float] | None = None) -> list[Tensor]:
     """``m / (√v + ε)``; ``eps``: one ε per weight in place of ``cfg.eps`` (μP's depth recipes)."""
-    torch._foreach_lerp_(state.momentum, grads, state.scalars.momentum_weight)
-    torch._foreach_lerp_(state.second_moment, torch._foreach_mul(grads, grads),
-                        state.scalars.second_moment_weight)
+    momentum_weight, second_moment_weight = state.scalars.ema_weights()
+    ema_(state.momentum, grads, momentum_weight)
+    ema_(state.second_moment, torch._foreach_mul(grads, grads), second_moment_weight)
     denominator = torch._foreach_sqrt(state.second_moment)
     if eps is not None:
         torch._foreach_add_(denominator, list(eps))
     elif cfg.eps:
         torch._foreach_add_(denominator, cfg.eps)
-    direction = torch._foreach_div(state.momentum, denominator)
     # Without ε, entries with v = 0 give 0/0: the paper turns NaN/inf into 0.
-    return [torch.nan_to_num_(u, nan=0.0, posinf=0.0, neginf=0.0) for u in direction]
+    return finite_ratio(state.momentum, denominator, getattr(state, "buffers", None))
 
 
 DIRECTIONS: dict[str, Callable[[Moments, list[Tensor], OptimConfig], list[Tensor]]] = {

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -16,11 +16,12 @@ from .modes import MODES
 @dataclass
 class StepScalars:
     """This step's numbers as device scalars: set by a fill (no host sync) and read as tensors, so a compiled
-    update never sees a changing Python number."""
+    update never sees a changing Python number; ``values`` holds them on the host for an eager step."""
 
     schedule: Tensor  # the learning-rate schedule's factor η_t / η
     momentum_weight: Tensor  # c_t(β1), the EMA weight of the new gradient in the momentum
     second_moment_weight: Tensor  # c_t(β2), the same for Adam's second moment
+    values: tuple[float, float, float] = (0.0, 0.0, 0.0)  # the three, as set
 
     @classmethod
     def on(cls, device: torch.device) -> StepScalars:
@@ -30,6 +31,14 @@ class StepScalars:
         self.schedule.fill_(schedule)
         self.momentum_weight.fill_(momentum_weight)
         self.second_moment_weight.fill_(second_moment_weight)
+        self.values = (schedule, momentum_weight, second_moment_weight)
+
+    def ema_weights(self) -> tuple[Tensor | float, Tensor | float]:
+        """c_t(β1) and c_t(β2) as an EMA reads them: host numbers in an eager step (one ``_foreach_lerp_`` each,
+        which reads a tensor weight back to the host), the device scalars in a compiled one (no recompile)."""
+        if torch.compiler.is_compiling():
+            return self.momentum_weight, self.second_moment_weight
+        return self.values[1], self.values[2]
 
 
 @dataclass
@@ -40,6 +49,7 @@ class OptimState:
     mode_state: Any = None  # what the mode's init_state made (power-iteration vectors, multipliers), or None
     scalars: StepScalars | None = None
     clip: ClipRecord | None = None  # with optim.grad_clip: each member's last norm and clipped-step count
+    buffers: dict = field(default_factory=dict, repr=False)  # scratch reused between steps, never saved
 
     def subset(self, indices: list[int]) -> OptimState:
         """The state of the weights at ``indices`` (the same tensors: an in-place step on it is a step on this)."""

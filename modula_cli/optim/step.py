@@ -3,14 +3,14 @@
 
 from __future__ import annotations
 
-import functools
+import copy
 from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
 from ..nn import Module
-from ..nn.packed import per_member
+from ..nn.packed import kept_members
 from .clip import clip_gradients
 from .config import OptimConfig
 from .directions import ema_weight
@@ -21,17 +21,17 @@ from .state import OptimState
 
 def optimizer_step(net: Module, weights: list[Tensor], grads: list[Tensor], state: OptimState, cfg: OptimConfig,
                    t: int, total_steps: int, base_lr: Tensor | None = None, active: Tensor | None = None,
-                   compile: bool = False) -> Tensor:
+                   update: Callable[..., Tensor] | None = None) -> Tensor:
     """One update of ``weights`` in place at step t (0-based); returns the learning rate used (a tensor).
 
     Packed sweeps stack K networks on a leading axis: ``base_lr`` then holds one LR per network and
-    ``active`` (bool, K) freezes the networks that diverged. ``compile`` runs the update through
-    ``torch.compile`` (compiled once: every per-step number reaches it as a tensor).
+    ``active`` (bool, K) freezes the networks that diverged. ``update``: ``apply_update`` compiled
+    (``run.compiled``; compiled once: every per-step number reaches it as a tensor), used where the mode allows.
     """
     state.scalars.set(lr_factor(cfg, t, total_steps), ema_weight(cfg.beta1, t), ema_weight(cfg.beta2, t))
     base = single_lr(cfg) if base_lr is None else base_lr
-    eager = MODES[cfg.mode].runs_eagerly(state.mode_state)
-    update = _compiled_update() if compile and not eager else apply_update
+    if update is None or MODES[cfg.mode].runs_eagerly(state.mode_state):
+        update = apply_update
     return update(net, weights, grads, state, cfg, base, active)
 
 
@@ -56,7 +56,7 @@ def apply_update(net: Module, weights: list[Tensor], grads: list[Tensor], state:
     u = mode.direction(net, state, grads, cfg)
     delta = mode.update(net, weights, u, lr, state.mode_state, cfg)
     if active is not None:
-        delta = [torch.where(per_member(active, d).bool(), d, torch.zeros_like(d)) for d in delta]
+        delta = kept_members(delta, active.bool())
     torch._foreach_sub_(weights, delta)
     if cfg.wd:
         decayed = mode.regularize(net, weights, lr * cfg.wd)
@@ -69,6 +69,16 @@ def apply_update(net: Module, weights: list[Tensor], grads: list[Tensor], state:
     return lr
 
 
-@functools.cache
-def _compiled_update() -> Callable[..., Tensor]:
-    return torch.compile(apply_update)
+def update_restore_point(args: tuple) -> Callable[[], None]:
+    """What a call of ``apply_update`` with ``args`` changes in place (the weights, the optimiser state), saved;
+    returns what puts it back (a compiled update that failed part-way is then run eagerly from the same point)."""
+    weights, state = args[1], args[3]
+    saved_weights = [w.detach().clone() for w in weights]
+    saved_state = copy.deepcopy(vars(state))
+
+    def restore() -> None:
+        with torch.no_grad():
+            torch._foreach_copy_(weights, saved_weights)
+        vars(state).update(saved_state)
+
+    return restore

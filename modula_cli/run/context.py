@@ -23,8 +23,10 @@ from ..nn import Module, layer_roles
 from ..nn.loss import grads_of, losses_and_hits
 from ..nn.torch_network import TorchNetwork
 from ..optim import MODES, OptimConfig, build_network, init_state
+from ..optim.step import apply_update, update_restore_point
 from ..plumbing import environment
 from ..plumbing.device import resolve_device
+from .compiled import Compiled
 from .state import RunState
 
 log = logging.getLogger(__name__)
@@ -44,6 +46,7 @@ class RunContext:
     compute: Callable[..., tuple[torch.Tensor, list[torch.Tensor]]]
     eval_batches: list[tuple[torch.Tensor, torch.Tensor]]  # shared by every member (and seed)
     seed_index: torch.Tensor | None = None  # packed: each member's position among the run's seeds
+    update: Callable[..., torch.Tensor] | None = None  # train.compile: the compiled optimiser update
 
     @classmethod
     def build(cls, config: RunConfig, members: Members, rank: int, world: int) -> RunContext:
@@ -73,7 +76,9 @@ class RunContext:
                 raise ValueError("; ".join(problems))
         if train.compile:  # a sweep compiles many configurations in one process: start each afresh
             torch.compiler.reset()
-        ctx.compute = torch.compile(ctx.loss_and_grads) if train.compile else ctx.loss_and_grads
+        ctx.compute = Compiled(ctx.loss_and_grads, "the model step") if train.compile else ctx.loss_and_grads
+        if train.compile:
+            ctx.update = Compiled(apply_update, f"the optim.mode={ctx.opt.mode} update", update_restore_point)
         return ctx
 
     @property

@@ -44,7 +44,7 @@ def run_loop(ctx: RunContext, state: RunState, out: RunLoggers, batches: Prefetc
         loss, grads, stop = _all_reduce(ctx, loss, grads)
         before = [w.detach().clone() for w in state.weights] if layers and layers.due(t) else None
         lr = optimizer_step(ctx.net, state.weights, grads, state.optim, ctx.opt, t, steps, base_lr=lrs,
-                            active=active, compile=train.compile)
+                            active=active, update=ctx.update)
         state.record_loss(t, loss)
         state.step, state.elapsed = t + 1, state.elapsed + time.perf_counter() - tick
         last = t == ctx.iterations - 1

@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 from ...nn import Module
+from ...nn.packed import scaled_members
 from ..config import OptimConfig
 from ..directions import DIRECTIONS
 
@@ -103,3 +104,25 @@ class Mode:
     def summary_fields(self, cfg: OptimConfig, device: torch.device) -> dict[str, Any]:
         """Extra fields of each run's summary.json."""
         return {}
+
+
+def scaled(pieces: list[Tensor], factor: Tensor) -> list[Tensor]:
+    """Each piece times ``factor``: one multi-tensor operation for a 0-d factor, per piece for one factor per
+    packed member ((K,))."""
+    if factor.ndim == 0:
+        return list(torch._foreach_mul(pieces, factor)) if pieces else []
+    return scaled_members(pieces, factor)
+
+
+def scaled_each(pieces: list[Tensor], lr: Tensor, factors: list[float]) -> list[Tensor]:
+    """``piece × lr × factor`` for each piece, one operation per distinct factor (a network has few)."""
+    if len(pieces) != len(factors):
+        raise ValueError(f"expected {len(factors)} update tensors, one per layer, got {len(pieces)}")
+    out: list[Tensor] = [None] * len(pieces)  # type: ignore[list-item]
+    by_factor: dict[float, list[int]] = {}
+    for index, factor in enumerate(factors):
+        by_factor.setdefault(factor, []).append(index)
+    for factor, indices in by_factor.items():
+        for index, piece in zip(indices, scaled([pieces[i] for i in indices], lr * factor)):
+            out[index] = piece
+    return out

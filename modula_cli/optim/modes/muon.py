@@ -30,13 +30,15 @@ import torch
 from torch import Tensor
 
 from ...nn import Embed, MatrixAtom, Module
+from ...nn.groups import atom_groups
+from ...nn.weight_maps import decayed
 from ...nn.orthogonalize import iteration_dtype, orthogonalize
 from ...nn.packed import per_member
 from ...nn.torch_network import TorchNetwork, TorchParameter
 from ..config import OptimConfig
 from ..mode_settings import MUON_SCALES
 from ..directions import DIRECTIONS
-from .base import Mode
+from .base import Mode, scaled
 
 READOUT_ROLE = "output"
 
@@ -151,50 +153,48 @@ class Muon(Mode):
         momentum = [state.momentum[i] for i in hidden]
         hidden_grads = [grads[i] for i in hidden]
         torch._foreach_lerp_(momentum, hidden_grads, 1 - cfg.muon.momentum)
-        for index, grad, buffer in zip(hidden, hidden_grads, momentum):
-            u[index] = grad.lerp(buffer, cfg.muon.momentum)  # Nesterov: (1−μ)g + μm
+        nesterov = torch._foreach_lerp(hidden_grads, momentum, cfg.muon.momentum)  # (1−μ)g + μm
+        for index, piece in zip(hidden, nesterov):
+            u[index] = piece
         return u
 
     def update(self, net: Module, weights: list[Tensor], u: list[Tensor], lr: Tensor, state: Any,
                cfg: OptimConfig) -> list[Tensor]:
         prepared = parametrisation_of(net)
         atoms = net.atom_list()
-        polars = orthogonalized({i: as_matrix(atoms[i], u[i]) for i in prepared.hidden}, cfg.muon.ns_steps,
-                                iteration_dtype(cfg.ortho.dtype, weights[0].device))
-        delta, ratio = [], prepared.adam_ratio
-        for index, (atom, weight, piece, layer) in enumerate(zip(atoms, weights, u, prepared.layers, strict=True)):
-            if not layer.hidden:
-                delta.append(piece * per_member(lr * ratio, piece))
-                continue
-            step = atom.stored(from_matrix(atom, polars[index])) * per_member(lr * layer.scale, piece)
+        delta: list[Tensor] = [None] * len(atoms)  # type: ignore[list-item]
+        others = prepared.others
+        for index, step in zip(others, scaled([u[i] for i in others], lr * prepared.adam_ratio)):
+            delta[index] = step
+        hidden = prepared.hidden
+        hidden_u, hidden_steps = [u[i] for i in hidden], [None] * len(hidden)
+        iter_dtype = iteration_dtype(cfg.ortho.dtype, weights[0].device)
+        # equal hidden matrices (of one scale) in one batched call: a GPT's blocks share their shapes
+        for group in atom_groups([atoms[i] for i in hidden], hidden_u, [prepared.layers[i].scale for i in hidden]):
+            stacked = group.stack(hidden_u)
+            polar = orthogonalize(as_matrix(group.atom, stacked), method="muon", steps=cfg.muon.ns_steps,
+                                  iter_dtype=iter_dtype, margin=0.0)
+            step = group.atom.stored(from_matrix(group.atom, polar))
+            folded, steps = group.folded(step, lr)  # lr × each layer's scale
+            step = (folded * per_member(steps, folded)).reshape(step.shape)
             if cfg.wd:  # torch.optim.Muon's decay, before the step and at the unscaled LR: w ← w(1 − lr·wd)
-                step = step + weight * per_member(lr * cfg.wd, weight)
-            delta.append(step)
+                weight = group.stack([weights[i] for i in hidden])
+                decay = per_member(lr * cfg.wd, weight[0])  # (K, 1, …) for packed members: behind the layers' axis
+                step = step + weight * (decay.unsqueeze(0) if decay.ndim else decay)
+            group.unstack(step, hidden_steps)
+        for index, step in zip(hidden, hidden_steps):
+            delta[index] = step
         return delta
 
     def regularize(self, net: Module, weights: list[Tensor], strength: Tensor) -> list[Tensor]:
         # the hidden matrices decayed with their step (``update``); the rest at the base optimiser's LR
         prepared = parametrisation_of(net)
-        return [w if layer.hidden else atom.stored(atom.regularize_piece(
-                    atom.effective(w), per_member(strength * prepared.adam_ratio, w)))
-                for atom, w, layer in zip(net.atom_list(), weights, prepared.layers, strict=True)]
+        shares = [0.0 if layer.hidden else prepared.adam_ratio for layer in prepared.layers]
+        return [w if layer.hidden else piece for w, piece, layer in
+                zip(weights, decayed(net.atom_list(), weights, shares, strength), prepared.layers, strict=True)]
 
     def summary_fields(self, cfg: OptimConfig, device: torch.device) -> dict[str, Any]:
         return {"muon_scale": cfg.muon.scale}
-
-
-def orthogonalized(matrices: dict[int, Tensor], steps: int, iter_dtype: torch.dtype | None) -> dict[int, Tensor]:
-    """Newton–Schulz of each matrix on its own, the matrices of one shape in one batched call (a GPT's blocks share
-    their shapes: one call per shape, not per layer)."""
-    by_shape: dict[tuple[int, ...], list[int]] = {}
-    for index, matrix in matrices.items():
-        by_shape.setdefault(tuple(matrix.shape), []).append(index)
-    polars: dict[int, Tensor] = {}
-    for indices in by_shape.values():
-        stacked = torch.stack([matrices[i] for i in indices])
-        polar = orthogonalize(stacked, method="muon", steps=steps, iter_dtype=iter_dtype, margin=0.0)
-        polars.update(zip(indices, polar.unbind(0)))
-    return polars
 
 
 def parametrisation_of(net: Module) -> MuonParametrisation:

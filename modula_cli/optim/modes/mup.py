@@ -39,11 +39,11 @@ import torch
 from torch import Tensor, nn
 
 from ...nn import FunctionalAttention, Module, layer_names, layer_roles
-from ...nn.packed import per_member
 from ...nn.torch_network import TorchNetwork
+from ...nn.weight_maps import decayed
 from ..config import OptimConfig
 from ..directions import DIRECTIONS, adam_direction
-from .base import Resizer
+from .base import Resizer, scaled_each
 from .muon import readout_of
 from .mup_depth import arch_problems, scaled_arch, with_depth
 from .mup_rules import (QUERY_ROLE, READOUT_ROLE, LayerRule, MupError, MupParametrisation, init_rms, layer_rule,
@@ -234,14 +234,13 @@ class Mup(Unnormed):
 
     def update(self, net: Module, weights: list[Tensor], u: list[Tensor], lr: Tensor, state: Any,
                cfg: OptimConfig) -> list[Tensor]:
-        return [piece * per_member(lr * rule.lr, piece) for piece, rule in zip(u, rules_of(net), strict=True)]
+        return scaled_each(u, lr, [rule.lr for rule in rules_of(net)])
 
     def regularize(self, net: Module, weights: list[Tensor], strength: Tensor) -> list[Tensor]:
         # decoupled decay at the global LR for every layer, not split by the modular norm's shares: what mup's
         # MuAdamW (lr/m · wd·m) amounts to; each atom's own rule still applies (the paper variant's unit
         # embedding rows go back on their sphere)
-        return [atom.stored(atom.regularize_piece(atom.effective(w), per_member(strength * rule.decay, w)))
-                for atom, w, rule in zip(net.atom_list(), weights, rules_of(net), strict=True)]
+        return decayed(net.atom_list(), weights, [rule.decay for rule in rules_of(net)], strength)
 
     def problems(self, cfg: OptimConfig, roles: tuple[str, ...] | None, arch: Any = None) -> list[str]:
         problems = []

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from torch import Tensor
 
 from ...nn import Module
-from ...nn.packed import per_member
 from ..config import OptimConfig
-from .base import Mode
+from .base import Mode, scaled
 
 
 class Unnormed(Mode):
@@ -25,6 +23,4 @@ class Unnormed(Mode):
 
     def update(self, net: Module, weights: list[Tensor], u: list[Tensor], lr: Tensor, state: Any,
                cfg: OptimConfig) -> list[Tensor]:
-        if lr.ndim:  # one LR per stacked network
-            return [piece * per_member(lr, piece) for piece in u]
-        return torch._foreach_mul(u, lr)
+        return scaled(u, lr)  # one LR per stacked network, or one for all
