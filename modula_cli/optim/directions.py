@@ -9,6 +9,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
+from ..nn.groups import dense_order
 from .config import OptimConfig
 
 
@@ -49,7 +50,7 @@ def finite_ratio(numerators: list[Tensor], denominators: list[Tensor], buffers: 
         return [torch.nan_to_num_(r, nan=0.0, posinf=0.0, neginf=0.0) for r in ratios]
     if buffers is None or key not in buffers:
         buffer = torch.empty(sum(n.numel() for n in numerators), dtype=first.dtype, device=first.device)
-        views = [piece.view(n.shape) for piece, n in zip(buffer.split([n.numel() for n in numerators]), numerators)]
+        views = [laid_out_like(piece, n) for piece, n in zip(buffer.split([n.numel() for n in numerators]), numerators)]
         if buffers is not None:
             buffers.clear()
             buffers[key] = (buffer, views)
@@ -59,6 +60,15 @@ def finite_ratio(numerators: list[Tensor], denominators: list[Tensor], buffers: 
     torch._foreach_div_(views, denominators)  # exactly n / d
     buffer.nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
     return list(views)
+
+
+def laid_out_like(piece: Tensor, like: Tensor) -> Tensor:
+    """``piece`` (a flat run of ``like.numel()`` numbers) as a tensor of ``like``'s shape and, where ``like`` is a
+    permuted dense tensor (a transposed matrix), its strides too (``groups.stacked`` says why)."""
+    order = dense_order(like)
+    if order is None:
+        return piece.view(like.shape)
+    return piece.view([like.shape[d] for d in order]).permute([order.index(d) for d in range(like.ndim)])
 
 
 def sgd_direction(state: Moments, grads: list[Tensor], cfg: OptimConfig) -> list[Tensor]:
