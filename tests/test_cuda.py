@@ -50,8 +50,7 @@ MEASURED_DROP = {"normed": 2.20, "dualized": 2.46, "manifold": 2.48}
 
 @pytest.mark.parametrize("mode", ["normed", "dualized", "manifold"])
 def test_tiny_gpt_learns_on_cuda_in_bfloat16_compiled(mode, tmp_path, tiny_text_root, monkeypatch):
-    extra = [] if mode == "manifold" else ["train.compile=true"]  # manifold's dual ascent is not compiled
-    cfg = on_cuda(tiny_text_root, f"optim.mode={mode}", "train.steps=30", "train.dtype=bfloat16", *extra)
+    cfg = on_cuda(tiny_text_root, f"optim.mode={mode}", "train.steps=30", "train.dtype=bfloat16", "train.compile=true")
     seen = record_first_update(monkeypatch)
     summary = train(cfg, tmp_path / "run").summary
     losses = [loss for _, loss, _ in read_losses(tmp_path / "run") if loss is not None]

@@ -26,10 +26,11 @@ NO_KERNEL = frozenset({
     "aten::flatten", "aten::unflatten", "aten::view_as", "aten::contiguous", "aten::size", "aten::stride",
     "aten::is_same_size", "aten::diagonal",
 })
-# operators that wait for the device: a scalar read back to Python, or an output whose size depends on values
+# operators that wait for the device: a scalar read back to Python (``item``, ``bool(t)``, ``float(t)`` all end in
+# ``_local_scalar_dense``, counted once), or an output whose size depends on the values
 HOST_SYNCS = frozenset({
-    "aten::_local_scalar_dense", "aten::item", "aten::is_nonzero", "aten::nonzero", "aten::masked_select",
-    "aten::_unique2", "aten::unique_consecutive", "aten::equal", "aten::allclose",
+    "aten::_local_scalar_dense", "aten::nonzero", "aten::masked_select", "aten::_unique2",
+    "aten::unique_consecutive", "aten::equal",
 })
 
 
