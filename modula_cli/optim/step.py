@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -70,15 +70,28 @@ def apply_update(net: Module, weights: list[Tensor], grads: list[Tensor], state:
 
 
 def update_restore_point(args: tuple) -> Callable[[], None]:
-    """What a call of ``apply_update`` with ``args`` changes in place (the weights, the optimiser state), saved;
-    returns what puts it back (a compiled update that failed part-way is then run eagerly from the same point)."""
+    """What a call of ``apply_update`` with ``args`` changes in place (the weights, the optimiser state), saved in
+    host memory (a copy beside them on the device could exhaust it at a large model's first step); returns what
+    puts it back (a compiled update that failed part-way then runs eagerly from the same point)."""
     weights, state = args[1], args[3]
-    saved_weights = [w.detach().clone() for w in weights]
-    saved_state = copy.deepcopy(vars(state))
+    saved_weights = [w.detach().to("cpu", copy=True) for w in weights]
+    saved_state = _on_host(state.state_dict())
 
     def restore() -> None:
         with torch.no_grad():
-            torch._foreach_copy_(weights, saved_weights)
-        vars(state).update(saved_state)
+            for weight, saved in zip(weights, saved_weights, strict=True):
+                weight.copy_(saved)
+        state.load_state_dict(saved_state, weights[0].device)
 
     return restore
+
+
+def _on_host(tree: Any) -> Any:
+    """A copy of ``tree`` (dicts, lists, tensors) with every tensor copied to host memory."""
+    if isinstance(tree, Tensor):
+        return tree.detach().to("cpu", copy=True)
+    if isinstance(tree, dict):
+        return {key: _on_host(value) for key, value in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_on_host(value) for value in tree)
+    return tree
