@@ -44,8 +44,10 @@ def finite_ratio(numerators: list[Tensor], denominators: list[Tensor], buffers: 
     ``buffers``: where the buffer and its views are kept between steps (they are overwritten each call)."""
     first = numerators[0]
     key = (tuple(n.shape for n in numerators), first.dtype, first.device)
-    if (buffers is None or key not in buffers) and any(n.dtype != first.dtype or n.device != first.device
-                                                       for n in numerators):
+    if torch.compiler.is_compiling() or ((buffers is None or key not in buffers) and any(
+            n.dtype != first.dtype or n.device != first.device for n in numerators)):
+        # compiled, Inductor fuses the clean-up into the division, and a buffer made at the first call would
+        # make the second call compile again
         ratios = torch._foreach_div(numerators, denominators)
         return [torch.nan_to_num_(r, nan=0.0, posinf=0.0, neginf=0.0) for r in ratios]
     if buffers is None or key not in buffers:

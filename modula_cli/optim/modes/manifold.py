@@ -29,6 +29,11 @@ class Manifold(Mode):
     def init_state(self, weights: list[Tensor], cfg: OptimConfig) -> ManifoldState:
         return ManifoldState()
 
+    def runs_eagerly(self, state: ManifoldState) -> bool:
+        # the first step fills the state (each atom's kind, the multipliers): compiled from the second, the step
+        # compiles once instead of twice
+        return state.kinds is None
+
     def initial_weights(self, net: Module, weights: list[Tensor]) -> list[Tensor]:
         return net.onto_manifold(weights)  # a Gaussian initialisation is not on the manifold
 
