@@ -42,26 +42,34 @@ def finite_ratio(numerators: list[Tensor], denominators: list[Tensor], buffers: 
     """``n / d`` with NaN and ±inf set to 0, written into one buffer so that the clean-up is one operation
     however many tensors there are (torch has no multi-tensor ``nan_to_num``); the results are views of it.
     ``buffers``: where the buffer and its views are kept between steps (they are overwritten each call)."""
-    first = numerators[0]
-    key = (tuple(n.shape for n in numerators), first.dtype, first.device)
-    if torch.compiler.is_compiling() or ((buffers is None or key not in buffers) and any(
-            n.dtype != first.dtype or n.device != first.device for n in numerators)):
-        # compiled, Inductor fuses the clean-up into the division, and a buffer made at the first call would
-        # make the second call compile again
+    # Compiled, Inductor fuses the clean-up into the division (and a buffer made at the first call would make
+    # the second compile again); tensors of several dtypes or devices cannot share one buffer.
+    held = None if torch.compiler.is_compiling() else _ratio_buffer(numerators, buffers)
+    if held is None:
         ratios = torch._foreach_div(numerators, denominators)
         return [torch.nan_to_num_(r, nan=0.0, posinf=0.0, neginf=0.0) for r in ratios]
-    if buffers is None or key not in buffers:
-        buffer = torch.empty(sum(n.numel() for n in numerators), dtype=first.dtype, device=first.device)
-        views = [laid_out_like(piece, n) for piece, n in zip(buffer.split([n.numel() for n in numerators]), numerators)]
-        if buffers is not None:
-            buffers.clear()
-            buffers[key] = (buffer, views)
-    else:
-        buffer, views = buffers[key]
+    buffer, views = held
     torch._foreach_copy_(views, numerators)
     torch._foreach_div_(views, denominators)  # exactly n / d
     buffer.nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
     return list(views)
+
+
+def _ratio_buffer(like: list[Tensor], buffers: dict | None) -> tuple[Tensor, list[Tensor]] | None:
+    """One buffer and its views shaped (and laid out) as ``like``, kept in ``buffers``; None when ``like`` mixes
+    dtypes or devices."""
+    first = like[0]
+    key = (tuple(t.shape for t in like), first.dtype, first.device)
+    if buffers is not None and key in buffers:
+        return buffers[key]
+    if any(t.dtype != first.dtype or t.device != first.device for t in like):
+        return None
+    buffer = torch.empty(sum(t.numel() for t in like), dtype=first.dtype, device=first.device)
+    held = buffer, [laid_out_like(piece, t) for piece, t in zip(buffer.split([t.numel() for t in like]), like)]
+    if buffers is not None:
+        buffers.clear()
+        buffers[key] = held
+    return held
 
 
 def laid_out_like(piece: Tensor, like: Tensor) -> Tensor:

@@ -189,9 +189,12 @@ class Muon(Mode):
     def regularize(self, net: Module, weights: list[Tensor], strength: Tensor) -> list[Tensor]:
         # the hidden matrices decayed with their step (``update``); the rest at the base optimiser's LR
         prepared = parametrisation_of(net)
-        shares = [0.0 if layer.hidden else prepared.adam_ratio for layer in prepared.layers]
-        return [w if layer.hidden else piece for w, piece, layer in
-                zip(weights, decayed(net.atom_list(), weights, shares, strength), prepared.layers, strict=True)]
+        atoms, others, out = net.atom_list(), prepared.others, list(weights)
+        moved = decayed([atoms[i] for i in others], [weights[i] for i in others], [prepared.adam_ratio] * len(others),
+                        strength)
+        for index, piece in zip(others, moved):
+            out[index] = piece
+        return out
 
     def summary_fields(self, cfg: OptimConfig, device: torch.device) -> dict[str, Any]:
         return {"muon_scale": cfg.muon.scale}
