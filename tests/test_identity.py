@@ -95,21 +95,44 @@ def test_a_packed_jobs_progress_label_is_whole_where_its_folder_name_is_cut():
     assert job_label(["optim.lr=0.25", "arch.width=64"]) == run_name(["optim.lr=0.25", "arch.width=64"])
 
 
+def test_a_block_settings_new_spelling_names_the_folder_its_runs_were_finished_in():
+    """The committed tables' runs that set a mode's setting (``muon_scale=…``, ``muon_adam_ratio=…``,
+    ``mup_depth=…``) were trained before the settings moved into blocks: the same sweep typed with the block
+    spelling (``optim.muon.scale``) must name the same folders, or a relaunch would train them all again."""
+    import csv
+
+    from modula_cli.config.identity import run_name
+
+    full = {"lr": "optim.lr", "seed": "train.seed", "mode": "optim.mode", "width": "arch.width",
+            "depth": "arch.depth", "arch": "arch", "context": "data.context", "muon_scale": "optim.muon.scale",
+            "muon_adam_ratio": "optim.muon.adam_ratio", "mup_depth": "optim.mup.depth"}
+    blocks = {"muon_scale", "muon_adam_ratio", "mup_depth"}
+    names = [row["run"] for table in sorted((Path(__file__).parents[1] / "docs" / "results").rglob("results.csv"))
+             for row in csv.DictReader(table.open()) if {p.partition("=")[0] for p in row["run"].split(",")} & blocks]
+    assert len(names) >= 450  # depth_recipes, own_model_width, own_model_muon_ratio, own_model_hf_gpt2, …
+    for name in names:
+        overrides = [f"{full[key]}={value}" for key, _, value in (part.partition("=") for part in name.split(","))]
+        assert run_name(overrides) == name, overrides
+
+
 def test_every_loop_setting_has_an_identity_decision():
-    """A train.* or optim.* setting added to the schema without saying whether it changes a run's numbers, and
-    which value finished runs had, would change (or silently keep) every finished run's fingerprint: each is
-    in exactly one of NOT_NUMERIC and the numeric registries (FINGERPRINTED, LATER_DEFAULTS, ONLY_WHEN), and
-    every entry of those names a setting that exists."""
+    """A train.*, optim.*, arch.* or data.* setting added to the schema without saying whether it changes a run's
+    numbers, and which value finished runs had, would change (or silently keep) every finished run's fingerprint:
+    each is in exactly one of NOT_NUMERIC and the numeric registries (FINGERPRINTED, LATER_DEFAULTS, ONLY_WHEN),
+    and every entry of those names a setting that exists (data.*: or a dataset builder's option, data.num_proc)."""
     import dataclasses
 
     from modula_cli.config.identity import FINGERPRINTED, LATER_DEFAULTS, NOT_NUMERIC, ONLY_WHEN
     from modula_cli.config.schema import TrainConfig
+    from modula_cli.data.config import DataConfig
+    from modula_cli.models.config import ArchConfig
     from modula_cli.optim.config import OptimConfig
 
     from modula_cli.optim.mode_settings import BLOCKS, FLAT_NAMES
 
     # a block's settings by the flat names the registries use (optim.mup.base_width is optim.mup_base_width)
-    schema = {f"{group}.{field.name}" for group, config in (("train", TrainConfig), ("optim", OptimConfig))
+    groups = (("train", TrainConfig), ("optim", OptimConfig), ("arch", ArchConfig), ("data", DataConfig))
+    schema = {f"{group}.{field.name}" for group, config in groups
               for field in dataclasses.fields(config) if not (group == "optim" and field.name in BLOCKS)}
     schema |= {f"optim.{FLAT_NAMES[f'{block}.{field.name}']}" for block, settings in BLOCKS.items()
                for field in dataclasses.fields(settings)}
@@ -117,7 +140,7 @@ def test_every_loop_setting_has_an_identity_decision():
     undecided = sorted(schema - numeric - NOT_NUMERIC)
     assert undecided == [], f"no identity decision for {undecided} (config/identity.py)"
     assert sorted(numeric & NOT_NUMERIC) == [] and sorted(FINGERPRINTED & set(LATER_DEFAULTS)) == []
-    stale = sorted(key for key in numeric | NOT_NUMERIC if key.startswith(("train.", "optim.")) and key not in schema)
+    stale = sorted(key for key in numeric | NOT_NUMERIC if key not in schema and key != "data.num_proc")
     assert stale == [], f"decided but not in the schema: {stale}"
 
 
@@ -163,14 +186,39 @@ def test_an_old_spelling_on_the_command_line_is_read_with_one_line(tmp_path):
                     "release", "optim.ortho is now optim.ortho.method; the old spelling is read until the next release"]
 
 
-def test_an_old_spelling_in_a_config_file_is_one_line_naming_the_new_one():
-    """A config file that still sets optim.mup_base_width (the optim group takes any key) is refused before any
-    run in one line per setting, naming the block spelling: read as nothing, it would train μP at the default."""
+def test_an_old_spelling_in_a_config_file_is_read_with_one_line():
+    """A config file that still sets optim.mup_base_width or optim.ortho: svd (the optim group takes any key) trains
+    as its block spelling would, the same fingerprint, saying the new spelling once per setting: read as nothing,
+    it would train μP at the default."""
     from modula_cli.config.validate import config_problems
 
-    cfg = compose_config("optim.mode=mup", "+optim.mup_base_width=64", "+optim.ortho_steps=3")
-    assert config_problems(cfg) == [
-        "optim.mup_base_width is now optim.mup.base_width: rename it in the config file that sets it (the command "
-        "line still reads the old spelling)",
-        "optim.ortho_steps is now optim.ortho.steps: rename it in the config file that sets it (the command line "
-        "still reads the old spelling)"]
+    cfg = compose_config("optim.mode=mup", "+optim.mup_base_width=64", "+optim.ortho_steps=3", "optim.ortho=svd")
+    with pytest.warns(FutureWarning) as said:
+        assert config_problems(cfg) == []
+    assert sorted(str(w.message) for w in said) == [
+        f"optim.{old} is now optim.{new}; the old spelling is read until the next release"
+        for old, new in (("mup_base_width", "mup.base_width"), ("ortho", "ortho.method"),
+                         ("ortho_steps", "ortho.steps"))]
+    assert "mup_base_width" not in cfg.optim and "ortho_steps" not in cfg.optim
+    assert (cfg.optim.mup.base_width, cfg.optim.ortho.steps, cfg.optim.ortho.method) == (64, 3, "svd")
+    new = compose_config("optim.mode=mup", "optim.mup.base_width=64", "optim.ortho.steps=3", "optim.ortho.method=svd")
+    assert fingerprint(cfg) == fingerprint(new) != fingerprint(compose_config("optim.mode=mup"))
+
+
+def test_a_run_config_saved_before_the_blocks_builds_its_optimiser():
+    """modula_cli.optimizer(model, "…/config.yaml") on a run finished before the settings blocks: its saved optim
+    node has the flat keys only (no block), and gives the settings the run trained with."""
+    from omegaconf import OmegaConf
+
+    from modula_cli.config.validate import checked_optim
+
+    cfg = compose_config("optim.mode=muon")
+    saved = OmegaConf.to_container(cfg, resolve=True)
+    for block in ("normed", "ortho", "manifold", "mup", "muon"):
+        del saved["optim"][block]
+    saved["optim"].update(muon_scale="spectral", muon_adam_ratio=0.5, ortho="svd", power_iterations=3)
+    with pytest.warns(FutureWarning):
+        opt = checked_optim(OmegaConf.create(saved))
+    assert (opt.muon.scale, opt.muon.adam_ratio, opt.ortho.method, opt.normed.power_iterations) == (
+        "spectral", 0.5, "svd", 3)
+    assert opt.mup.base_width == 32  # a block the saved config lacks: its defaults

@@ -48,9 +48,12 @@ ONLY_WHEN = {
     "optim.decay_on": lambda optim: bool(optim.get("wd")),  # no weight decay: nothing to choose weights for
 }
 # Settings in every fingerprint from the first run that had them (a mode's own: from its mode's first run), so no
-# default stands for older runs. With NOT_NUMERIC, LATER_DEFAULTS and ONLY_WHEN this decides every train.* and
-# optim.* setting of the schema: a new one must be added to one of them (tests/test_identity.py checks).
+# default stands for older runs. With NOT_NUMERIC, LATER_DEFAULTS and ONLY_WHEN this decides every setting of the
+# train, optim, arch and data schemas: a new one must be added to one of them (tests/test_identity.py checks).
 FINGERPRINTED = frozenset({
+    "arch.name", "arch.width", "arch.depth", "arch.heads", "arch.block_depth", "arch.blocks_mass", "arch.loss_window",
+    "arch.kernel_size", "arch.readout", "arch.targets_keyword",
+    "data.name", "data.context", "data.max_context",
     "train.steps", "train.batch_size", "train.eval_every", "train.eval_batches", "train.seed", "train.dtype",
     "train.diverge_factor",
     "optim.name", "optim.mode", "optim.lr", "optim.beta1", "optim.beta2", "optim.eps", "optim.wd",
@@ -224,6 +227,13 @@ def _short_number(value: str) -> str:
         return value
 
 
+def flat_key(key: str) -> str:
+    """``optim.muon.adam_ratio`` → ``optim.muon_adam_ratio``: a block setting by the flat name the registries
+    above and the run folders of runs finished before the blocks use (``mode_settings.FLAT_NAMES``)."""
+    group, _, rest = key.partition(".")
+    return f"optim.{FLAT_NAMES[rest]}" if group == "optim" and rest in FLAT_NAMES else key
+
+
 def run_name(task_overrides: list[str]) -> str:
     """The folder of one grid point: its number-changing overrides, short (``lr=0.25,width=64``).
 
@@ -233,6 +243,7 @@ def run_name(task_overrides: list[str]) -> str:
     items: dict[str, str] = {}
     for override in task_overrides:
         key, _, value = override.lstrip("+~").partition("=")
+        key = flat_key(key)  # a block's spelling names the folder its flat one named: finished runs are found
         if key.partition(".")[0] == "variant":
             continue  # the sweep folder names the variant (…_paper): typing the default changes no run folder
 

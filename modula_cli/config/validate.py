@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
@@ -14,7 +15,7 @@ from ..models import (ARCHITECTURES, DATA_KINDS, ModelError, builtin_roles, data
 from ..models.config import ArchConfig
 from ..models.variant import variant_problems
 from ..optim import OptimConfig, validate_optim
-from ..optim.mode_settings import new_spelling
+from ..optim.mode_settings import move_old_spellings, old_spelling_line
 from ..optim.schedule import decay_start
 from ..plumbing.device import resolve_device
 from ..plumbing.settings import checked, listed, typed
@@ -134,7 +135,11 @@ def config_problems(cfg: Any, devices_here: bool = True) -> list[str]:
     """All problems of one composed run config (arch, data, optim, train, sweep, variant), loading nothing
     heavy (``devices_here``: the run trains on this machine, so its GPU is checked here). Each value's type
     first (the schemas); then each group's own rules, on its values with any
-    mistyped one at its default (so a wrong type is named once, and nothing else trips over it)."""
+    mistyped one at its default (so a wrong type is named once, and nothing else trips over it). A config file's
+    mode settings in their old flat spelling are read into their blocks first, in place, each with one warning."""
+    if "optim" in cfg:  # a config file's old spellings (before the settings blocks) read into their blocks first
+        for key in move_old_spellings(cfg.optim):
+            warnings.warn(old_spelling_line(key), FutureWarning, stacklevel=2)  # once per setting and process
     problems, values = [], {}
     for group, schema in GROUP_SCHEMAS.items():
         if group in cfg:
@@ -147,10 +152,6 @@ def config_problems(cfg: Any, devices_here: bool = True) -> list[str]:
         problems += _sweep_problems(typed(SweepConfig, values["sweep"]), data.name)
     problems += _wsd_problems(values.get("optim", {}), train)
     problems += variant_problems(cfg.get("variant"))  # a config from before variants has none: modular
-    if old := [key for key, value in values.get("optim", {}).items()  # in a config file
-               if new_spelling(f"optim.{key}") and not isinstance(value, dict)]:
-        return problems + [f"optim.{key} is now {new_spelling(f'optim.{key}')}: rename it in the config file that "
-                           f"sets it (the command line still reads the old spelling)" for key in old]
     try:
         opt = OptimConfig.of(values["optim"])
     except TypeError as error:

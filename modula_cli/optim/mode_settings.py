@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from omegaconf import DictConfig, OmegaConf, open_dict
+
 from ..plumbing.settings import setting
 
 # nn/orthogonalize.py's methods and iteration dtypes, named here too: the command line checks them without torch
@@ -124,10 +126,34 @@ def new_spelling(key: str) -> str | None:
     return OLD_SPELLINGS.get(key)
 
 
+def old_spelling_line(key: str) -> str:
+    return f"{key} is now {new_spelling(key)}; the old spelling is read until the next release"
+
+
+def move_old_spellings(optim: DictConfig) -> list[str]:
+    """A config file's (or a run's saved config.yaml's) mode settings in their old flat spelling, read into their
+    blocks in place: ``mup_base_width: 64`` → ``mup: {base_width: 64}``, ``ortho: svd`` → ``ortho: {method: svd}``.
+    The old keys it moved (``optim.mup_base_width``), in the config's order."""
+    dotted = {flat: path for path, flat in FLAT_NAMES.items()}
+    old = [key for key in optim if key in dotted and not OmegaConf.is_dict(optim[key])]
+    with open_dict(optim):
+        for key in sorted(old, key=lambda k: k not in BLOCKS):  # ortho: svd first: ortho_steps goes into its block
+            block, _, name = dotted[key].partition(".")
+            value = optim[key]
+            if key in BLOCKS:  # the old value took the block's place
+                optim[block] = {}
+            else:
+                del optim[key]
+                if not OmegaConf.is_dict(optim.get(block)):
+                    optim[block] = {}
+            optim[block][name] = value
+    return [f"optim.{key}" for key in old]
+
+
 def rewrite_old_spellings(argv: Sequence[str], say: Callable[[str], None]) -> list[str]:
     """Each override of a mode's setting in its old flat spelling in its block's (``optim.mup_base_width=64`` ->
     ``optim.mup.base_width=64``, ``optim.ortho=svd`` -> ``optim.ortho.method=svd``), with one line per spelling
-    to ``say``. In a config file one is refused by the config's check (``config/validate.py``), naming the new one."""
+    to ``say``. A config file's are read by ``move_old_spellings`` (the config's check calls it)."""
     rewritten, said = [], set()
     for arg in argv:
         marks = arg[:len(arg) - len(arg.lstrip("+~"))]
@@ -135,7 +161,7 @@ def rewrite_old_spellings(argv: Sequence[str], say: Callable[[str], None]) -> li
         new = None if arg.startswith("-") or value.lstrip().startswith("{") else new_spelling(key)
         if new is not None:
             if key not in said:
-                say(f"{key} is now {new}; the old spelling is read until the next release")
+                say(old_spelling_line(key))
                 said.add(key)
             arg = f"{marks}{new}{eq}{value}"
         rewritten.append(arg)
