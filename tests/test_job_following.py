@@ -242,6 +242,7 @@ def test_a_relaunch_leaves_runs_an_earlier_launchs_live_jobs_hold_to_them(three_
 def test_status_reports_once_when_the_jobs_have_ended_and_never_on_a_silent_scheduler(three_jobs, monkeypatch,
                                                                                       capsys):
     from modula_cli.results.manifest import record_submission
+    from modula_cli.schedulers import slurm_tasks
     from modula_cli.sweep import sweep_status
 
     sweep, overrides = three_jobs
@@ -251,7 +252,7 @@ def test_status_reports_once_when_the_jobs_have_ended_and_never_on_a_silent_sche
     words = {"31_0": sweep_status.JobWord(False, "COMPLETED"),
              "31_1": sweep_status.JobWord(True, "SLURM did not answer (timed out)"),
              "31_2": sweep_status.JobWord(True, "PENDING (Resources), requeued 2×")}
-    monkeypatch.setattr(sweep_status, "slurm_words", lambda ids: dict(words))
+    monkeypatch.setattr(slurm_tasks, "slurm_words", lambda ids: dict(words))
     assert sweep_status.main([str(sweep)]) == 0
     out = capsys.readouterr().out
     assert "launch L (started " in out and "detached, SLURM job 31): 3 runs: 1 completed, 1 pending, 1 running" in out
@@ -436,18 +437,31 @@ def test_a_held_run_renews_its_owner_file_until_released(tmp_path, monkeypatch):
 
 
 def test_status_asks_each_launch_of_the_scheduler_its_launcher_submitted_to(three_jobs, monkeypatch, capsys):
-    """sweep.json records whose ids a launch's jobs are; modula-sweep-status asks that scheduler and no other. A
-    scheduler it cannot ask (a user's launcher) is shown by its ids, and nothing of it is settled on a guess."""
+    """sweep.json records whose ids a launch's jobs are and the Jobs class that can be asked about them;
+    modula-sweep-status asks that class and no other. A scheduler it cannot ask (a class that has no ``ask``, one
+    outside a launcher's module) is shown by its ids, and nothing of it is settled on a guess. A user's launcher
+    whose jobs can be asked (the toy's: threads of its launch, ended with it) is asked, and its runs settled."""
     from modula_cli.results.manifest import record_submission
+    from modula_cli.schedulers import slurm_tasks
     from modula_cli.sweep import sweep_status
 
     sweep, overrides = three_jobs
-    record_submission(sweep, "L", "toy", {tuple(o): f"t{i}" for i, o in enumerate(overrides)}, detached=True)
+    ids = {tuple(o): f"t{i}" for i, o in enumerate(overrides)}
     _summary_of_launch(sweep / "a", "running", 40, owner_host="node-17", job="toy:t0")
     asked = []
-    monkeypatch.setattr(sweep_status, "slurm_words", lambda ids: asked.append(ids) or {})
-    assert sweep_status.main([str(sweep)]) == 0
+    monkeypatch.setattr(slurm_tasks, "slurm_words", lambda ids: asked.append(ids) or {})
+    for asker in (None, "os:getcwd", "hydra_plugins.modula_toy.toy_launcher:ToyLauncher"):
+        record_submission(sweep, "L", "toy", ids, detached=True, asked_by=asker)
+        assert sweep_status.main([str(sweep)]) == 0
+        out = capsys.readouterr().out
+        assert asked == [] and "detached, toy job t0, t1, t2): 3 runs" in out, out
+        assert "  a: running at step 40 — toy job t0: toy cannot be asked from here" in out
+        assert read_summary(sweep / "a")["status"] == RUNNING
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "toy_plugin"))
+    record_submission(sweep, "L", "toy", ids, detached=True,
+                      asked_by="hydra_plugins.modula_toy.toy_launcher:ThreadJobs")
+    assert sweep_status.main([str(sweep)]) == 1  # every job ended: settled, reported
     out = capsys.readouterr().out
     assert asked == [] and "detached, toy job t0, t1, t2): 3 runs" in out, out
-    assert "  a: running at step 40 — toy job t0: toy cannot be asked from here" in out
-    assert read_summary(sweep / "a")["status"] == RUNNING
+    a = read_summary(sweep / "a")
+    assert (a["status"], a["ended"]) == (INTERRUPTED, "toy job t0: ended with its launch")

@@ -45,6 +45,7 @@ class LaunchRecord:
     axes: tuple[str, ...] | None = None
     notes: tuple[str, ...] = ()    # what its launcher said for the closing lines (why its jobs were cancelled)
     scheduler: str | None = None   # where its jobs were submitted ("slurm"), once they were
+    asked_by: str | None = None    # the Jobs class that can be asked about them later ("module:Class"), if any
     detached: bool = False         # its launching process submitted and left (sweep.detach=true)
     reported: bool = False         # the report after its last run was written (by whichever follower saw it)
 
@@ -58,7 +59,8 @@ class LaunchRecord:
         return cls(launch_id, float(started) if isinstance(started, (int, float)) else time.time(),
                    tuple(raw.get("runs", ())), tuple(raw.get("finished_before", ())), jobs, bool(raw.get("search")),
                    tuple(raw["axes"]) if isinstance(raw.get("axes"), list) else None, tuple(raw.get("notes", ())),
-                   raw["scheduler"] if isinstance(raw.get("scheduler"), str) else None, raw.get("detached") is True,
+                   raw["scheduler"] if isinstance(raw.get("scheduler"), str) else None,
+                   raw["asked_by"] if isinstance(raw.get("asked_by"), str) else None, raw.get("detached") is True,
                    raw.get("reported") is True)
 
     def to_json(self) -> dict[str, Any]:
@@ -72,7 +74,7 @@ class LaunchRecord:
             body["search"] = True
         if self.notes:
             body["notes"] = list(self.notes)
-        for key in ("scheduler", "detached", "reported"):
+        for key in ("scheduler", "asked_by", "detached", "reported"):
             if getattr(self, key):
                 body[key] = getattr(self, key)
         return body
@@ -181,13 +183,14 @@ def add_to_launch(sweep_dir: Path, launch_id: str, runs: dict[str, dict], jobs: 
 
 
 def record_submission(sweep_dir: Path, launch_id: str, scheduler: str, job_ids: dict[tuple[str, ...], str],
-                      detached: bool) -> None:
+                      detached: bool, asked_by: str | None = None) -> None:
     """The scheduler's id of each submitted job (by its overrides), so that ``modula-sweep-status`` and a
-    relaunch can ask the scheduler about them after the launching process is gone."""
+    relaunch can ask the scheduler about them after the launching process is gone (``asked_by``: its ``Jobs``
+    class, ``module:Class``)."""
     with Manifest.updating(sweep_dir) as manifest:
         record = manifest.launch(launch_id)
         jobs = tuple(JobRuns(job.overrides, job.runs, job_ids.get(job.overrides, job.job_id)) for job in record.jobs)
-        manifest.put(LaunchRecord(**{**vars(record), "jobs": jobs, "scheduler": scheduler,
+        manifest.put(LaunchRecord(**{**vars(record), "jobs": jobs, "scheduler": scheduler, "asked_by": asked_by,
                                      "detached": record.detached or detached}))
 
 

@@ -18,8 +18,20 @@ class JobEnd:
     log: str | None = None    # where the job's output is
 
 
+@dataclass(frozen=True)
+class JobWord:
+    """What a scheduler says of one job now, asked after its launch has gone (``modula-sweep-status``)."""
+    live: bool            # queued, running or requeued (or unknown: the scheduler did not answer): it may still train
+    text: str             # "RUNNING on node2, requeued 1×", "PENDING (Resources)", "COMPLETED"
+
+
 class Jobs(Protocol):
-    """A launch's jobs on one scheduler, by position in the launch."""
+    """A launch's jobs on one scheduler, by position in the launch.
+
+    A scheduler whose jobs outlive the launching process (``scheduler_ids`` gives their ids) can also be asked about
+    them later, without a launch: its class then says what it calls a job (``job_noun``: "SLURM job") and answers
+    ``ask(job_ids)`` (a static method: each id's ``JobWord``; one it no longer lists has ended). ``sweep.json``
+    records the class, and ``modula-sweep-status`` asks it."""
 
     scheduler: str  # the scheduler's name, as sweep.json records it beside the jobs' ids ("slurm", "ray")
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from .jobs import JobWord
 from .slurm import SlurmError, command, records
 
 log = logging.getLogger(__name__)
@@ -264,6 +265,46 @@ class SlurmArray:
 
     def scheduler_ids(self) -> list[str] | None:
         return list(self.job_ids)
+
+    job_noun = "SLURM job"
+
+    @staticmethod
+    def ask(job_ids: list[str]) -> dict[str, JobWord]:
+        return slurm_words(job_ids)
+
+
+def slurm_words(job_ids: list[str]) -> dict[str, JobWord]:
+    """Each job's state from ``squeue`` / ``sacct``, and its requeue count from ``scontrol show job``; a job
+    SLURM no longer knows of (ended long ago) is not live. When SLURM does not answer, its jobs count as live:
+    nothing is settled or reported on a silence."""
+    words: dict[str, JobWord] = dict.fromkeys(job_ids, JobWord(False, "no longer known to SLURM"))
+    accounting = has_accounting()
+    for array in sorted({job_id.split("_")[0] for job_id in job_ids}):
+        try:
+            states = task_states(array, accounting)
+            shown = _shown_jobs(array) if any(state.live for state in states.values()) else []
+        except SlurmError as error:
+            silent = JobWord(True, f"SLURM did not answer ({error})")
+            words.update({job_id: silent for job_id in job_ids if job_id.split("_")[0] == array})
+            continue
+        restarts = {f"{r.get('ArrayJobId')}_{r.get('ArrayTaskId')}" if r.get("ArrayTaskId") else r.get("JobId", ""):
+                    int(r.get("Restarts", "0") or 0) for r in shown if (r.get("Restarts") or "0").isdigit()}
+        for job_id, state in states.items():
+            text = state.text() + (f" on {state.node}" if state.node and state.live else "")
+            if restarts.get(job_id):
+                text += f", requeued {restarts[job_id]}×"
+            words[job_id] = JobWord(state.live, text)
+    return words
+
+
+def _shown_jobs(array: str) -> list[dict[str, str]]:
+    """``scontrol show job`` of the array's tasks (their requeue counts); none once SLURM has forgotten them."""
+    try:
+        return records(command(["scontrol", "-o", "show", "job", array]))
+    except SlurmError as error:
+        if "Invalid job id" in str(error):
+            return []
+        raise
 
 
 def adopt(job_ids: Sequence[str]) -> list[tuple[list[int], SlurmArray]]:

@@ -87,8 +87,10 @@ def run_unfinished(overrides: Sequence[Sequence[str]], sweep_dir: Path, launch: 
     if todo:
         jobs = submit(todo)
         if ids := jobs.scheduler_ids():
+            asker = type(jobs)  # what modula-sweep-status asks about them once this process has gone
             record_submission(sweep_dir, launch, jobs.scheduler,
-                              {tuple(overrides[i]): ids[k] for k, i in enumerate(todo)}, detach)
+                              {tuple(overrides[i]): ids[k] for k, i in enumerate(todo)}, detach,
+                              f"{asker.__module__}:{asker.__qualname__}" if hasattr(asker, "ask") else None)
         followed = [_completed(overrides[i], Outcome(PENDING)) for i in todo] if detach else \
             Follower(jobs, [overrides[i] for i in todo], sweep_dir, launch, poll_s, grace_s).follow()
     results.update(zip(todo, followed))

@@ -13,12 +13,14 @@ every run of every launch has ended, the report is written, once, by whichever f
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..results.files import MANIFEST_FILE, MULTIRUN_FILE, TRANSFER_PLOT
 from ..results.manifest import LaunchRecord, Manifest, mark_reported
@@ -26,66 +28,22 @@ from ..results.status import FINISHED, PENDING, RUNNING
 from ..results.summary import Summary, mark_abandoned
 from ..plumbing.locks import RENEW_S
 from ..plumbing.wording import duration_text
+from ..schedulers.jobs import JobWord
 from ..schedulers.slurm_tasks import SlurmArray
 from .progress import closing, launch_time_left
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class JobWord:
-    """What the scheduler says of one job now."""
-    live: bool            # queued, running or requeued (or unknown: SLURM did not answer): it may still train
-    text: str             # "RUNNING on node2, requeued 1×", "PENDING (Resources)", "COMPLETED"
-
-
 # A run of a launch without scheduler ids whose trainer on another host has not renewed its lock for this long is
 # lost with its host (a trainer renews it every plumbing.locks.RENEW_S): settled interrupted, resumable.
 LOST_AFTER_S = 300.0
-GONE = "no longer known to SLURM"  # a job ended so long ago that neither squeue nor sacct lists it
+GONE = "no longer listed by its scheduler"  # a job ended so long ago that its scheduler has forgotten it
 
 
 def word_of(words: dict[str, JobWord], job_id: str) -> JobWord:
-    """SLURM's word on a job; one it no longer lists has ended."""
+    """The scheduler's word on a job; one it no longer lists has ended."""
     return words.get(job_id) or JobWord(False, GONE)
-
-
-def slurm_words(job_ids: list[str]) -> dict[str, JobWord]:
-    """Each job's state from ``squeue`` / ``sacct``, and its requeue count from ``scontrol show job``; a job
-    SLURM no longer knows of is missing (ended long ago). When SLURM does not answer, its jobs count as live:
-    nothing is settled or reported on a silence."""
-    from ..schedulers import slurm, slurm_tasks
-
-    words: dict[str, JobWord] = {}
-    accounting = slurm_tasks.has_accounting()
-    for array in sorted({job_id.split("_")[0] for job_id in job_ids}):
-        try:
-            states = slurm_tasks.task_states(array, accounting)
-            shown = _shown_jobs(array) if any(state.live for state in states.values()) else []
-        except slurm.SlurmError as error:
-            silent = JobWord(True, f"SLURM did not answer ({error})")
-            words.update({job_id: silent for job_id in job_ids if job_id.split("_")[0] == array})
-            continue
-        restarts = {f"{r.get('ArrayJobId')}_{r.get('ArrayTaskId')}" if r.get("ArrayTaskId") else r.get("JobId", ""):
-                    int(r.get("Restarts", "0") or 0) for r in shown if (r.get("Restarts") or "0").isdigit()}
-        for job_id, state in states.items():
-            text = state.text() + (f" on {state.node}" if state.node and state.live else "")
-            if restarts.get(job_id):
-                text += f", requeued {restarts[job_id]}×"
-            words[job_id] = JobWord(state.live, text)
-    return words
-
-
-def _shown_jobs(array: str) -> list[dict[str, str]]:
-    """``scontrol show job`` of the array's tasks (their requeue counts); none once SLURM has forgotten them."""
-    from ..schedulers import slurm
-
-    try:
-        return slurm.records(slurm.command(["scontrol", "-o", "show", "job", array]))
-    except slurm.SlurmError as error:
-        if "Invalid job id" in str(error):
-            return []
-        raise
 
 
 @dataclass(frozen=True)
@@ -96,13 +54,29 @@ class Scheduler:
 
 
 def scheduler_of(record: LaunchRecord) -> Scheduler:
-    """Who to ask about a launch's jobs: the scheduler its launcher submitted them to, by the name they record
-    (``Jobs.scheduler``, ``sweep.json``'s "scheduler"). One not known here is shown by its ids and never settled
-    on a guess."""
-    if record.scheduler == SlurmArray.scheduler:
-        return Scheduler("SLURM job", slurm_words)
+    """Who to ask about a launch's jobs: the ``Jobs`` class of the scheduler its launcher submitted them to, as
+    ``sweep.json`` records it (``asked_by``; a launch recorded before that names SLURM by ``scheduler``). One not
+    known here, or that cannot be asked, is shown by its ids and never settled on a guess."""
+    jobs = asked_by(record.asked_by) if record.asked_by else \
+        SlurmArray if record.scheduler == SlurmArray.scheduler else None
+    if jobs is not None:
+        return Scheduler(jobs.job_noun, jobs.ask)
     unknown = JobWord(True, f"{record.scheduler} cannot be asked from here")  # live: nothing settled on a guess
     return Scheduler(f"{record.scheduler} job", lambda ids: dict.fromkeys(ids, unknown))
+
+
+def asked_by(path: str) -> Any:
+    """The ``Jobs`` class at ``module:Class`` when it can be asked (``job_noun``, ``ask``); else None. Only a
+    launcher's module (``modula_cli.…`` or a Hydra plugin's ``hydra_plugins.…``): sweep.json may be anyone's."""
+    module, _, name = path.partition(":")
+    if not module.startswith(("modula_cli.", "hydra_plugins.")):
+        return None
+    try:
+        jobs = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as error:
+        log.debug("%s: %s", path, error)
+        return None
+    return jobs if isinstance(getattr(jobs, "job_noun", None), str) and callable(getattr(jobs, "ask", None)) else None
 
 
 def launch_ended(record: LaunchRecord, summaries: dict[str, Summary | None], words: dict[str, JobWord]) -> bool:

@@ -17,7 +17,7 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 
-from modula_cli.schedulers.jobs import JobEnd
+from modula_cli.schedulers.jobs import JobEnd, JobWord
 from modula_cli.sweep.host import Host, job_of
 
 
@@ -66,6 +66,13 @@ class ThreadJobs:
 
     def scheduler_ids(self) -> list[str] | None:
         return None  # its jobs end with the launching process
+
+    job_noun = "toy job"
+
+    @staticmethod
+    def ask(job_ids: list[str]) -> dict[str, JobWord]:
+        """Asked once its launch has gone (modula-sweep-status), every job has ended with it."""
+        return {job_id: JobWord(False, "ended with its launch") for job_id in job_ids}
 
 
 class ToyLauncher(Launcher):
