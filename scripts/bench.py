@@ -16,13 +16,17 @@
 4. pack: K LRs trained as one stacked ensemble vs K separate runs, in runs per hour.
 5. throughput: GPT tokens/s, float32 and bfloat16, eager and compiled, and the model FLOPs utilisation
    (6 · parameters · tokens/s ÷ peak) where a peak is known (CUDA: --peak-tflops and the measured rate).
+6. retraction: manifold mode's two polar factors per matrix, shape by shape: the direction's msign (Polar
+   Express and its refinement) and the retraction, as a second msign (before 2026-12-06) and as
+   ``retract`` (scaled Newton–Schulz from the step's known spectrum), with the ratio of the pair's times.
 
     python scripts/bench.py                  # CPU, or CUDA when present
     python scripts/bench.py --gpu --out bench_gpu.txt   # the GPU tables (64k tokens per step, bf16)
     python scripts/bench.py --tables modes --gpt-widths 128 --gpt-depth 2 --batch-size 64 --steps 4 --repeats 15
                                              # the variants' step time (docs/performance.md)
     python scripts/bench.py --defaults       # every architecture at its config defaults
-    python scripts/bench.py --tables pack    # one section only (modes, compile, ortho, pack, throughput)
+    python scripts/bench.py --tables pack    # one section only (modes, compile, ortho, pack, throughput, retraction)
+    python scripts/bench.py --tables retraction --gpt-widths 256 512 1024  # manifold's (docs/performance.md)
 
 Every line printed is also appended to --out at once, so a run cut short keeps what it measured.
 """
@@ -50,10 +54,11 @@ from modula_cli.optim import OptimConfig, init_state, optimizer_step
 from modula_cli.optim.kernels import Launches, count_launches
 from modula_cli.optim.step import apply_update
 from modula_cli.nn.loss import grads_of, losses_and_hits
+from modula_cli.nn.manifold import RetractionSchedule, msign, retract
 
 MODES = ("unnormed", "normed", "dualized", "manifold", "muon")
 COMPILED_MODES = ("unnormed", "normed", "dualized", "manifold", "muon")
-TABLES = ("modes", "compile", "ortho", "pack", "throughput")
+TABLES = ("modes", "compile", "ortho", "pack", "throughput", "retraction")
 ORTHO_STEPS = DEFAULT_STEPS["polar_express"]
 # what each variant's YAML sets in optim (configs/variant/*.yaml)
 VARIANT_OPTIM = {name: OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "variant" / f"{name}.yaml")).get("optim", {})
@@ -387,6 +392,37 @@ def ortho_table(widths: list[int], args) -> None:
              f"{seconds / bound:>9.2f}{1e3 * float32:>10.3f}{float32 / seconds:>11.2f}")
 
 
+def retraction_table(widths: list[int], args, step: float = 0.5) -> None:
+    """Manifold mode's polar factors per matrix shape of each GPT (tall, as the manifold step holds them): the
+    direction's msign, and the retraction of a step ``step`` as msign did it and as ``retract`` does."""
+    emit(f"\nmanifold's polar factors on {device_name(args)}, float32, a step ε = {step} along a unit direction: "
+         "the direction's msign, the retraction as a second msign (before) and as retract (after); "
+         "pair = direction + retraction")
+    emit(f"{'width':>6}{'shape':>14}{'count':>7}{'msign ms':>10}{'retract ms':>12}{'÷':>7}"
+         f"{'pair before':>13}{'pair after':>12}{'÷':>7}")
+    for width in widths:
+        net = build_model(OmegaConf.create(gpt_arch(width, args)), fake_data("gpt", args.context))
+        totals = [0.0, 0.0]
+        talls: Counter = Counter()
+        for shape, count in ortho_groups(net, net.initialize(0, device=args.device)).items():
+            talls[max(shape), min(shape)] += count
+        for tall, count in sorted(talls.items()):
+            U = msign(torch.randn(count, *tall, device=args.device))
+            A = msign(torch.randn(count, *tall, device=args.device))
+            eps = torch.full((count,), step, device=args.device)
+            schedule = RetractionSchedule.on(args.device)  # made once per run, as the manifold state keeps it
+            general = best_seconds(lambda: msign(U - step * A), args.device)
+            known = best_seconds(lambda: retract(U, A, eps, schedule), args.device)
+            totals[0] += general
+            totals[1] += known
+            emit(f"{width:>6}{'x'.join(map(str, tall)):>14}{count:>7}{1e3 * general:>10.2f}{1e3 * known:>12.2f}"
+                 f"{known / general:>7.2f}{2e3 * general:>13.2f}{1e3 * (general + known):>12.2f}"
+                 f"{(general + known) / (2 * general):>7.2f}")
+        general, known = totals
+        emit(f"{width:>6}{'all':>14}{'':>7}{1e3 * general:>10.2f}{1e3 * known:>12.2f}{known / general:>7.2f}"
+             f"{2e3 * general:>13.2f}{1e3 * (general + known):>12.2f}{(general + known) / (2 * general):>7.2f}")
+
+
 def packing_table(cases: list[tuple[str, dict]], args) -> None:
     k, batch = args.pack, args.pack_batch_size or args.batch_size
     emit(f"\npacked sweep of K = {k} LRs vs {k} separate runs, normed Adam{', compiled' if args.pack_compile else ''}, "
@@ -512,6 +548,7 @@ def main() -> None:
         "ortho": lambda: ortho_table(widths, args),
         "pack": lambda: packing_table(pack_cases if args.gpu else [resmlp, *pack_cases], args),
         "throughput": lambda: throughput_table(widths, args),
+        "retraction": lambda: retraction_table(widths, args),
     }
     for table in dict.fromkeys(args.tables.split(",")):
         try:

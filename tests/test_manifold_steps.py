@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import Tensor
 
-from modula_cli.nn.manifold import (DualAscent, ManifoldState, atom_kinds, msign, radius_step, scaled_sphere_step,
-                                    sphere_step, tangent_direction)
+from modula_cli.nn.manifold import (DualAscent, ManifoldState, atom_kinds, msign, radius_step, retract,
+                                    scaled_sphere_step, sphere_step, tangent_direction)
 from manifold_references import (F64, _ascent, _gen, _polar, _rows, _rows_after, _stiefel, _stiefel_f32, _sym,
                                  _unit_rms, _violation, _violation_overall)
 
@@ -75,7 +75,23 @@ def test_msign_is_the_polar_factor_to_float_precision():
     assert (polar.mT @ polar - torch.eye(4, dtype=F64)).abs().max() < 1e-9  # two refinement steps: σ = 1
 
 
-def test_retraction_and_msign_reach_float_precision():
+@pytest.mark.parametrize("m, n", [(48, 48), (96, 24)])
+def test_the_retraction_is_the_polar_factor_of_the_step(m, n):
+    """retract(U, A, ε) = U' V'ᵀ of U − εA (float64 SVD) to float32 precision, with orthonormal columns, for steps
+    from 0 to 100 times the weight's norm, along a tangent A and along one that is not (the projected start leaves
+    ‖UᵀA + AᵀU‖ near 0.8 on tall matrices): the range its fixed number of steps is made for."""
+    steps = torch.tensor([0.0, 1e-3, 0.1, 0.5, 2.0, 8.0, 32.0, 100.0])
+    U = _stiefel(m, n, seed=3, batch=(len(steps),)).float()
+    G = torch.randn(len(steps), m, n, generator=_gen(4), dtype=F64)
+    tangent = _polar(G - U.to(F64) @ _sym(U.to(F64).mT @ G)).float()
+    for A in (tangent, _polar(G).float()):
+        new = retract(U, A, steps)
+        expected = _polar(U.to(F64) - steps.to(F64).reshape(-1, 1, 1) * A.to(F64))
+        assert (new.to(F64) - expected).abs().amax(dim=(-2, -1)).max() < 2e-6
+        assert (new.mT @ new - torch.eye(n)).abs().max() < 3e-6
+
+
+def test_msign_reaches_float_precision_on_a_step():
     W = _stiefel_f32(64, 16)
     A = torch.randn(64, 16)
     A = A - W @ ((W.mT @ A) + (W.mT @ A).mT) / 2  # tangent

@@ -160,6 +160,26 @@ def test_bench_gpu_preset_runs_its_ortho_table_into_a_file(tmp_path):
     assert bad.returncode == 2 and "--tokens-per-step 100 is not a multiple of --context 64" in bad.stderr
 
 
+def test_bench_retraction_table_times_each_tall_shape_and_the_pair(tmp_path):
+    """Width-16 GPT, 3 blocks: its matrices by tall shape, 16×16 (q, k, v, o: 12), 64×16 (mlp in and out: 6),
+    65×16 (the head); each row's ratios are its own times' (retract ÷ msign, and the pair's
+    (msign + retract) ÷ 2 msign), and the "all" row sums the rows."""
+    out = tmp_path / "bench.txt"
+    result = run(SCRIPTS / "bench.py", "--tables", "retraction", "--gpt-widths", "16", "--context", "8",
+                 "--device", "cpu", "--out", str(out), timeout=300)
+    assert result.returncode == 0, result.stderr
+    rows = [line.split() for line in out.read_text().splitlines() if line.startswith("    16")]
+    assert [row[1] for row in rows] == ["16x16", "64x16", "65x16", "all"]
+    assert [int(row[2]) for row in rows[:-1]] == [12, 6, 1]
+    for row in rows:
+        msign_ms, retract_ms, ratio, before, after, pair = map(float, row[-6:])
+        assert ratio == pytest.approx(retract_ms / msign_ms, rel=0.05, abs=0.01)
+        assert before == pytest.approx(2 * msign_ms, rel=0.05, abs=0.01)
+        assert after == pytest.approx(msign_ms + retract_ms, rel=0.05, abs=0.01)
+        assert pair == pytest.approx(after / before, rel=0.05, abs=0.01)
+    assert float(rows[-1][-6]) == pytest.approx(sum(float(row[-6]) for row in rows[:-1]), abs=0.02)
+
+
 def test_ortho_precision_emulates_bfloat16_like_the_cpu_kernel(tmp_path):
     import pandas as pd
 
