@@ -54,7 +54,8 @@ from modula_cli.optim import OptimConfig, init_state, optimizer_step
 from modula_cli.optim.kernels import Launches, count_launches
 from modula_cli.optim.step import apply_update
 from modula_cli.nn.loss import grads_of, losses_and_hits
-from modula_cli.nn.manifold import RetractionSchedule, msign, retract
+from modula_cli.nn.manifold import msign
+from modula_cli.nn.retraction import RetractionSchedule, retract
 
 MODES = ("unnormed", "normed", "dualized", "manifold", "muon")
 COMPILED_MODES = ("unnormed", "normed", "dualized", "manifold", "muon")
