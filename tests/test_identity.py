@@ -203,6 +203,10 @@ def test_an_old_spelling_in_a_config_file_is_read_with_one_line():
     assert (cfg.optim.mup.base_width, cfg.optim.ortho.steps, cfg.optim.ortho.method) == (64, 3, "svd")
     new = compose_config("optim.mode=mup", "optim.mup.base_width=64", "optim.ortho.steps=3", "optim.ortho.method=svd")
     assert fingerprint(cfg) == fingerprint(new) != fingerprint(compose_config("optim.mode=mup"))
+    # the block spelling set too (a sweep over it on the command line): two values for one setting, refused
+    both = compose_config("optim.mode=mup", "+optim.mup_base_width=64", "optim.mup.base_width=128")
+    assert config_problems(both) == ["optim.mup_base_width=64 (its old spelling, in a config file) and "
+                                     "optim.mup.base_width=128 both set it: keep one"]
 
 
 def test_a_run_config_saved_before_the_blocks_builds_its_optimiser():
@@ -222,3 +226,9 @@ def test_a_run_config_saved_before_the_blocks_builds_its_optimiser():
     assert (opt.muon.scale, opt.muon.adam_ratio, opt.ortho.method, opt.normed.power_iterations) == (
         "spectral", 0.5, "svd", 3)
     assert opt.mup.base_width == 32  # a block the saved config lacks: its defaults
+    # a config read without the check (the coordinate check's points): the same reading, the caller's dict untouched
+    from modula_cli.optim.config import OptimConfig
+
+    given = {"mode": "mup", "mup_base_width": 64, "ortho": "svd", "mup": {"base_width": 32}}
+    opt = OptimConfig.of(given)
+    assert (opt.mup.base_width, opt.ortho.method) == (64, "svd") and given["mup"] == {"base_width": 32}

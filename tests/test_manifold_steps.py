@@ -90,6 +90,14 @@ def test_the_retraction_is_the_polar_factor_of_the_step(m, n):
         expected = _polar(U.to(F64) - steps.to(F64).reshape(-1, 1, 1) * A.to(F64))
         assert (new.to(F64) - expected).abs().amax(dim=(-2, -1)).max() < 2e-6
         assert (new.mT @ new - torch.eye(n)).abs().max() < 3e-6
+    # past the table (a radius all but gone): a step of the table's largest, still on the manifold, whatever A's rank
+    far = torch.tensor([200.0, 1e3, 1e6])
+    v = torch.linalg.qr(torch.randn(n, 2, generator=_gen(5)))[0]
+    turn = U[:3] @ (v[:, :1] @ v[:, 1:].T - v[:, 1:] @ v[:, :1].T)  # tangent, of rank 2: U turning in one plane
+    for A in (torch.zeros(3, m, n), turn):
+        new = retract(U[:3], A, far)
+        assert (new.mT @ new - torch.eye(n)).abs().max() < 3e-6
+        assert torch.allclose(new, retract(U[:3], A, torch.full((3,), 100.0)), atol=1e-6)
 
 
 def test_msign_reaches_float_precision_on_a_step():

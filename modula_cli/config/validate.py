@@ -15,7 +15,7 @@ from ..models import (ARCHITECTURES, DATA_KINDS, ModelError, builtin_roles, data
 from ..models.config import ArchConfig
 from ..models.variant import variant_problems
 from ..optim import OptimConfig, validate_optim
-from ..optim.mode_settings import move_old_spellings, old_spelling_line
+from ..optim.mode_settings import move_old_spellings, new_spelling, old_spelling_line, spelling_conflicts
 from ..optim.schedule import decay_start
 from ..plumbing.device import resolve_device
 from ..plumbing.settings import checked, listed, typed
@@ -140,6 +140,10 @@ def config_problems(cfg: Any, devices_here: bool = True) -> list[str]:
     if "optim" in cfg:  # a config file's old spellings (before the settings blocks) read into their blocks first
         for key in move_old_spellings(cfg.optim):
             warnings.warn(old_spelling_line(key), FutureWarning, stacklevel=2)  # once per setting and process
+        if conflicts := spelling_conflicts(cfg.optim):
+            return [f"{key}={cfg.optim[key.partition('.')[2]]} (its old spelling, in a config file) and "
+                    f"{new_spelling(key)}={OmegaConf.select(cfg, new_spelling(key))} both set it: keep one"
+                    for key in conflicts]
     problems, values = [], {}
     for group, schema in GROUP_SCHEMAS.items():
         if group in cfg:

@@ -32,6 +32,7 @@ from ..config.identity import fingerprint
 from ..config.resolvers import register_config
 from ..config.schema import CoordConfig
 from ..config.validate import ConfigError, config_problems, unknown_key_problems
+from ..optim.mode_settings import move_old_spellings
 from ..data import DataUnavailable, build_dataset
 from ..models import ModelError
 from ..models.variant import variant_of
@@ -295,6 +296,7 @@ def main(cfg: DictConfig) -> None:
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
         overrides = list(HydraConfig.get().overrides.task)
+        move_old_spellings(cfg.optim)  # a config file's old spellings, before the columns and points read them
         modes_from_command_line(cfg, overrides)
         check(cfg, overrides)
         configure_threads(cfg.train.threads)

@@ -41,7 +41,7 @@ class RetractionSchedule:
 
     def columns(self, eps: Tensor) -> Tensor:
         """Each step size's column: the first at or above it (its ℓ a hair below the true one, so [ℓ, 1] holds
-        every singular value); past the table, its last."""
+        every singular value)."""
         return torch.bucketize(torch.log1p(eps), self.grid).clamp_(max=self.grid.numel() - 1)
 
 
@@ -53,8 +53,12 @@ def retract(U: Tensor, A: Tensor, eps: Tensor, schedule: RetractionSchedule | No
     The step bounds X's spectrum: ‖X‖ ≤ 1 + ε, and σ(X) ∈ [1, √(1+ε²)] when A is tangent. So X/(1 + ε) has its
     singular values in [ℓ, 1], ℓ = 1/(1+ε), and Newton–Schulz scaled for that interval (``RetractionSchedule``)
     converges from it in a few steps, where Polar Express from the Frobenius normalisation needs its whole table
-    plus a refinement. ``schedule``: on U's device (made here if not given)."""
+    plus a refinement. Exact for ε ≤ ``RETRACT_MAX_STEP``; a larger step is taken as one of that size.
+    ``schedule``: on U's device (made here if not given)."""
     schedule = schedule or RetractionSchedule.on(U.device)
+    # A step past the table (100 times the weight's norm: a layer whose learned radius has all but vanished) is
+    # taken as the table's largest, so the weight still lands on the manifold: 8 steps cannot reach it from there.
+    eps = eps.clamp(max=RETRACT_MAX_STEP)
     X = (U - eps.reshape(-1, 1, 1) * A) / (1 + eps).reshape(-1, 1, 1)
     columns = schedule.columns(eps)
     linear, cubic = schedule.linear[:, columns], schedule.cubic[:, columns]  # (steps, B)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import dataclass
 from typing import Any
@@ -9,7 +10,8 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from ..plumbing.settings import setting
-from .mode_settings import BLOCKS, ManifoldSettings, MuonSettings, MupSettings, NormedSettings, OrthoSettings
+from .mode_settings import (BLOCKS, ManifoldSettings, MuonSettings, MupSettings, NormedSettings, OrthoSettings,
+                            move_old_spellings)
 from .schedule import DECAY_SHAPES, SCHEDULES
 
 
@@ -61,6 +63,7 @@ class OptimConfig:
     def of(cls, node: Any) -> OptimConfig:
         """The settings of a composed ``optim`` config node, or of its values (a key the schema lacks is a
         TypeError)."""
-        values = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else dict(node)
+        values = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else copy.deepcopy(dict(node))
+        move_old_spellings(values)  # a config that skipped the check's reading (the check says each one)
         blocks = {name: schema(**(values.pop(name, None) or {})) for name, schema in BLOCKS.items()}
         return cls(**values, **blocks)

@@ -10,9 +10,10 @@ line still takes them for a while (``OLD_SPELLINGS``), saying the new spelling o
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -130,24 +131,50 @@ def old_spelling_line(key: str) -> str:
     return f"{key} is now {new_spelling(key)}; the old spelling is read until the next release"
 
 
-def move_old_spellings(optim: DictConfig) -> list[str]:
+def move_old_spellings(optim: DictConfig | dict[str, Any]) -> list[str]:
     """A config file's (or a run's saved config.yaml's) mode settings in their old flat spelling, read into their
     blocks in place: ``mup_base_width: 64`` → ``mup: {base_width: 64}``, ``ortho: svd`` → ``ortho: {method: svd}``.
-    The old keys it moved (``optim.mup_base_width``), in the config's order."""
+    One whose block already holds another value than its default (``optim.mup.base_width=128`` on the command line)
+    is left where it is, for the config's check to name both (``spelling_conflicts``). The old keys it moved
+    (``optim.mup_base_width``), in the config's order."""
     dotted = {flat: path for path, flat in FLAT_NAMES.items()}
-    old = [key for key in optim if key in dotted and not OmegaConf.is_dict(optim[key])]
-    with open_dict(optim):
+    old = [key for key in optim if key in dotted and not isinstance(optim[key], Mapping)]
+    moved = []
+    with open_dict(optim) if OmegaConf.is_config(optim) else contextlib.nullcontext():
         for key in sorted(old, key=lambda k: k not in BLOCKS):  # ortho: svd first: ortho_steps goes into its block
             block, _, name = dotted[key].partition(".")
             value = optim[key]
             if key in BLOCKS:  # the old value took the block's place
                 optim[block] = {}
+            elif f"optim.{key}" in spelling_conflicts(optim):
+                continue
             else:
                 del optim[key]
-                if not OmegaConf.is_dict(optim.get(block)):
+                if not isinstance(optim.get(block), Mapping):
                     optim[block] = {}
             optim[block][name] = value
-    return [f"optim.{key}" for key in old]
+            moved.append(key)
+    return [f"optim.{key}" for key in old if key in moved]
+
+
+def spelling_conflicts(optim: DictConfig | dict[str, Any]) -> list[str]:
+    """Each old flat spelling whose block spelling is set too, to another value than the block's default: two
+    values for one setting (``optim.mup_base_width`` and ``optim.mup.base_width``)."""
+    dotted = {flat: path for path, flat in FLAT_NAMES.items()}
+    found = []
+    for key in optim:
+        if key not in dotted or key in BLOCKS or isinstance(optim[key], Mapping):
+            continue
+        block, _, name = dotted[key].partition(".")
+        held = optim.get(block)
+        if isinstance(held, Mapping) and name in held and held[name] not in (_default(block, name), optim[key]):
+            found.append(f"optim.{key}")
+    return found
+
+
+def _default(block: str, name: str) -> Any:
+    field = next(f for f in dataclasses.fields(BLOCKS[block]) if f.name == name)
+    return field.default_factory() if field.default is dataclasses.MISSING else field.default
 
 
 def rewrite_old_spellings(argv: Sequence[str], say: Callable[[str], None]) -> list[str]:

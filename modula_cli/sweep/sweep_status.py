@@ -2,7 +2,7 @@
 a launch whose process has left (``sweep.detach=true``, a closed laptop, a dropped SSH session).
 
 Per launch: its runs by state, the word of the scheduler its launcher submitted to (``scheduler_of``, by the
-name ``sweep.json`` records) on each unfinished job (state, pending reason, node, how
+``Jobs`` class ``sweep.json`` records) on each unfinished job (state, pending reason, node, how
 often it was requeued), the time left. A run whose job the scheduler says has ended while its summary still
 says ``running`` is settled as interrupted at its last checkpoint, as the launching process would have; so is a
 run of a Ray or local launch whose trainer on another host has not renewed its lock for ``--lost-after``. Once
@@ -57,8 +57,8 @@ def scheduler_of(record: LaunchRecord) -> Scheduler:
     """Who to ask about a launch's jobs: the ``Jobs`` class of the scheduler its launcher submitted them to, as
     ``sweep.json`` records it (``asked_by``; a launch recorded before that names SLURM by ``scheduler``). One not
     known here, or that cannot be asked, is shown by its ids and never settled on a guess."""
-    jobs = asked_by(record.asked_by) if record.asked_by else \
-        SlurmArray if record.scheduler == SlurmArray.scheduler else None
+    jobs = (asked_by(record.asked_by) if record.asked_by else None) or \
+        (SlurmArray if record.scheduler == SlurmArray.scheduler else None)
     if jobs is not None:
         return Scheduler(jobs.job_noun, jobs.ask)
     unknown = JobWord(True, f"{record.scheduler} cannot be asked from here")  # live: nothing settled on a guess
@@ -141,9 +141,9 @@ def look(sweep_dir: Path, lost_after_s: float = LOST_AFTER_S) -> tuple[bool, Lau
     silent for ``lost_after_s``); whether every launch has ended, and the latest launch."""
     manifest = Manifest.read(sweep_dir)
     records = sorted((manifest.launch(i) for i in manifest.launches), key=lambda r: r.started)
-    by_scheduler: dict[str | None, list[LaunchRecord]] = {}
+    by_scheduler: dict[tuple[str | None, str | None], list[LaunchRecord]] = {}
     for record in records:
-        by_scheduler.setdefault(record.scheduler, []).append(record)
+        by_scheduler.setdefault((record.scheduler, record.asked_by), []).append(record)
     words: dict[str, JobWord] = {}
     for launches in by_scheduler.values():  # each launch's jobs asked of their own scheduler, once for all
         if ids := [job.job_id for record in launches for job in record.jobs if job.job_id]:
