@@ -96,6 +96,7 @@ FLAT_NAMES: dict[str, str] = {
        for f in dataclasses.fields(BLOCKS[block])},
 }
 OLD_SPELLINGS: dict[str, str] = {f"optim.{flat}": f"optim.{dotted}" for dotted, flat in FLAT_NAMES.items()}
+BLOCK_PATHS: dict[str, str] = {flat: dotted for dotted, flat in FLAT_NAMES.items()}  # mup_base_width → mup.base_width
 
 
 def flat_settings(optim: dict[str, Any]) -> dict[str, Any]:
@@ -111,7 +112,7 @@ def flat_settings(optim: dict[str, Any]) -> dict[str, Any]:
 def nested_settings(flat: dict[str, Any]) -> dict[str, Any]:
     """``flat_settings`` undone: ``{"mup_base_width": 32}`` → ``{"mup": {"base_width": 32}}`` (a summary's or a
     table's settings as the ``optim`` config holds them); other keys as they are."""
-    dotted = {name: path for path, name in FLAT_NAMES.items()}
+    dotted = BLOCK_PATHS
     nested: dict[str, Any] = {}
     for key, value in flat.items():
         if key in dotted and not isinstance(value, dict):
@@ -137,7 +138,7 @@ def move_old_spellings(optim: DictConfig | dict[str, Any]) -> list[str]:
     One whose block already holds another value than its default (``optim.mup.base_width=128`` on the command line)
     is left where it is, for the config's check to name both (``spelling_conflicts``). The old keys it moved
     (``optim.mup_base_width``), in the config's order."""
-    dotted = {flat: path for path, flat in FLAT_NAMES.items()}
+    dotted = BLOCK_PATHS
     old = [key for key in optim if key in dotted and not isinstance(optim[key], Mapping)]
     moved = []
     with open_dict(optim) if OmegaConf.is_config(optim) else contextlib.nullcontext():
@@ -160,7 +161,7 @@ def move_old_spellings(optim: DictConfig | dict[str, Any]) -> list[str]:
 def spelling_conflicts(optim: DictConfig | dict[str, Any]) -> list[str]:
     """Each old flat spelling whose block spelling is set too, to another value than the block's default: two
     values for one setting (``optim.mup_base_width`` and ``optim.mup.base_width``)."""
-    dotted = {flat: path for path, flat in FLAT_NAMES.items()}
+    dotted = BLOCK_PATHS
     found = []
     for key in optim:
         if key not in dotted or key in BLOCKS or isinstance(optim[key], Mapping):
