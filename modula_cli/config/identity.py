@@ -47,20 +47,22 @@ ONLY_WHEN = {
     "optim.decay_shape": lambda optim: optim.get("schedule") == "wsd",
     "optim.decay_on": lambda optim: bool(optim.get("wd")),  # no weight decay: nothing to choose weights for
 }
-# Settings in every fingerprint from the first run that had them (a mode's own: from its mode's first run), so no
-# default stands for older runs. With NOT_NUMERIC, LATER_DEFAULTS and ONLY_WHEN this decides every setting of the
-# train, optim, arch and data schemas: a new one must be added to one of them (tests/test_identity.py checks).
-FINGERPRINTED = frozenset({
+# A mode's block of settings (optim.<block>.*, ``mode_settings.settings_block``) is in the fingerprints of its own
+# mode's runs from that mode's first run (and in no other mode's: ``Mode.own_block``), so a new mode's block needs
+# no entry here. A setting added later to a block whose mode has finished runs needs its LATER_DEFAULTS entry like
+# any other (tests/test_identity.py's pinned fingerprints fail without one).
+BLOCK_SETTINGS = frozenset(f"optim.{flat}" for flat in FLAT_NAMES.values())
+# Settings in every fingerprint from the first run that had them, so no default stands for older runs. With
+# NOT_NUMERIC, LATER_DEFAULTS and ONLY_WHEN this decides every setting of the train, optim, arch and data schemas: a
+# new one must be added to one of them (tests/test_identity.py checks).
+FINGERPRINTED = BLOCK_SETTINGS - set(LATER_DEFAULTS) - set(ONLY_WHEN) | frozenset({
     "arch.name", "arch.width", "arch.depth", "arch.heads", "arch.block_depth", "arch.blocks_mass", "arch.loss_window",
     "arch.kernel_size", "arch.readout", "arch.targets_keyword",
     "data.name", "data.context", "data.max_context",
     "train.steps", "train.batch_size", "train.eval_every", "train.eval_batches", "train.seed", "train.dtype",
     "train.diverge_factor",
     "optim.name", "optim.mode", "optim.lr", "optim.beta1", "optim.beta2", "optim.eps", "optim.wd",
-    "optim.schedule", "optim.warmup_steps", "optim.ortho", "optim.ortho_steps", "optim.power_iterations",
-    "optim.manifold_iterations", "optim.manifold_step", "optim.manifold_tolerance", "optim.manifold_warm_start",
-    "optim.mup_base_width", "optim.mup_readout_zero", "optim.mup_query_zero",
-    "optim.muon_scale", "optim.muon_momentum", "optim.muon_ns_steps", "optim.muon_adam_ratio",
+    "optim.schedule", "optim.warmup_steps",
 })
 RUN_GROUPS = ("arch", "data", "optim", "train")
 # The config groups whose choice on the command line names a run folder, and every group whose settings change

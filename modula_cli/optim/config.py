@@ -10,8 +10,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from ..plumbing.settings import setting
-from .mode_settings import (BLOCKS, ManifoldSettings, MuonSettings, MupSettings, NormedSettings, OrthoSettings,
-                            move_old_spellings)
+from .mode_settings import BLOCK_DOCS, BLOCKS, move_old_spellings
 from .schedule import DECAY_SHAPES, SCHEDULES
 
 
@@ -19,13 +18,10 @@ OPTIMIZERS = ("sgd", "adam")  # each with its direction in directions.py (DIRECT
 DECAY_ON = ("all", "matrices")  # optim.decay_on: which weights weight decay shrinks
 
 
-def block(schema: type, doc: str) -> Any:
-    """A field of OptimConfig that holds a block of settings (``optim.mup.*``), at the block's defaults."""
-    return dataclasses.field(default_factory=schema, metadata={"doc": doc})
-
-
 @dataclass
-class OptimConfig:
+class SharedOptimSettings:
+    """The settings every mode reads; ``OptimConfig`` adds each mode's block (``mode_settings.BLOCKS``)."""
+
     name: str = setting("adam", "the base optimiser: sgd (momentum) | adam", choices=OPTIMIZERS)
     mode: str = setting("normed", "a mode registered in optim/modes/ (MODES); built in: unnormed | normed (update "
                                   "of modular norm LR) | dualized (duality map) | manifold (weights on manifolds) | "
@@ -51,13 +47,6 @@ class OptimConfig:
                                             minimum=0, below=1)
     grad_clip: float | None = setting(None, "clip the raw gradient's global norm to this, before any mode's map, "
                                             "as torch.nn.utils.clip_grad_norm_ does (null: no clipping)", above=0)
-    # each mode's own settings, and the orthogonalisation's (mode_settings.py)
-    normed: NormedSettings = block(NormedSettings, "the normed mode's settings")
-    ortho: OrthoSettings = block(OrthoSettings, "the orthogonalisation of the dualized map (manifold's free layers and "
-                                                "Muon's hidden matrices use it too)")
-    manifold: ManifoldSettings = block(ManifoldSettings, "the manifold mode's settings (docs/manifold.md)")
-    mup: MupSettings = block(MupSettings, "μP's settings (docs/mup.md)")
-    muon: MuonSettings = block(MuonSettings, "Muon's settings (docs/own_model.md)")
 
     @classmethod
     def of(cls, node: Any) -> OptimConfig:
@@ -67,3 +56,11 @@ class OptimConfig:
         move_old_spellings(values)  # a config that skipped the check's reading (the check says each one)
         blocks = {name: schema(**(values.pop(name, None) or {})) for name, schema in BLOCKS.items()}
         return cls(**values, **blocks)
+
+
+# The whole optim schema: the shared settings and one field per block (optim.mup.*), at the block's defaults, made
+# from the registry so that a new mode's block (``mode_settings.settings_block``) needs no edit here.
+OptimConfig = dataclasses.make_dataclass(
+    "OptimConfig", [(name, schema, dataclasses.field(default_factory=schema, metadata={"doc": BLOCK_DOCS[name]}))
+                    for name, schema in BLOCKS.items()],
+    bases=(SharedOptimSettings,), namespace={"__module__": __name__})

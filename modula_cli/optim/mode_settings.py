@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from dataclasses import dataclass
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -32,13 +32,38 @@ MANIFOLD_FREE = ["output", "attn.q", "attn.k"]
 ROLES = "layer roles, e.g. [output, attn.q]"  # what the manifold lists hold (``nn.layer_roles``)
 MANIFOLD_SCALED = ["embed.token", "embed.position", "attn.v", "attn.out", "mlp.in", "mlp.out", "input", "hidden"]
 
+# optim.<block>: its settings (``OptimConfig`` holds one field per block, built from here) and its one-line doc
+BLOCKS: dict[str, type] = {}
+BLOCK_DOCS: dict[str, str] = {}
+# Each block setting's flat name under optim (``<block>_<setting>``): a fingerprint and a table's settings name it so,
+# as runs were first fingerprinted before the blocks (so these names never change), and the old spellings too.
+FLAT_NAMES: dict[str, str] = {}
+BLOCK_PATHS: dict[str, str] = {}  # FLAT_NAMES reversed: mup_base_width → mup.base_width
+FIRST_FLAT_NAMES = {"normed.power_iterations": "power_iterations", "ortho.method": "ortho",
+                    "ortho.steps": "ortho_steps", "ortho.dtype": "ortho_dtype"}  # the exceptions to <block>_<setting>
 
-@dataclass
+
+def settings_block(name: str, doc: str) -> Callable[[type], type]:
+    """Register a dataclass of ``setting(...)`` fields as the block ``optim.<name>``: ``OptimConfig`` holds it,
+    the config's check checks it, and ``config/identity.py`` fingerprints it in the runs of the mode whose
+    ``own_block`` it is (left out of every other mode's). A new mode's block needs nothing more."""
+    def register(schema: type) -> type:
+        BLOCKS[name], BLOCK_DOCS[name] = dataclass(schema), doc
+        for field in dataclasses.fields(BLOCKS[name]):
+            dotted = f"{name}.{field.name}"
+            FLAT_NAMES[dotted] = FIRST_FLAT_NAMES.get(dotted, f"{name}_{field.name}")
+            BLOCK_PATHS[FLAT_NAMES[dotted]] = dotted
+        return BLOCKS[name]
+    return register
+
+
+@settings_block("normed", "the normed mode's settings")
 class NormedSettings:
     power_iterations: int = setting(2, "normed: warm-started power-iteration steps per update", minimum=1)
 
 
-@dataclass
+@settings_block("ortho", "the orthogonalisation of the dualized map (manifold's free layers and Muon's hidden "
+                         "matrices use it too)")
 class OrthoSettings:
     method: str = setting("polar_express", "dualized (and manifold's free layers): polar_express | muon | cubic "
                                            "| svd", choices=ORTHO_METHODS)
@@ -47,7 +72,7 @@ class OrthoSettings:
                                  "float32 | bfloat16", choices=ORTHO_DTYPES)
 
 
-@dataclass
+@settings_block("manifold", "the manifold mode's settings (docs/manifold.md)")
 class ManifoldSettings:
     iterations: int = setting(0, "manifold: most dual-ascent steps per update (0: the projected start; "
                                  "docs/manifold.md)", minimum=0)
@@ -58,7 +83,7 @@ class ManifoldSettings:
     free: list[str] = setting(MANIFOLD_FREE, "manifold: the roles trained off the manifold (dualized)", items=ROLES)
 
 
-@dataclass
+@settings_block("mup", "μP's settings (docs/mup.md)")
 class MupSettings:
     base_width: int = setting(32, "mup: the width whose network μP trains exactly as unnormed (every multiplier 1); "
                                   "each layer's LR, initial scale and readout multiplier scale from it (docs/mup.md)",
@@ -73,7 +98,7 @@ class MupSettings:
                                  "width, with Adam's ε / m_w); set it to the depth you tune at", minimum=1)
 
 
-@dataclass
+@settings_block("muon", "Muon's settings (docs/own_model.md)")
 class MuonSettings:
     scale: str = setting("original", "muon: each hidden matrix's factor: original √max(1, out/in) (Keller Jordan's) "
                                      "| match_rms_adamw 0.2·√max(out, in) (Moonshot's) | spectral √(out/in) (the "
@@ -84,19 +109,12 @@ class MuonSettings:
                                      "LR (1, chosen at width 64 from 2^-8 … 1: docs/own_model.md)", above=0)
 
 
-# optim.<block>: its settings (a new mode with settings adds its block here and a field of OptimConfig)
-BLOCKS: dict[str, type] = {"normed": NormedSettings, "ortho": OrthoSettings, "manifold": ManifoldSettings,
-                           "mup": MupSettings, "muon": MuonSettings}
-# Each block setting's flat name under optim, as runs were first fingerprinted by it (and as the tables' settings
-# and the old spellings name it): a fingerprint hashes these names, so they never change.
-FLAT_NAMES: dict[str, str] = {
-    "normed.power_iterations": "power_iterations",
-    "ortho.method": "ortho", "ortho.steps": "ortho_steps", "ortho.dtype": "ortho_dtype",
-    **{f"{block}.{f.name}": f"{block}_{f.name}" for block in ("manifold", "mup", "muon")
-       for f in dataclasses.fields(BLOCKS[block])},
-}
-OLD_SPELLINGS: dict[str, str] = {f"optim.{flat}": f"optim.{dotted}" for dotted, flat in FLAT_NAMES.items()}
-BLOCK_PATHS: dict[str, str] = {flat: dotted for dotted, flat in FLAT_NAMES.items()}  # mup_base_width → mup.base_width
+# The blocks whose settings were flat before the blocks (optim.mup_base_width): those spellings are read for a
+# release. A later block's settings have none.
+FIRST_BLOCKS = ("normed", "ortho", "manifold", "mup", "muon")
+OLD_SPELLINGS: dict[str, str] = {f"optim.{flat}": f"optim.{dotted}" for dotted, flat in FLAT_NAMES.items()
+                                 if dotted.partition(".")[0] in FIRST_BLOCKS}
+OLD_PATHS: dict[str, str] = {old[len("optim."):]: new[len("optim."):] for old, new in OLD_SPELLINGS.items()}
 
 
 def flat_settings(optim: dict[str, Any]) -> dict[str, Any]:
@@ -138,7 +156,7 @@ def move_old_spellings(optim: DictConfig | dict[str, Any]) -> list[str]:
     One whose block already holds another value than its default (``optim.mup.base_width=128`` on the command line)
     is left where it is, for the config's check to name both (``spelling_conflicts``). The old keys it moved
     (``optim.mup_base_width``), in the config's order."""
-    dotted = BLOCK_PATHS
+    dotted = OLD_PATHS
     old = [key for key in optim if key in dotted and not isinstance(optim[key], Mapping)]
     moved = []
     with open_dict(optim) if OmegaConf.is_config(optim) else contextlib.nullcontext():
@@ -161,7 +179,7 @@ def move_old_spellings(optim: DictConfig | dict[str, Any]) -> list[str]:
 def spelling_conflicts(optim: DictConfig | dict[str, Any]) -> list[str]:
     """Each old flat spelling whose block spelling is set too, to another value than the block's default: two
     values for one setting (``optim.mup_base_width`` and ``optim.mup.base_width``)."""
-    dotted = BLOCK_PATHS
+    dotted = OLD_PATHS
     found = []
     for key in optim:
         if key not in dotted or key in BLOCKS or isinstance(optim[key], Mapping):
