@@ -12,7 +12,7 @@ from pathlib import Path
 CALLER_SWITCHES = re.compile(
     r"^(HF_DATASETS_OFFLINE|HF_HUB_OFFLINE|TRANSFORMERS_OFFLINE|HF_ENDPOINT|WANDB_.*|RAY_ADDRESS|RAY_NAMESPACE"
     r"|(SLURM|SBATCH|SALLOC|SRUN)_(?!CONF$).*|OMP_NUM_THREADS|MKL_NUM_THREADS|HYDRA_FULL_ERROR"
-    r"|MODULA_(JOB_CPUS|SWEEP_LAUNCH|SWEEP_CWD))$")
+    r"|MODULA_SWEEP_LAUNCH)$")
 for _name in [name for name in os.environ if CALLER_SWITCHES.match(name)]:
     del os.environ[_name]
 

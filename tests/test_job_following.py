@@ -341,9 +341,8 @@ def test_a_stop_by_marker_is_not_a_signal_a_later_one_is_not_a_second_ctrl_c_and
 
 
 def test_local_parallel_jobs_inside_a_cluster_job_share_its_cpus(monkeypatch):
-    for name in ("MODULA_JOB_CPUS", "SLURM_CPUS_PER_TASK", "OMP_NUM_THREADS"):
+    for name in ("SLURM_CPUS_PER_TASK", "OMP_NUM_THREADS"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(threads, "_CHOSEN", {})
     monkeypatch.setenv("SLURM_CPUS_PER_TASK", "8")
     before = threads.torch.get_num_threads()
     try:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from hydra.utils import get_class
+from omegaconf import OmegaConf
 
 from modula_cli.plumbing import threads
 from modula_cli.sweep.host import Host
@@ -220,21 +221,67 @@ def test_hydra_quoting_keeps_any_sweep_folder_whole():
 
 
 def test_a_cluster_jobs_threads_are_the_cpus_it_was_given(monkeypatch):
-    for name in ("MODULA_JOB_CPUS", "SLURM_CPUS_PER_TASK", "OMP_NUM_THREADS"):
+    """The CPUs a launcher says its scheduler gave the job (Ray's num_cpus, SLURM's cpus_per_task) are auto's
+    count, before the user's OMP_NUM_THREADS; a local launch inside a SLURM allocation takes the allocation's."""
+    for name in ("SLURM_CPUS_PER_TASK", "OMP_NUM_THREADS"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(threads, "_CHOSEN", {})
-    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "3")  # more than this 2-core machine: auto alone never says 3
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     before = threads.torch.get_num_threads()
     try:
+        # more than this 2-core machine: auto alone never says 3 or 5
+        assert threads.configure_threads("auto", given=(5, "hydra.launcher.ray.remote.num_cpus")) == 5
+        monkeypatch.setenv("SLURM_CPUS_PER_TASK", "3")
         assert threads.configure_threads("auto") == 3
-        monkeypatch.setattr(threads, "_CHOSEN", {})
-        monkeypatch.setenv("MODULA_JOB_CPUS", "5")  # Ray's num_cpus, passed by the launcher
-        assert threads.configure_threads("auto") == 5
-        monkeypatch.setattr(threads, "_CHOSEN", {})
-        assert threads.configure_threads(2) == 2  # an explicit count wins
+        assert threads.configure_threads(2, given=(5, "num_cpus")) == 2  # an explicit count wins
     finally:
         threads.torch.set_num_threads(before)
+
+
+def _job_config(threads_setting="auto", root=None):
+    return OmegaConf.create({"data": {"root": root}, "train": {"threads": threads_setting}})
+
+
+def test_a_placed_task_settles_each_jobs_config_from_its_launch(tmp_path, monkeypatch):
+    """What a job takes from its launch travels in the task the launcher sends, not the environment: the
+    launching process's data root where the job names none, the scheduler's CPUs as auto's count, and, for a
+    launcher that runs every job in its own process, the first job's count (the load is measured once)."""
+    from modula_cli.sweep.job_place import JobPlace, PlacedTask
+
+    for name in ("SLURM_CPUS_PER_TASK", "OMP_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MODULA_DATA", "shared/data")  # the user's, relative: the job reads it absolute
+    measured = []
+    monkeypatch.setattr(threads, "busy_cores", lambda *a, **k: measured.append(1) or 0.0)
+    hydra_cfg = OmegaConf.create({"launcher": {"_target_": "hydra._internal.core_plugins.basic_launcher."
+                                                            "BasicLauncher"}, "job": {"num": 0}})
+    seen = []
+    before = threads.torch.get_num_threads()
+    try:
+        monkeypatch.chdir(tmp_path)
+        place = JobPlace.here()
+        assert place.cwd == str(tmp_path) and place.data_root == str(tmp_path / "shared/data") and place.cpus is None
+        task = PlacedTask.of(seen.append, place)
+        for cfg in (_job_config(), _job_config(root="mine"), _job_config(threads_setting=1)):
+            task.settle(cfg, hydra_cfg)
+            seen.append((cfg.data.root, cfg.train.threads))
+        auto = seen[0][1]
+        root = str(tmp_path / "shared/data")
+        assert seen == [(root, auto), ("mine", auto), (root, 1)]
+        assert measured == [1], "a sweep's later jobs keep the first job's count"
+        given = PlacedTask.of(task, place.given(3, "hydra.launcher.cpus_per_task"))
+        cfg = _job_config()
+        given.settle(cfg, hydra_cfg)
+        assert cfg.train.threads == 3 and measured == [1]
+    finally:
+        threads.torch.set_num_threads(before)
+
+
+def test_a_job_whose_launch_folder_is_not_on_its_node_says_so(tmp_path):
+    from modula_cli.sweep.job_place import JobPlace
+
+    with pytest.raises(RuntimeError, match=r"the launch's working directory .*/gone is not on .*: launch from a "
+                                           r"folder that every node mounts at the same path"):
+        JobPlace(str(tmp_path / "gone"), str(tmp_path)).enter()
 
 
 # --- the launch as an object ----------------------------------------------------------------------------------

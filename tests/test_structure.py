@@ -54,6 +54,72 @@ def test_no_module_level_state_in_the_launching_code():
     assert [found for path in sources for found in _module_state(path)] == []
 
 
+MUTATING_METHODS = {"append", "extend", "update", "setdefault", "pop", "popitem", "clear", "add", "discard", "remove",
+                    "insert"}
+
+
+def _written_by_functions(path: Path) -> list[str]:
+    """Module-level names that a function of the module writes into (``NAME[k] = v``, ``NAME.update(…)``): state
+    that outlives the call, or a registry that grows."""
+    tree = ast.parse(path.read_text())
+    tops = {t.id for node in tree.body for t in (node.targets if isinstance(node, ast.Assign) else [node.target]
+            if isinstance(node, ast.AnnAssign) else []) if isinstance(t, ast.Name)}
+    found = set()
+    for function in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))):
+        for node in ast.walk(function):
+            targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else \
+                [node.target] if isinstance(node, ast.AugAssign) else []
+            for target in [e for t in targets for e in (t.elts if isinstance(t, ast.Tuple) else [t])]:
+                if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name) and target.value.id in tops:
+                    found.add(target.value.id)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                    node.func.attr in MUTATING_METHODS and isinstance(node.func.value, ast.Name) \
+                    and node.func.value.id in tops:
+                found.add(node.func.value.id)
+    return sorted(found)
+
+
+def _module_objects(path: Path) -> list[str]:
+    """Module-level objects made by calling a class (``STOP = StopSignal()``)."""
+    names = [found.split(" ", 1)[1] for found in _module_state(path)]
+    return [name for name in names if isinstance(_bound_value(path, name), ast.Call)]
+
+
+def _bound_value(path: Path, name: str) -> ast.AST | None:
+    for node in ast.parse(path.read_text()).body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) \
+            else []
+        if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+            return node.value
+    return None
+
+
+# The two kinds of module-level state the package keeps, each on purpose: the mode-settings registry, which grows
+# as each block is declared (at import: ``settings_block``), and the stop flag, which mirrors the process's signal
+# disposition (the operating system's, one per process: ``plumbing/signals.py``).
+REGISTRIES = {"modula_cli/optim/mode_settings.py BLOCKS", "modula_cli/optim/mode_settings.py BLOCK_DOCS",
+              "modula_cli/optim/mode_settings.py FLAT_NAMES", "modula_cli/optim/mode_settings.py BLOCK_PATHS"}
+PROCESS_STATE = {"modula_cli/plumbing/signals.py STOP"}
+
+
+def test_no_module_of_the_package_keeps_state_between_calls():
+    """Nothing a call learns lives on in a module (a cache, a count, a choice): it lives in the object that
+    holds the run, the launch or the job (e.g. a sweep's thread count: ``sweep/job_place.PlacedTask``)."""
+    sources = [*PACKAGE.rglob("*.py"), *(ROOT / "hydra_plugins").rglob("*.py")]
+    written = {f"{path.relative_to(ROOT)} {name}" for path in sources for name in _written_by_functions(path)}
+    objects = {f"{path.relative_to(ROOT)} {name}" for path in sources for name in _module_objects(path)}
+    assert sorted(written - REGISTRIES) == [] and sorted(objects - PROCESS_STATE) == []
+    assert written == REGISTRIES and objects == PROCESS_STATE  # the exceptions above are real ones
+
+
+def test_the_state_check_sees_a_cache_a_function_fills(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text("A = {}\nB = []\nC = {}\nD = {}\nE = [1]\nF = Flag()\nG = (1,)\n"
+                     "def f(k):\n    A[k] = 1\n    B.append(k)\n    C[k], D[k] = 1, 2\n    return E[0]\n")
+    assert _written_by_functions(probe) == ["A", "B", "C", "D"]
+    assert _module_objects(probe) == ["F"]
+
+
 def test_the_module_state_check_sees_lists_dicts_and_objects(tmp_path):
     probe = tmp_path / "probe.py"
     probe.write_text("A = []\nB: dict = {}\nC = ExitStack()\nD = (1, 2)\nE = frozenset()\nF = Path('x')\n"

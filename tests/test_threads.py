@@ -22,9 +22,8 @@ def test_explicit_count_and_user_environment_win(monkeypatch):
     """Counts auto never picks (it is capped at the usable cores), so only the setting can have chosen them;
     and neither path measures the load."""
     before = torch.get_num_threads()
-    monkeypatch.setattr(threads, "_CHOSEN", {})
     monkeypatch.setattr(threads, "busy_cores", lambda *a, **k: pytest.fail("auto's load measurement ran"))
-    for name in ("OMP_NUM_THREADS", *threads.JOB_CPUS):
+    for name in ("OMP_NUM_THREADS", "SLURM_CPUS_PER_TASK"):
         monkeypatch.delenv(name, raising=False)
     explicit, environment = threads.usable_cores() + 1, threads.usable_cores() + 2
     try:

@@ -2,8 +2,9 @@
 an honest end by the launching process (``modula_cli/sweep/cluster.py``).
 
 Before anything is submitted the task's request is fitted to the cluster's alive nodes
-(``modula_cli/schedulers/ray_cluster.py``). Each task carries the launch's id, working directory and data root
-(a Ray worker runs wherever ``ray start`` ran) and the CPUs it was given (its ``train.threads``). This module
+(``modula_cli/schedulers/ray_cluster.py``). Each task carries, in its task function (``sweep/job_place.py``), the
+launch's working directory and data root (a Ray worker runs wherever ``ray start`` ran) and the CPUs it was given
+(its ``train.threads``); its config carries the launch's id. This module
 is imported by Hydra's plugin scan at every start: Ray itself is imported only when a launch uses it.
 """
 
@@ -71,15 +72,14 @@ def _fit(ray_options: Any, runs_per_task: Any = 1) -> Any:
     return fitted
 
 
-def _run_job(env: dict[str, str], hydra_context: HydraContext, sweep_config: DictConfig,
-             task_function: TaskFunction, singleton_state: dict[Any, Any], task: str | None = None) -> JobReturn:
-    """One job, in a Ray worker: the launch's environment, the task its runs record as their job (``task``: a
-    task of several names its own for its runs) as ``hydra.job.id``, then Hydra's job."""
+def _run_job(hydra_context: HydraContext, sweep_config: DictConfig, task_function: Any,
+             singleton_state: dict[Any, Any], task: str | None = None) -> JobReturn:
+    """One job, in a Ray worker: the launch's working folder (``task_function`` is a ``PlacedTask``: its place
+    settles the job's config), the task its runs record as their job (``task``: a task of several names its own
+    for its runs) as ``hydra.job.id``, then Hydra's job."""
     import ray
 
-    from modula_cli.sweep.cluster import enter_job_environment
-
-    enter_job_environment(env)
+    task_function.place.enter()
     with open_dict(sweep_config.hydra.job):
         sweep_config.hydra.job.id = task or ray.get_runtime_context().get_task_id()
     setup_globals()
@@ -89,11 +89,14 @@ def _run_job(env: dict[str, str], hydra_context: HydraContext, sweep_config: Dic
                    job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
 
 
-def _run_member(results: Any, k: int, job: bytes) -> None:
-    """One run of a task of several, in its own process: its JobReturn, or why it failed, back to the task.
-    ``job``: ``_run_job``'s arguments as Ray pickles them (the task function may live in ``__main__``)."""
+def _run_member(results: Any, k: int, gpu: int | None, job: bytes) -> None:
+    """One run of a task of several, in its own process, on the task's ``gpu``-th GPU: its JobReturn, or why it
+    failed, back to the task. ``job``: ``_run_job``'s arguments as Ray pickles them (the task function may live in
+    ``__main__``)."""
     import ctypes
     import signal
+
+    from modula_cli.plumbing.device import use_gpu
 
     try:  # the task's process killed (a forced cancel): this run stops too, checkpointing first
         ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
@@ -102,23 +105,23 @@ def _run_member(results: Any, k: int, job: bytes) -> None:
     try:
         from ray import cloudpickle
 
+        if gpu is not None:
+            use_gpu(gpu)
         results.put((k, _run_job(*cloudpickle.loads(job))))
     except BaseException as error:  # noqa: BLE001 - told to the task, which tells the launch
         results.put((k, f"{type(error).__name__}: {error}"))
 
 
-def _run_group(env: dict[str, str], hydra_context: HydraContext, sweep_configs: list[DictConfig],
-               task_function: TaskFunction, singleton_state: dict[Any, Any]) -> list[Any]:
+def _run_group(hydra_context: HydraContext, sweep_configs: list[DictConfig], task_function: TaskFunction,
+               singleton_state: dict[Any, Any]) -> list[Any]:
     """A Ray task of several runs (``runs_per_task``): each in its own process, with its share of the task's
-    CPUs (``JOB_CPUS``) and its own GPU. A run that fails or whose process dies ends alone; a retry of the task
-    runs them all again, each resuming from its checkpoint (finished ones are skipped). Per run: its JobReturn,
-    or the line saying how its process ended."""
+    CPUs (``num_cpus`` each, its ``PlacedTask``'s) and its own GPU. A run that fails or whose process dies ends
+    alone; a retry of the task runs them all again, each resuming from its checkpoint (finished ones are
+    skipped). Per run: its JobReturn, or the line saying how its process ended."""
     import multiprocessing
 
     import ray
     from ray import cloudpickle
-
-    from modula_cli.plumbing import environment
 
     gpus = [str(gpu) for gpu in ray.get_gpu_ids()]
     task = ray.get_runtime_context().get_task_id()
@@ -127,10 +130,9 @@ def _run_group(env: dict[str, str], hydra_context: HydraContext, sweep_configs: 
     processes = []
     share = max(1, len(gpus) // len(sweep_configs))  # each run its own GPUs: num_gpus of them
     for k, sweep_config in enumerate(sweep_configs):
-        mine = gpus[k * share:(k + 1) * share] or gpus[k % len(gpus):][:1] if gpus else []
-        own = {**env, **({environment.GPUS: ",".join(mine)} if mine else {})}
-        job = cloudpickle.dumps((own, hydra_context, sweep_config, task_function, singleton_state, task))
-        process = spawn.Process(target=_run_member, args=(results, k, job))
+        first = (k * share if k * share < len(gpus) else k % len(gpus)) if gpus else None  # Ray's order: the task's
+        job = cloudpickle.dumps((hydra_context, sweep_config, task_function, singleton_state, task))
+        process = spawn.Process(target=_run_member, args=(results, k, first, job))
         process.start()
         processes.append(process)
     returned: dict[int, Any] = {}
@@ -173,9 +175,10 @@ class RayClusterLauncher(Launcher):
 
     def launch(self, job_overrides: Any, initial_job_idx: int) -> list[JobReturn]:
         from modula_cli.schedulers import ray_cluster
-        from modula_cli.plumbing.environment import JOB_CPUS, launch_of
+        from modula_cli.plumbing.environment import launch_of
         from modula_cli.results.manifest import forget_launch
-        from modula_cli.sweep.cluster import job_environment, run_unfinished
+        from modula_cli.sweep.cluster import run_unfinished
+        from modula_cli.sweep.job_place import JobPlace, PlacedTask
         from modula_cli.sweep.launch import LaunchRefused
 
         assert self.config is not None and self.hydra_context is not None
@@ -188,7 +191,8 @@ class RayClusterLauncher(Launcher):
         import ray
         runs = fitted.runs
         options = {key: value for key, value in fitted.task_options.items() if value is not None}
-        env = {**job_environment(), JOB_CPUS: str(max(1, int(fitted.options.get("num_cpus") or 1)))}
+        placed = PlacedTask.of(self.task_function, JobPlace.here().given(
+            int(fitted.options.get("num_cpus") or 1), "hydra.launcher.ray.remote.num_cpus"))
         remote = ray.remote(**options)(_run_job if runs == 1 else _run_group)
 
         def config_of(i: int) -> DictConfig:
@@ -200,8 +204,8 @@ class RayClusterLauncher(Launcher):
 
         def submit(todo: list[int]) -> Any:
             groups = [todo[k:k + runs] for k in range(0, len(todo), runs)]
-            refs = [remote.remote(env, self.hydra_context, config_of(group[0]) if runs == 1 else
-                                  [config_of(i) for i in group], self.task_function, Singleton.get_state())
+            refs = [remote.remote(self.hydra_context, config_of(group[0]) if runs == 1 else
+                                  [config_of(i) for i in group], placed, Singleton.get_state())
                     for group in groups]
             log.info("submitted %d task%s to the Ray cluster (%s; their logs: /tmp/ray/session_latest/logs/worker-*)",
                      len(refs), "s" if len(refs) > 1 else "", fitted.describe())

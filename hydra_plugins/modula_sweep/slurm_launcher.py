@@ -24,6 +24,7 @@ from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmitit
 from omegaconf import DictConfig, OmegaConf
 
 from modula_cli.schedulers.config import SLURM_OWN as OWN
+from modula_cli.schedulers.slurm import SETTING
 from modula_cli.schedulers.slurm_tasks import SlurmArray
 from modula_cli.sweep.host import Host
 
@@ -59,7 +60,6 @@ class SlurmLauncher(BaseSubmititLauncher):
         self.request = dict(self.params)  # as asked (auto included): each launch fits it to the cluster anew
         self.poll_s = float(own.get("poll_s", 10.0))
         self.stop_grace_s = float(own.get("stop_grace_s", 120.0))
-        self.job_env: dict[str, str] = {}
 
     @staticmethod
     def preflight(launcher: DictConfig) -> None:
@@ -70,11 +70,9 @@ class SlurmLauncher(BaseSubmititLauncher):
         log.info("SLURM: %s", fitted.describe())
 
     def __call__(self, *args: Any, **kwargs: Any) -> JobReturn:
-        # in the job's process, on a node: the launch's environment first (submitit's __call__ sets hydra.job.id,
-        # the job its runs record)
-        from modula_cli.sweep.cluster import enter_job_environment
-
-        enter_job_environment(self.job_env)
+        # in the job's process, on a node: the launch's working folder first (submitit's __call__ sets
+        # hydra.job.id, the job its runs record)
+        self.task_function.place.enter()
         return super().__call__(*args, **kwargs)
 
     def launch(self, job_overrides: Any, initial_job_idx: int) -> list[JobReturn]:
@@ -82,8 +80,9 @@ class SlurmLauncher(BaseSubmititLauncher):
 
         from modula_cli.results.manifest import forget_launch
         from modula_cli.schedulers import slurm_tasks
-        from modula_cli.sweep.cluster import job_environment, run_unfinished
         from modula_cli.plumbing.environment import launch_of
+        from modula_cli.sweep.cluster import run_unfinished
+        from modula_cli.sweep.job_place import JobPlace, PlacedTask
         from modula_cli.sweep.launch import LaunchRefused
 
         assert self.config is not None
@@ -96,7 +95,8 @@ class SlurmLauncher(BaseSubmititLauncher):
         # the fitted request; self.request stays the user's, for the next round of an LR search to fit again
         self.params = {key: value for key, value in fitted.params.items() if value is not None}
         runs_per_task = int(self.params.pop("runs_per_task", 1))
-        self.job_env = job_environment()
+        self.task_function = PlacedTask.of(self.task_function, JobPlace.here().given(
+            self.params.get("cpus_per_task"), f"{SETTING}.cpus_per_task"))
         executor = slurm_executor(self.params)
         folder = Path(str(self.params["submitit_folder"]).split("%")[0])
 
@@ -150,13 +150,11 @@ class RunGroup:
         env = submitit.JobEnvironment()
         if env.global_rank >= len(group):  # the last job's spare tasks, when the grid does not fill it
             return None
-        from modula_cli.plumbing.environment import GPUS, SLURM_RESTART
-
+        from modula_cli.plumbing.device import use_gpu
+        from modula_cli.plumbing.environment import SLURM_RESTART
         from modula_cli.schedulers.sibling_tasks import SiblingTasks
 
-        visible = [gpu for gpu in os.environ.get(GPUS, "").split(",") if gpu]
-        if len(visible) > 1:  # the job's GPUs are every task's: each run takes its own, before CUDA starts
-            os.environ[GPUS] = visible[env.local_rank % len(visible)]
+        use_gpu(env.local_rank)  # the job's GPUs are every task's: each run takes its own
         siblings = SiblingTasks.of_this_job(len(group), os.environ.get(SLURM_RESTART, "0"))
         with siblings.present(env.global_rank):
             returned = self.launcher(*group[env.global_rank])

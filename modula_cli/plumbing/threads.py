@@ -6,10 +6,11 @@ with 2 threads and 12 s with 1. ``auto`` therefore takes the cores this process 
 cgroup quota), less the ones of its CPU set that other processes keep busy (measured over a quarter second
 from /proc/stat when the process starts; the 1-minute load average where there is no /proc); the jobs a
 local launcher runs at once share the cores evenly instead (their load is each other's); never fewer than
-one. Inside a cluster job, ``auto`` is the CPUs the scheduler gave the job (``SLURM_CPUS_PER_TASK``; Ray's
-``num_cpus``, passed as ``MODULA_JOB_CPUS``): a node's other cores belong to other jobs, whose load may not
-have started yet. An integer sets the count; ``OMP_NUM_THREADS`` set by the user is kept under ``auto``
-outside a cluster job.
+one. Inside a cluster job, ``auto`` is the CPUs the scheduler gave the job (its launcher says how many:
+``sweep/job_place.py``; a local launch inside a SLURM allocation reads ``SLURM_CPUS_PER_TASK``): a node's other
+cores belong to other jobs, whose load may not have started yet. An integer sets the count; ``OMP_NUM_THREADS``
+set by the user is kept under ``auto`` outside a cluster job. The count is chosen by whoever holds the run or the
+sweep's jobs (``configure_threads`` remembers nothing).
 """
 
 from __future__ import annotations
@@ -26,16 +27,13 @@ from . import environment
 
 log = logging.getLogger(__name__)
 AUTO = "auto"
-JOB_CPUS = (environment.JOB_CPUS, environment.SLURM_CPUS)  # the CPUs a cluster job was given, by who says it
 
 
-def job_cpus() -> tuple[int, str] | None:
-    """The CPUs this process's cluster job was given, and the variable that says so; None outside one."""
-    for name in JOB_CPUS:
-        value = os.environ.get(name, "")
-        if value.isdigit() and int(value) >= 1:
-            return int(value), name
-    return None
+def allocation_cpus() -> tuple[int, str] | None:
+    """The CPUs of the SLURM allocation this process runs in (a local launch inside ``salloc``), and the
+    variable that says so; None outside one."""
+    value = os.environ.get(environment.SLURM_CPUS, "")
+    return (int(value), environment.SLURM_CPUS) if value.isdigit() and int(value) >= 1 else None
 
 
 def threads_problem(value: object) -> str | None:
@@ -105,14 +103,10 @@ def auto_threads(parallel_jobs: int = 1, cores: int | None = None, busy: float |
     return max(1, min(cores, round(span - busy)))
 
 
-_CHOSEN: dict[tuple[object, int], int] = {}  # once per process: a sweep's later jobs keep the first choice
-
-
-def configure_threads(setting: object, parallel_jobs: int = 1) -> int:
-    """Set this process's PyTorch threads from ``train.threads``; returns the count."""
-    if (setting, parallel_jobs) in _CHOSEN:
-        return _CHOSEN[(setting, parallel_jobs)]
-    given = job_cpus() if setting == AUTO else None
+def configure_threads(setting: object, parallel_jobs: int = 1, given: tuple[int, str] | None = None) -> int:
+    """Set this process's PyTorch threads from ``train.threads``; returns the count. ``given``: the CPUs a
+    scheduler gave this job and who says so (its launcher's word), which ``auto`` takes."""
+    given = (given or allocation_cpus()) if setting == AUTO else None
     if given is not None:  # shared evenly by the jobs a local launcher runs at once inside the cluster job
         count = max(1, given[0] // parallel_jobs)
         why = f"{given[1]}={given[0]}: the CPUs this job was given" + (
@@ -131,5 +125,4 @@ def configure_threads(setting: object, parallel_jobs: int = 1) -> int:
     if count != torch.get_num_threads():
         torch.set_num_threads(count)
     log.info("CPU threads: %d (%s; train.threads=N to choose)", count, why)
-    _CHOSEN[(setting, parallel_jobs)] = count
     return count

@@ -1,5 +1,5 @@
-"""Jobs on other machines (SLURM, Ray): what each job carries from the launching process, and how the
-launching process follows them to an honest end.
+"""Jobs on other machines (SLURM, Ray): how the launching process follows them to an honest end (what each job
+takes from the launch: ``job_place.py``).
 
 The truth about a run is its folder (``summary.json``, ``run.lock``, ``run.owner``); the truth about a job is
 its scheduler. While the jobs run, the launching process polls both (``Follower``): it prints ``[k of N]`` as
@@ -13,8 +13,6 @@ each is a run state in the report and the closing lines.
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -25,8 +23,6 @@ from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import DictConfig
 
 from ..config.identity import job_label, run_name
-from ..data.storage import data_root
-from ..plumbing import environment
 from ..plumbing.environment import launch_of
 from ..plumbing.signals import STOP
 from ..plumbing.wording import counted
@@ -39,27 +35,6 @@ from .progress import report_progress
 log = logging.getLogger(__name__)
 WORD_EVERY_S = 60.0            # a line on how the jobs wait, when none has ended for this long
 SETTLED = (COMPLETED, DIVERGED, FAILED)  # a run in one of these needs nothing more from its job
-
-
-# --- what a job carries -------------------------------------------------------------------------------------
-
-def job_environment() -> dict[str, str]:
-    """What a job on another machine takes from the launching process: the working directory (a relative
-    ``data.root`` means the same there) and the data root, absolute. (The launch id travels in the job's own
-    config: ``environment.carry_launch``.)"""
-    return {environment.CWD: os.getcwd(), environment.DATA: str(data_root(None).absolute())}
-
-
-def enter_job_environment(env: dict[str, str]) -> None:
-    """In the job's process, before its config is composed: the launch's environment and working directory."""
-    os.environ.update(env)
-    cwd = env.get(environment.CWD)
-    if cwd:
-        try:
-            os.chdir(cwd)
-        except OSError as error:
-            raise RuntimeError(f"the launch's working directory {cwd} is not on {socket.gethostname()} ({error}): "
-                               f"launch from a folder that every node mounts at the same path") from error
 
 
 # --- following the jobs -----------------------------------------------------------------------------------

@@ -1,10 +1,10 @@
-"""The job a multirun runs for each grid point, in whichever process its launcher gives it: train the grid
-point's runs, never let a failure stop the sweep, start nothing after a stop, and say how it went."""
+"""The job a multirun runs for each grid point, in whichever process its launcher gives it (its config already
+settled there: ``job_place.PlacedTask``): train the grid point's runs, never let a failure stop the sweep, start
+nothing after a stop, and say how it went."""
 
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
@@ -15,7 +15,6 @@ from ..config.members import sweep_member_dir
 from ..config.schema import searches
 from ..plumbing.environment import job_launch
 from ..plumbing.signals import STOP, StopRequested
-from ..plumbing.threads import configure_threads
 from ..results.files import stop_marker
 from ..results.status import BUSY, FAILED, INTERRUPTED, PENDING
 from ..results.summary import Outcome
@@ -32,16 +31,11 @@ def sweep_job(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> Outcome:
     process, left for the end of the sweep (``BUSY``: the launch trains it after the other runs; an LR search
     waits for it), else waited for."""
     hydra_cfg = HydraConfig.get()
-    sweep_dir, launch = Path(hydra_cfg.sweep.dir), job_launch()
+    sweep_dir, launch = Path(hydra_cfg.sweep.dir), job_launch(hydra_cfg)
     STOP.watch(stop_marker(sweep_dir, launch))
     if STOP.requested:
         return Outcome(PENDING)  # the launching process was told to stop: start nothing more
     host = host_of(hydra_cfg.launcher)
-    if host.shares_cores:
-        n_jobs = hydra_cfg.launcher.get("n_jobs") or 1
-        _share_local_hardware(cfg, hydra_cfg.job.num, n_jobs if n_jobs > 0 else (os.cpu_count() or 1))
-    else:
-        configure_threads(cfg.train.threads)
     # a search needs a busy run's result before its next round: it waits for the other process to finish it
     wait = not host.in_process or searches(cfg)
     result = train_job(cfg, run_dir, overrides, launch, wait=wait, on_stop=host.on_stop,
@@ -73,13 +67,3 @@ def train_job(cfg: DictConfig, run_dir: Path, overrides: list[str], launch: str 
     except Exception as error:  # noqa: BLE001 - recorded in the run's summary.json by train()
         log.error("%s failed: %s: %s", run_dir.name, type(error).__name__, error)
         return Outcome(FAILED, error=str(error))
-
-
-def _share_local_hardware(cfg: DictConfig, job_number: int, parallel_jobs: int) -> None:
-    """Parallel local jobs: one GPU each, round robin; without a GPU, split the CPU threads."""
-    import torch
-
-    if torch.cuda.is_available():
-        torch.cuda.set_device(job_number % torch.cuda.device_count())
-    else:
-        configure_threads(cfg.train.threads, parallel_jobs)
