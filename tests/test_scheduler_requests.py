@@ -64,7 +64,7 @@ def sbatch_script(params: dict, tmp_path: Path) -> str:
     script's text, so that one check is answered here.)"""
     from submitit.slurm.slurm import SlurmExecutor
 
-    from hydra_plugins.modula_sweep.slurm_launcher import slurm_executor
+    from modula_cli.schedulers.slurm_submit import slurm_executor
 
     bin_dir, kept = tmp_path / "bin", tmp_path / "submitted.sh"
     bin_dir.mkdir(exist_ok=True)
