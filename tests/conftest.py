@@ -11,8 +11,7 @@ from pathlib import Path
 # other test reads it).
 CALLER_SWITCHES = re.compile(
     r"^(HF_DATASETS_OFFLINE|HF_HUB_OFFLINE|TRANSFORMERS_OFFLINE|HF_ENDPOINT|WANDB_.*|RAY_ADDRESS|RAY_NAMESPACE"
-    r"|(SLURM|SBATCH|SALLOC|SRUN)_(?!CONF$).*|OMP_NUM_THREADS|MKL_NUM_THREADS|HYDRA_FULL_ERROR"
-    r"|MODULA_SWEEP_LAUNCH)$")
+    r"|(SLURM|SBATCH|SALLOC|SRUN)_(?!CONF$).*|OMP_NUM_THREADS|MKL_NUM_THREADS|HYDRA_FULL_ERROR)$")
 for _name in [name for name in os.environ if CALLER_SWITCHES.match(name)]:
     del os.environ[_name]
 

@@ -238,14 +238,15 @@ def test_a_cluster_jobs_threads_are_the_cpus_it_was_given(monkeypatch):
 
 
 def _job_config(threads_setting="auto", root=None):
-    return OmegaConf.create({"data": {"root": root}, "train": {"threads": threads_setting}})
+    return OmegaConf.create({"data": {"root": root}, "train": {"threads": threads_setting}, "sweep": {}})
 
 
 def test_a_placed_task_settles_each_jobs_config_from_its_launch(tmp_path, monkeypatch):
-    """What a job takes from its launch travels in the task the launcher sends, not the environment: the
-    launching process's data root where the job names none, the scheduler's CPUs as auto's count, and, for a
-    launcher that runs every job in its own process, the first job's count (the load is measured once)."""
-    from modula_cli.sweep.job_place import JobPlace, PlacedTask
+    """What a job takes from its launch travels in the task the launcher sends, not the environment: the launch's
+    id and the launching process's data root (where the job names none) in its config, the scheduler's CPUs as
+    auto's count, and, for a launcher that runs every job in its own process, the first job's count (the load is
+    measured once)."""
+    from modula_cli.sweep.job_place import JobPlace, PlacedTask, carry_launch, launch_of
 
     for name in ("SLURM_CPUS_PER_TASK", "OMP_NUM_THREADS"):
         monkeypatch.delenv(name, raising=False)
@@ -254,26 +255,44 @@ def test_a_placed_task_settles_each_jobs_config_from_its_launch(tmp_path, monkey
     monkeypatch.setattr(threads, "busy_cores", lambda *a, **k: measured.append(1) or 0.0)
     hydra_cfg = OmegaConf.create({"launcher": {"_target_": "hydra._internal.core_plugins.basic_launcher."
                                                             "BasicLauncher"}, "job": {"num": 0}})
+    multirun = OmegaConf.create({"sweep": {"name": "width"}})
+    carry_launch(multirun, "20261206-1")
     seen = []
     before = threads.torch.get_num_threads()
     try:
         monkeypatch.chdir(tmp_path)
-        place = JobPlace.here()
-        assert place.cwd == str(tmp_path) and place.data_root == str(tmp_path / "shared/data") and place.cpus is None
+        place = JobPlace.here(multirun)
+        assert (place.launch, place.cwd, place.data_root, place.cpus) == \
+            ("20261206-1", str(tmp_path), str(tmp_path / "shared/data"), None)
         task = PlacedTask.of(seen.append, place)
         for cfg in (_job_config(), _job_config(root="mine"), _job_config(threads_setting=1)):
             task.settle(cfg, hydra_cfg)
-            seen.append((cfg.data.root, cfg.train.threads))
-        auto = seen[0][1]
+            seen.append((launch_of(cfg), cfg.data.root, cfg.train.threads, threads.torch.get_num_threads()))
+        auto = seen[0][3]
         root = str(tmp_path / "shared/data")
-        assert seen == [(root, auto), ("mine", auto), (root, 1)]
+        assert seen == [("20261206-1", root, "auto", auto), ("20261206-1", "mine", "auto", auto),
+                        ("20261206-1", root, 1, 1)]
         assert measured == [1], "a sweep's later jobs keep the first job's count"
         given = PlacedTask.of(task, place.given(3, "hydra.launcher.cpus_per_task"))
-        cfg = _job_config()
-        given.settle(cfg, hydra_cfg)
-        assert cfg.train.threads == 3 and measured == [1]
+        given.settle(_job_config(), hydra_cfg)
+        assert threads.torch.get_num_threads() == 3 and measured == [1]
+        own = OmegaConf.create({"data": {"name": "my_data:corpus"}, "train": {"threads": 1}, "sweep": {}})
+        given.settle(own, hydra_cfg)  # a user's data node without a root gets none
+        assert "root" not in own.data
     finally:
         threads.torch.set_num_threads(before)
+
+
+def test_a_sweep_with_a_sweeper_that_does_not_place_its_jobs_is_refused(tmp_path):
+    """Hydra's basic sweeper would start jobs without their launch's id, folder, data root or threads."""
+    modula_sweep = Path(sys.executable).parent / "modula-sweep"  # the user's command, installed beside this Python
+    done = subprocess.run([str(modula_sweep), "-m", "hydra/sweeper=basic", "optim.lr=0.1,0.2",
+                           f"hydra.sweep.dir={tmp_path / 'sweep'}", "train.steps=2"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode != 0
+    assert "hydra/sweeper: hydra._internal.core_plugins.basic_sweeper.BasicSweeper does not give its jobs their " \
+        "place in the launch; allowed: packing (modula-sweep's own, the default) or a subclass of it" in done.stderr
+    assert not (tmp_path / "sweep").exists()
 
 
 def test_a_job_whose_launch_folder_is_not_on_its_node_says_so(tmp_path):
@@ -281,7 +300,7 @@ def test_a_job_whose_launch_folder_is_not_on_its_node_says_so(tmp_path):
 
     with pytest.raises(RuntimeError, match=r"the launch's working directory .*/gone is not on .*: launch from a "
                                            r"folder that every node mounts at the same path"):
-        JobPlace(str(tmp_path / "gone"), str(tmp_path)).enter()
+        JobPlace("L", str(tmp_path / "gone"), str(tmp_path)).enter()
 
 
 # --- the launch as an object ----------------------------------------------------------------------------------

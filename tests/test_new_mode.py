@@ -57,3 +57,23 @@ def test_a_mode_registered_with_its_block_trains_checks_and_fingerprints_as_a_bu
     assert normed[0] == normed[1], "and in no other mode's"
     assert seen["problems"] == ["optim.signed.step=-1; must be a finite number > 0"]
     assert seen["name"] == "mode=signed,signed_step=0.5"
+
+
+def test_a_block_that_would_mix_fingerprints_or_come_too_late_is_refused():
+    """A second block of one name, one whose flat names (a fingerprint's keys) are another block's, and one declared
+    after the optim schema was made (it would not be in it) are refused when declared, in one line each."""
+    import pytest
+
+    import modula_cli.optim.config  # noqa: F401 - the schema, made from the blocks declared so far
+    from modula_cli.optim.mode_settings import BLOCKS, settings_block
+    from modula_cli.plumbing.settings import setting
+
+    blocks = dict(BLOCKS)
+    with pytest.raises(ValueError, match=r"^settings block optim\.mup: mup is a block already$"):
+        settings_block("mup", "again")(type("Again", (), {"__annotations__": {"x": int}, "x": setting(1, "x")}))
+    with pytest.raises(ValueError, match=r"its flat names \['mup_base_width'\] are another block's"):
+        settings_block("mup_base", "a clash")(type("Clash", (), {"__annotations__": {"width": int},
+                                                               "width": setting(1, "x")}))
+    with pytest.raises(RuntimeError, match=r"optim\.late is declared after modula_cli\.optim\.config was imported"):
+        settings_block("late", "too late")(type("Late", (), {"__annotations__": {"x": int}, "x": setting(1, "x")}))
+    assert BLOCKS == blocks

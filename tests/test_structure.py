@@ -112,12 +112,37 @@ def test_no_module_of_the_package_keeps_state_between_calls():
     assert written == REGISTRIES and objects == PROCESS_STATE  # the exceptions above are real ones
 
 
+def _cached_functions(path: Path) -> list[str]:
+    """Module-level functions that remember their results (``functools.cache``, ``lru_cache``)."""
+    def remembers(decorator: ast.expr) -> bool:
+        target = decorator.func if isinstance(decorator, ast.Call) else decorator
+        return ast.unparse(target).split(".")[-1] in ("cache", "lru_cache")
+    return [node.name for node in ast.parse(path.read_text()).body
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(map(remembers, node.decorator_list))]
+
+
+# Functions that remember, each on purpose: pure ones, whose answer their arguments fix (a file's content by its
+# size and time, the built-in networks' roles), and one note said once per process (every run of a sweep in it
+# would say the same line).
+REMEMBERING = {"modula_cli/models/builders.py builtin_roles", "modula_cli/plumbing/user_code.py _parsed_imports",
+               "modula_cli/data/tokens.py _largest_id", "modula_cli/data/identity.py _file_digest",
+               "modula_cli/data/shakespeare.py _sizes", "modula_cli/run/context.py say_once"}
+
+
+def test_no_function_remembers_but_the_named_ones():
+    sources = [*PACKAGE.rglob("*.py"), *(ROOT / "hydra_plugins").rglob("*.py")]
+    assert {f"{path.relative_to(ROOT)} {name}" for path in sources for name in _cached_functions(path)} == REMEMBERING
+
+
 def test_the_state_check_sees_a_cache_a_function_fills(tmp_path):
     probe = tmp_path / "probe.py"
     probe.write_text("A = {}\nB = []\nC = {}\nD = {}\nE = [1]\nF = Flag()\nG = (1,)\n"
                      "def f(k):\n    A[k] = 1\n    B.append(k)\n    C[k], D[k] = 1, 2\n    return E[0]\n")
     assert _written_by_functions(probe) == ["A", "B", "C", "D"]
     assert _module_objects(probe) == ["F"]
+    probe.write_text("import functools\n@functools.cache\ndef a(): pass\n@functools.lru_cache(maxsize=2)\n"
+                     "def b(): pass\n@cache\ndef c(): pass\n@property\ndef d(): pass\n")
+    assert _cached_functions(probe) == ["a", "b", "c"]
 
 
 def test_the_module_state_check_sees_lists_dicts_and_objects(tmp_path):

@@ -13,11 +13,12 @@ from modula_cli.config.hydra_internals import GridSweeper
 
 
 class PackingSweeper(GridSweeper):
+    PLACES_JOBS = True  # every job takes its place from the launch (sweep/job_place.py): the launch checks it
     def setup(self, *, hydra_context: Any, task_function: Any, config: DictConfig) -> None:
         from modula_cli.sweep.job_place import JobPlace, PlacedTask  # here: Hydra imports every plugin at start-up
 
         # every launcher's jobs take their place from this launch (its folder, data, threads), not the environment
-        task_function = PlacedTask.of(task_function, JobPlace.here())
+        task_function = PlacedTask.of(task_function, JobPlace.here(config))
         super().setup(hydra_context=hydra_context, task_function=task_function, config=config)
         self.pack = bool(OmegaConf.select(config, "sweep.pack", default=False))
         from modula_cli.config.schema import searches  # here: Hydra imports every plugin at start-up

@@ -92,10 +92,9 @@ class RayClusterLauncher(Launcher):
 
     def launch(self, job_overrides: Any, initial_job_idx: int) -> list[JobReturn]:
         from modula_cli.schedulers import ray_cluster, ray_jobs
-        from modula_cli.plumbing.environment import launch_of
         from modula_cli.results.manifest import forget_launch
         from modula_cli.sweep.cluster import run_unfinished
-        from modula_cli.sweep.job_place import JobPlace, PlacedTask
+        from modula_cli.sweep.job_place import JobPlace, PlacedTask, launch_of
         from modula_cli.sweep.launch import LaunchRefused
 
         assert self.config is not None and self.hydra_context is not None
@@ -108,8 +107,8 @@ class RayClusterLauncher(Launcher):
         import ray
         runs = fitted.runs
         options = {key: value for key, value in fitted.task_options.items() if value is not None}
-        placed = PlacedTask.of(self.task_function, JobPlace.here().given(
-            int(fitted.options.get("num_cpus") or 1), "hydra.launcher.ray.remote.num_cpus"))
+        placed = PlacedTask.of(self.task_function, JobPlace.here(self.config).given(
+            max(1, int(fitted.options.get("num_cpus") or 1)), "hydra.launcher.ray.remote.num_cpus"))
         remote = ray.remote(**options)(ray_jobs.run_in_worker if runs == 1 else ray_jobs.run_group)
 
         def config_of(i: int) -> DictConfig:

@@ -73,12 +73,11 @@ class SlurmLauncher(BaseSubmititLauncher):
         return super().__call__(*args, **kwargs)
 
     def launch(self, job_overrides: Any, initial_job_idx: int) -> list[JobReturn]:
-        from modula_cli.plumbing.environment import launch_of
         from modula_cli.results.manifest import forget_launch
         from modula_cli.schedulers import slurm_tasks
         from modula_cli.schedulers.slurm_submit import SbatchRefused, SbatchUnanswered, slurm_executor, submit_array
         from modula_cli.sweep.cluster import run_unfinished
-        from modula_cli.sweep.job_place import JobPlace, PlacedTask
+        from modula_cli.sweep.job_place import JobPlace, PlacedTask, launch_of
         from modula_cli.sweep.launch import LaunchRefused
 
         assert self.config is not None
@@ -91,7 +90,7 @@ class SlurmLauncher(BaseSubmititLauncher):
         # the fitted request; self.request stays the user's, for the next round of an LR search to fit again
         self.params = {key: value for key, value in fitted.params.items() if value is not None}
         runs_per_task = int(self.params.pop("runs_per_task", 1))
-        self.task_function = PlacedTask.of(self.task_function, JobPlace.here().given(
+        self.task_function = PlacedTask.of(self.task_function, JobPlace.here(self.config).given(
             self.params.get("cpus_per_task"), f"{SETTING}.cpus_per_task"))
         executor = slurm_executor(self.params)
         folder = Path(str(self.params["submitit_folder"]).split("%")[0])

@@ -10,7 +10,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from ..plumbing.settings import setting
-from .mode_settings import BLOCK_DOCS, BLOCKS, move_old_spellings
+from .mode_settings import BLOCK_DOCS, BLOCKS, FLAT_NAMES, move_old_spellings
 from .schedule import DECAY_SHAPES, SCHEDULES
 
 
@@ -59,7 +59,10 @@ class SharedOptimSettings:
 
 
 # The whole optim schema: the shared settings and one field per block (optim.mup.*), at the block's defaults, made
-# from the registry so that a new mode's block (``mode_settings.settings_block``) needs no edit here.
+# from the registry so that a new mode's block (``mode_settings.settings_block``) needs no edit here. A block or a
+# block setting's flat name (a fingerprint's key) that is a shared setting's name would mix the two.
+if clash := sorted({f.name for f in dataclasses.fields(SharedOptimSettings)} & {*BLOCKS, *FLAT_NAMES.values()}):
+    raise TypeError(f"settings blocks of optim name shared settings: {clash}")
 OptimConfig = dataclasses.make_dataclass(
     "OptimConfig", [(name, schema, dataclasses.field(default_factory=schema, metadata={"doc": BLOCK_DOCS[name]}))
                     for name, schema in BLOCKS.items()],

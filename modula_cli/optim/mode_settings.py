@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -48,12 +49,19 @@ def settings_block(name: str, doc: str) -> Callable[[type], type]:
     the config's check checks it, and ``config/identity.py`` fingerprints it in the runs of the mode whose
     ``own_block`` it is (left out of every other mode's). A new mode's block needs nothing more."""
     def register(schema: type) -> type:
-        BLOCKS[name], BLOCK_DOCS[name] = dataclass(schema), doc
-        for field in dataclasses.fields(BLOCKS[name]):
-            dotted = f"{name}.{field.name}"
-            FLAT_NAMES[dotted] = FIRST_FLAT_NAMES.get(dotted, f"{name}_{field.name}")
-            BLOCK_PATHS[FLAT_NAMES[dotted]] = dotted
-        return BLOCKS[name]
+        schema = dataclass(schema)
+        flat = {f"{name}.{f.name}": FIRST_FLAT_NAMES.get(f"{name}.{f.name}", f"{name}_{f.name}")
+                for f in dataclasses.fields(schema)}
+        if name in BLOCKS or (taken := set(flat.values()) & set(BLOCK_PATHS)):
+            raise ValueError(f"settings block optim.{name}: " + (f"{name} is a block already" if name in BLOCKS else
+                             f"its flat names {sorted(taken)} are another block's (a fingerprint would mix them)"))
+        if hasattr(sys.modules.get("modula_cli.optim.config"), "OptimConfig"):  # made from the blocks declared so far
+            raise RuntimeError(f"settings block optim.{name} is declared after modula_cli.optim.config was imported; "
+                               f"declare it before (as modes/ and the command line import this module first)")
+        BLOCKS[name], BLOCK_DOCS[name] = schema, doc
+        FLAT_NAMES.update(flat)
+        BLOCK_PATHS.update({flat_name: dotted for dotted, flat_name in flat.items()})
+        return schema
     return register
 
 

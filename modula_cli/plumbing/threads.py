@@ -30,8 +30,9 @@ AUTO = "auto"
 
 
 def allocation_cpus() -> tuple[int, str] | None:
-    """The CPUs of the SLURM allocation this process runs in (a local launch inside ``salloc``), and the
-    variable that says so; None outside one."""
+    """The CPUs of the SLURM allocation this process runs in, and the variable that says so (a local launch
+    inside ``salloc``; a job of a launcher that does not say them: Hydra's own submitit, or ours asked with
+    ``cpus_per_gpu``); None outside one."""
     value = os.environ.get(environment.SLURM_CPUS, "")
     return (int(value), environment.SLURM_CPUS) if value.isdigit() and int(value) >= 1 else None
 

@@ -23,13 +23,13 @@ from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import DictConfig
 
 from ..config.identity import job_label, run_name
-from ..plumbing.environment import launch_of
 from ..plumbing.signals import STOP
 from ..plumbing.wording import counted
 from ..results.manifest import LaunchRecord, Manifest, add_note, read_launch, record_submission
 from ..results.status import COMPLETED, DIVERGED, FAILED, PENDING, RUNNING, SKIPPED
 from ..results.summary import Outcome, is_finished, mark_abandoned, record_failed_start
 from ..schedulers.jobs import JobEnd, Jobs
+from .job_place import launch_of
 from .progress import report_progress
 
 log = logging.getLogger(__name__)

@@ -13,13 +13,13 @@ from omegaconf import DictConfig
 from ..config.identity import job_label
 from ..config.members import sweep_member_dir
 from ..config.schema import searches
-from ..plumbing.environment import job_launch
 from ..plumbing.signals import STOP, StopRequested
 from ..results.files import stop_marker
 from ..results.status import BUSY, FAILED, INTERRUPTED, PENDING
 from ..results.summary import Outcome
 from ..run.trainer import train
 from .host import host_of, job_of
+from .job_place import launch_of
 from .progress import report_progress
 
 log = logging.getLogger(__name__)
@@ -31,7 +31,7 @@ def sweep_job(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> Outcome:
     process, left for the end of the sweep (``BUSY``: the launch trains it after the other runs; an LR search
     waits for it), else waited for."""
     hydra_cfg = HydraConfig.get()
-    sweep_dir, launch = Path(hydra_cfg.sweep.dir), job_launch(hydra_cfg)
+    sweep_dir, launch = Path(hydra_cfg.sweep.dir), launch_of(cfg) or None
     STOP.watch(stop_marker(sweep_dir, launch))
     if STOP.requested:
         return Outcome(PENDING)  # the launching process was told to stop: start nothing more

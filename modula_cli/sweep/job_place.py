@@ -1,13 +1,15 @@
 """Where a launcher put a job, and what the job takes from its launch, carried in the job's own arguments (the
-task function the launcher sends), never through the environment: the launching process's working folder and
-data root (a job on another machine reads relative paths and the data as the launch did), the CPUs a scheduler
-gave the job, and the GPU it trains on. ``PlacedTask`` settles each job's config from them before it runs:
-its data root where it names none, ``train.threads=auto`` as a count, and its device.
+task function the launcher sends), never through the environment: the launch's id, the launching process's
+working folder and data root (a job on another machine reads relative paths and the data as the launch did),
+and the CPUs a scheduler gave the job. ``PlacedTask`` settles each job before it runs: the launch's id
+(``sweep.launch``) and data root (``data.root``, where the job names none) in its config, its CPU threads
+(``train.threads=auto``: the scheduler's CPUs, else measured once), and one GPU per parallel local job.
 
-The sweeper wraps the multirun's task function once (``PlacedTask.of``); a cluster launcher adds the CPUs its
-scheduler gives each job. A launcher that runs its jobs in the launching process (Hydra's basic) calls the same
-object for every job, so a sweep's later jobs keep its first job's thread count instead of measuring the load
-again (which would count the sweep's own work).
+The sweeper wraps the multirun's task function once (``PlacedTask.of``), after the launch has started and
+recorded its id (``carry_launch``); a cluster launcher places it again with the CPUs its scheduler gives each
+job. A launcher that runs its jobs in the launching process (Hydra's basic) calls the same object for every
+job, so a sweep's later jobs keep its first job's thread count instead of measuring the load again (which
+would count the sweep's own work).
 """
 
 from __future__ import annotations
@@ -18,27 +20,42 @@ import socket
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict, read_write
 
 from ..data.storage import data_root
 from ..plumbing.device import use_gpu
-from ..plumbing.threads import AUTO, configure_threads
+from ..plumbing.threads import configure_threads
 from .host import host_of
+
+
+def carry_launch(config: DictConfig, launch_id: str) -> None:
+    """In the launching process, before the sweeper starts: the launch's id in the multirun's config
+    (``sweep.launch``), where its launcher and the sweeper's ``JobPlace.here`` read it (``launch_of``)."""
+    with read_write(config), open_dict(config):
+        config.sweep.launch = launch_id
+
+
+def launch_of(config: DictConfig) -> str:
+    """The launch a multirun's (or a job's) config belongs to ("" before ``carry_launch``)."""
+    return str(config.sweep.get("launch") or "") if "sweep" in config else ""
 
 
 @dataclass(frozen=True)
 class JobPlace:
     """What a job takes from the launch that started it."""
+    launch: str            # the launch's id: the job's progress line and the closing counts are that launch's
     cwd: str               # the launching process's working folder: a relative path means the same in the job
     data_root: str         # its data root, absolute: the data a job reads where its config names none
     cpus: int | None = None  # the CPUs the job's scheduler gave it (train.threads=auto's count); None: measured
-    cpus_from: str = ""    # who gave them, for the log line ("SLURM's cpus_per_task")
+    cpus_from: str = ""    # who gave them, for the log line ("hydra.launcher.cpus_per_task")
 
     @classmethod
-    def here(cls) -> JobPlace:
-        """In the launching process: its working folder and data root."""
-        return cls(os.getcwd(), str(data_root(None).absolute()))
+    def here(cls, config: DictConfig) -> JobPlace:
+        """In the launching process: the multirun ``config``'s launch, this process's working folder and data
+        root."""
+        return cls(launch_of(config), os.getcwd(), str(data_root(None).absolute()))
 
     def given(self, cpus: int | None, by: str) -> JobPlace:
         return dataclasses.replace(self, cpus=cpus if cpus and cpus >= 1 else None, cpus_from=by)
@@ -71,17 +88,20 @@ class PlacedTask:
         return self.task(cfg)
 
     def settle(self, cfg: DictConfig, hydra_cfg: DictConfig) -> None:
-        """The job's config takes its place: the data root where it names none, the threads as a count (the
-        scheduler's CPUs; parallel local jobs share the cores), the GPU (parallel local jobs: one each)."""
+        """The job takes its place: its launch and data root in its config (the root where a ``root`` it has is
+        unset: a run's saved config.yaml names the folder it read), its CPU threads (the scheduler's CPUs; parallel
+        local jobs share the cores; else the first job's measure), its GPU (parallel local jobs: one each)."""
         parallel = self._parallel_jobs(hydra_cfg)
         with read_write(cfg), open_dict(cfg):
-            if not cfg.data.get("root"):
+            cfg.sweep.launch = self.place.launch
+            if "root" in cfg.data and not cfg.data.root:
                 cfg.data.root = self.place.data_root
-            setting = cfg.train.threads
-            if (setting, parallel) not in self.threads:
-                given = (self.place.cpus, self.place.cpus_from) if self.place.cpus and setting == AUTO else None
-                self.threads[(setting, parallel)] = configure_threads(setting, parallel, given=given)
-            cfg.train.threads = self.threads[(setting, parallel)]
+        setting = cfg.train.threads
+        if (setting, parallel) not in self.threads:
+            given = (self.place.cpus, self.place.cpus_from) if self.place.cpus else None
+            self.threads[(setting, parallel)] = configure_threads(setting, parallel, given=given)
+        elif self.threads[(setting, parallel)] != torch.get_num_threads():  # a job may have changed them
+            torch.set_num_threads(self.threads[(setting, parallel)])
         if parallel > 1:
             use_gpu(int(hydra_cfg.job.get("num") or 0))
 

@@ -6,7 +6,7 @@ progress, the closing counts and the report's pending rows all come from the fil
 jobs), and takes over SIGTERM / SIGINT. ``Launch.end`` trains the runs that were busy elsewhere, settles runs
 whose process was killed, writes the report, and prints the closing lines. The sweep folder is made absolute
 before any job starts, so jobs on other machines or in other working directories (Ray workers) write where the
-launching process looks; the launch id reaches each job through Hydra's ``hydra.job.env_set``.
+launching process looks; the launch id reaches each job in the task its launcher sends (``job_place.py``).
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from ..config.identity import job_label
 from ..config.schema import searches
 from ..config.validate import ConfigError
 from ..plumbing import atomic
-from ..plumbing.environment import carry_launch
 from ..plumbing.signals import STOP, StopRequested
 from ..results.files import stop_marker
 from ..results.manifest import mark_reported, read_launch, record_launch
@@ -38,6 +37,7 @@ from ..results.summary import Outcome, mark_abandoned
 from .final_report import write_sweep_report
 from .host import Host, host_of
 from .job import train_job
+from .job_place import carry_launch
 from .lr_search import SearchError
 from .plan import Plan, another_experiment_line, edited_model_note, finished_runs, prepare_data, validate_grid
 from .progress import closing, detached_closing, report_progress
@@ -80,7 +80,7 @@ class Launch:
         host = host_of(config.hydra.launcher)
         plan, space = _checked(config, host)
         launch_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-        carry_launch(config, launch_id, _hydra_quoted(launch_id))
+        carry_launch(config, launch_id)
         launch = cls(launch_id, _pin_sweep_dir(config), host, detach=bool(config.sweep.get("detach")))
         before = [] if space is not None else sorted(finished_runs(config, plan.runs))
         if note := edited_model_note(config, plan.runs):
@@ -157,6 +157,7 @@ def _checked(config: DictConfig, host: Host) -> tuple[Plan, SearchSpace | None]:
         plan = validate_grid(config, devices_here=host.local)
         _check_target(config, plan)
         _check_detach(config, space is not None)
+        _check_sweeper(config.hydra.sweeper)
         _preflight(config.hydra.launcher)
         if host.local:  # last: the user's mistakes come first, and a download only once the launch can start
             prepare_data(config, plan)
@@ -193,6 +194,17 @@ def _check_target(config: DictConfig, plan: Plan) -> None:
             raise ConfigError([str(error)]) from None
         log.info("%s: the preset's target is left out, the report predicts no LR (sweep.target=null says so "
                  "quietly)", error)
+
+
+def _check_sweeper(sweeper: DictConfig) -> None:
+    """A sweeper whose jobs take their place from the launch (its id, folder, data root, threads): ours, which
+    says so on its class (``PLACES_JOBS``), or a subclass of it. Another's jobs would train unplaced."""
+    from hydra.utils import get_class
+
+    target = str(sweeper.get("_target_") or "")
+    if not getattr(get_class(target), "PLACES_JOBS", False) if target else True:
+        raise ConfigError([f"hydra/sweeper: {target or 'none'} does not give its jobs their place in the launch; "
+                           f"allowed: packing (modula-sweep's own, the default) or a subclass of it"])
 
 
 def _check_detach(config: DictConfig, searching: bool) -> None:

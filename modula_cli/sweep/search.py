@@ -24,7 +24,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from ..analysis.stats import signed
 from ..plumbing import atomic
-from ..plumbing.environment import launch_of
 from ..plumbing.signals import STOP
 from ..results.files import MULTIRUN_FILE
 from ..results.manifest import add_to_launch
@@ -33,6 +32,7 @@ from ..results.status import COMPLETED
 from ..results.summary import is_finished, read_summary
 from .grid import JobComposer, planned_runs
 from .host import host_of
+from .job_place import launch_of
 from .lr_search import ScalePlan, plan_series
 from .search_space import SearchSpace, Series, search_space
 

@@ -87,7 +87,7 @@ class ToyLauncher(Launcher):
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list[JobReturn]:
-        from modula_cli.plumbing.environment import launch_of
+        from modula_cli.sweep.job_place import launch_of
         from modula_cli.sweep.cluster import run_unfinished
 
         def run(index: int) -> JobReturn:
