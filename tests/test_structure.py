@@ -27,18 +27,19 @@ def test_no_function_longer_than_60_lines(folder):
     assert _long_functions(ROOT / folder) == []
 
 
-def _module_state(path: Path) -> list[str]:
+def _module_state(path: Path, objects_only: bool = False) -> list[str]:
     """Names a module binds at its top level to a value that can change: a list, dict or set (literal or
-    comprehension), or an object made by calling a class (``ExitStack()``); constants, tuples, frozen values
-    and functions are not state."""
+    comprehension), or an object made by calling a class (``ExitStack()``; ``objects_only``: those alone);
+    constants, tuples, frozen values and functions are not state."""
     found = []
     for node in ast.parse(path.read_text()).body:
         targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) \
             and node.value is not None else []
         value = getattr(node, "value", None)
-        mutable = isinstance(value, (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp)) or (
-            isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id[:1].isupper()
-            and value.func.id not in IMMUTABLE_CALLS)
+        made = isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id[:1].isupper() \
+            and value.func.id not in IMMUTABLE_CALLS
+        mutable = made or not objects_only and isinstance(
+            value, (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp))
         found += [f"{path.name}:{node.lineno} {ast.unparse(t)}" for t in targets if mutable]
     return found
 
@@ -81,17 +82,7 @@ def _written_by_functions(path: Path) -> list[str]:
 
 def _module_objects(path: Path) -> list[str]:
     """Module-level objects made by calling a class (``STOP = StopSignal()``)."""
-    names = [found.split(" ", 1)[1] for found in _module_state(path)]
-    return [name for name in names if isinstance(_bound_value(path, name), ast.Call)]
-
-
-def _bound_value(path: Path, name: str) -> ast.AST | None:
-    for node in ast.parse(path.read_text()).body:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) \
-            else []
-        if any(isinstance(t, ast.Name) and t.id == name for t in targets):
-            return node.value
-    return None
+    return [found.split(" ", 1)[1] for found in _module_state(path, objects_only=True)]
 
 
 # The two kinds of module-level state the package keeps, each on purpose: the mode-settings registry, which grows

@@ -73,6 +73,7 @@ class SlurmLauncher(BaseSubmititLauncher):
         return super().__call__(*args, **kwargs)
 
     def launch(self, job_overrides: Any, initial_job_idx: int) -> list[JobReturn]:
+        from modula_cli.plumbing.wording import counted
         from modula_cli.results.manifest import forget_launch
         from modula_cli.schedulers import slurm_tasks
         from modula_cli.schedulers.slurm_submit import SbatchRefused, SbatchUnanswered, slurm_executor, submit_array
@@ -107,9 +108,8 @@ class SlurmLauncher(BaseSubmititLauncher):
                 raise SystemExit(f"modula-sweep: sbatch did not answer ({silence}): the jobs may have been queued "
                                  f"all the same; look for job name {self.params.get('name')!r} in squeue before "
                                  f"running the command again (it skips what finished)") from None
-            log.info("submitted %d job%s as SLURM job %s (%s; logs in %s)", len(set(jobs.job_ids)),
-                     "s" if len(set(jobs.job_ids)) > 1 else "", jobs.array, fitted.describe(),
-                     folder)
+            log.info("submitted %s as SLURM job %s (%s; logs in %s)", counted(len(set(jobs.job_ids)), "job"),
+                     jobs.array, fitted.describe(), folder)
             return jobs
 
         return run_unfinished(job_overrides, sweep_dir, launch, submit, self.poll_s, self.stop_grace_s,
